@@ -1,0 +1,30 @@
+# kvindex — build, test, run, bench, lint. `make test` is the README's test command and what CI runs.
+GO ?= go
+BIN := bin/kvindex
+DATA_DIR ?= ./kvindex-data
+
+.PHONY: build test run bench lint fuzz clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/kvindex
+
+test:
+	$(GO) vet ./...
+	$(GO) test -race -timeout 20m ./...
+
+run: build
+	$(BIN) serve --data-dir $(DATA_DIR)
+
+bench: build
+	$(BIN) bench --trace testdata/conversation_trace.jsonl --scale 8 --markdown docs/BENCHMARKS.md
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet ./...
+
+fuzz:
+	$(GO) test ./event -run '^$$' -fuzz FuzzDecodeJSON -fuzztime 30s
+	$(GO) test ./event -run '^$$' -fuzz FuzzDecodeMsgpack -fuzztime 30s
+
+clean:
+	rm -rf bin

@@ -1,0 +1,146 @@
+package event
+
+import (
+	"fmt"
+)
+
+// Rank identifies one event stream: a worker's data-parallel rank. Event ids are per rank.
+type Rank struct {
+	WorkerID uint64
+	DPRank   uint32
+}
+
+func (r Rank) String() string { return fmt.Sprintf("%d/%d", r.WorkerID, r.DPRank) }
+
+// Less orders ranks by worker id, then dp rank.
+func (r Rank) Less(o Rank) bool {
+	if r.WorkerID != o.WorkerID {
+		return r.WorkerID < o.WorkerID
+	}
+	return r.DPRank < o.DPRank
+}
+
+// Kind is the variant of an event's data.
+type Kind uint8
+
+// The event kinds. The numeric values are part of the on-disk log format (wal/): never renumber.
+const (
+	KindStored  Kind = 1
+	KindRemoved Kind = 2
+	KindCleared Kind = 3
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindStored:
+		return "stored"
+	case KindRemoved:
+		return "removed"
+	case KindCleared:
+		return "cleared"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Tier is the storage tier an event describes (SPEC §2 `storage_tier`).
+type Tier uint8
+
+// The storage tiers. The numeric values are part of the on-disk log format: never renumber.
+const (
+	TierDevice     Tier = 0 // "device", the default: the GPU cache the tree indexes
+	TierHostPinned Tier = 1 // "host_pinned"
+	TierDisk       Tier = 2 // "disk"
+	TierExternal   Tier = 3 // "external"
+)
+
+var tierNames = [...]string{"device", "host_pinned", "disk", "external"}
+
+func (t Tier) String() string {
+	if int(t) < len(tierNames) {
+		return tierNames[t]
+	}
+	return fmt.Sprintf("tier(%d)", uint8(t))
+}
+
+// ParseTier maps a wire name to a Tier.
+func ParseTier(s string) (Tier, bool) {
+	for i, n := range tierNames {
+		if n == s {
+			return Tier(i), true
+		}
+	}
+	return 0, false
+}
+
+// Block is one stored block: TokensHash (the local block hash) keys the tree edge under the
+// parent; BlockHash (the engine's sequence hash, opaque) keys the rank's own lookup and is what
+// Removed names.
+type Block struct {
+	BlockHash  uint64
+	TokensHash uint64
+}
+
+// RouterEvent is one event of one rank (SPEC §2). It is a flat value; Kind selects the
+// meaningful fields:
+//
+//	KindStored:  HasParent/ParentHash, Blocks
+//	KindRemoved: Removed
+//	KindCleared: none
+type RouterEvent struct {
+	WorkerID uint64
+	DPRank   uint32
+	EventID  uint64
+	Tier     Tier
+	Kind     Kind
+
+	HasParent  bool   // false: the blocks hang under the root (parent_hash null/absent)
+	ParentHash uint64 // the block_hash of the parent block, when HasParent
+	Blocks     []Block
+
+	Removed []uint64 // block hashes named by a Removed
+}
+
+// Rank returns the event's rank.
+func (e *RouterEvent) Rank() Rank { return Rank{WorkerID: e.WorkerID, DPRank: e.DPRank} }
+
+// NumBlocks is the number of blocks an event names (stored or removed); 0 for Cleared.
+func (e *RouterEvent) NumBlocks() int {
+	switch e.Kind {
+	case KindStored:
+		return len(e.Blocks)
+	case KindRemoved:
+		return len(e.Removed)
+	}
+	return 0
+}
+
+// Clone returns a deep copy (slices are not shared).
+func (e *RouterEvent) Clone() RouterEvent {
+	c := *e
+	if e.Blocks != nil {
+		c.Blocks = append([]Block(nil), e.Blocks...)
+	}
+	if e.Removed != nil {
+		c.Removed = append([]uint64(nil), e.Removed...)
+	}
+	return c
+}
+
+// Stored builds a Stored event; parent nil means the root.
+func Stored(rank Rank, id uint64, parent *uint64, blocks ...Block) RouterEvent {
+	e := RouterEvent{WorkerID: rank.WorkerID, DPRank: rank.DPRank, EventID: id, Kind: KindStored, Blocks: blocks}
+	if parent != nil {
+		e.HasParent, e.ParentHash = true, *parent
+	}
+	return e
+}
+
+// Removed builds a Removed event.
+func Removed(rank Rank, id uint64, hashes ...uint64) RouterEvent {
+	return RouterEvent{WorkerID: rank.WorkerID, DPRank: rank.DPRank, EventID: id, Kind: KindRemoved, Removed: hashes}
+}
+
+// Cleared builds a Cleared event.
+func Cleared(rank Rank, id uint64) RouterEvent {
+	return RouterEvent{WorkerID: rank.WorkerID, DPRank: rank.DPRank, EventID: id, Kind: KindCleared}
+}
