@@ -1,0 +1,403 @@
+package index
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kvindex/kvindex/event"
+)
+
+// Status is the outcome of applying one event (SPEC §3). Its String form is the `status` label of
+// the outcome counters.
+type Status uint8
+
+// The statuses. StatusOK is the zero value.
+const (
+	// StatusOK: every block of the event was applied.
+	StatusOK Status = iota
+	// StatusParentNotFound: a Stored named a parent block the rank does not hold; nothing applied.
+	StatusParentNotFound
+	// StatusBlockNotFound: a Removed named at least one block the rank does not hold; the named
+	// blocks it does hold were removed all the same.
+	StatusBlockNotFound
+	// StatusInvalidBlock: a Stored whose chain references itself (a block equal to the event's
+	// parent, or to the block before it), or an event of an unknown kind; nothing applied.
+	StatusInvalidBlock
+)
+
+var statusNames = [...]string{"ok", "parent_block_not_found", "block_not_found", "invalid_block"}
+
+func (s Status) String() string {
+	if int(s) < len(statusNames) {
+		return statusNames[s]
+	}
+	return fmt.Sprintf("status(%d)", uint8(s))
+}
+
+// Err returns the sentinel error of a non-OK status, and nil for StatusOK.
+func (s Status) Err() error {
+	switch s {
+	case StatusOK:
+		return nil
+	case StatusParentNotFound:
+		return ErrParentNotFound
+	case StatusBlockNotFound:
+		return ErrBlockNotFound
+	case StatusInvalidBlock:
+		return ErrInvalidBlock
+	}
+	return fmt.Errorf("index: unknown status %d", uint8(s))
+}
+
+// The sentinel errors, one per non-OK Status (see Status.Err). The index itself never returns
+// them; callers that turn a Result into an error (lanes, the HTTP server) wrap them with context
+// and test them with errors.Is.
+var (
+	// ErrParentNotFound is returned for a Stored whose parent block the rank does not hold.
+	ErrParentNotFound = errors.New("parent block not found")
+	// ErrBlockNotFound is returned for a Removed that named blocks the rank does not hold.
+	ErrBlockNotFound = errors.New("block not found")
+	// ErrInvalidBlock is returned for a Stored whose chain references itself, or an unknown kind.
+	ErrInvalidBlock = errors.New("invalid block")
+)
+
+// Result is the outcome of Apply.
+type Result struct {
+	Status   Status
+	Blocks   int // blocks applied: stored (including idempotent re-stores) or removed
+	NotFound int // Removed only: named hashes the rank did not hold
+}
+
+// Options configure an Index. The zero value is valid.
+type Options struct {
+	// RankCapacity is the number of ranks the rank table is sized for up front; it grows past
+	// it as needed. Default (0): 64.
+	RankCapacity int
+	// LookupCapacity is the initial capacity of a new rank's block lookup. Default (0): 0, the
+	// lookup grows with the rank.
+	LookupCapacity int
+}
+
+func (o Options) withDefaults() Options {
+	if o.RankCapacity <= 0 {
+		o.RankCapacity = 64
+	}
+	if o.LookupCapacity < 0 {
+		o.LookupCapacity = 0
+	}
+	return o
+}
+
+// Score is one rank's answer to FindMatches.
+type Score struct {
+	WorkerID uint64
+	DPRank   uint32
+	Score    uint32 // leading query blocks the rank holds along one tree path (≥ 1)
+	TreeSize uint64 // blocks the rank holds in total
+}
+
+// Rank returns the score's rank.
+func (s Score) Rank() event.Rank { return event.Rank{WorkerID: s.WorkerID, DPRank: s.DPRank} }
+
+// RankInfo describes one known rank.
+type RankInfo struct {
+	Rank   event.Rank
+	Blocks uint64
+}
+
+// Counts is a snapshot of the outcome counters, indexed by event.Kind (1..3) and Status. Index 0
+// of the first dimension is unused.
+type Counts [4][4]uint64
+
+// Get returns the count of events of kind k with status s (0 for an unknown kind or status).
+func (c Counts) Get(k event.Kind, s Status) uint64 {
+	if int(k) >= len(c) || int(s) >= len(c[0]) {
+		return 0
+	}
+	return c[k][s]
+}
+
+// rankState is one known rank. lookup is owned by the rank's writer; blocks is read by anyone.
+type rankState struct {
+	rank   event.Rank
+	id     uint32
+	lookup map[uint64]*node // block_hash → node; writer-owned
+	blocks atomic.Uint64    // len(lookup), published for readers
+}
+
+// Index is the concurrent radix-tree index. See the package documentation for the concurrency
+// contract.
+type Index struct {
+	opts Options
+	root *node
+
+	regMu  sync.RWMutex
+	byRank map[event.Rank]*rankState
+	nextID uint32
+	// table maps a rank id to its state (nil once removed). It is replaced, never mutated, so
+	// readers load it without a lock.
+	table atomic.Pointer[[]*rankState]
+
+	nodes  atomic.Int64
+	blocks atomic.Int64
+	counts [4][4]atomic.Uint64
+
+	scratch sync.Pool // *matchScratch
+}
+
+// New returns an empty index.
+func New(opts Options) *Index {
+	opts = opts.withDefaults()
+	ix := &Index{
+		opts:   opts,
+		root:   &node{},
+		byRank: make(map[event.Rank]*rankState, opts.RankCapacity),
+	}
+	t := make([]*rankState, 0, opts.RankCapacity)
+	ix.table.Store(&t)
+	ix.scratch.New = func() any { return new(matchScratch) }
+	return ix
+}
+
+// rankOf returns the state of r, or nil when r is unknown.
+func (ix *Index) rankOf(r event.Rank) *rankState {
+	ix.regMu.RLock()
+	rs := ix.byRank[r]
+	ix.regMu.RUnlock()
+	return rs
+}
+
+// register returns the state of r, creating it when r is unknown. Rank ids are never reused: a
+// removed rank that comes back gets a fresh id, so a reader holding an old id never attributes
+// a score to the wrong rank.
+func (ix *Index) register(r event.Rank) *rankState {
+	if rs := ix.rankOf(r); rs != nil {
+		return rs
+	}
+	ix.regMu.Lock()
+	defer ix.regMu.Unlock()
+	if rs := ix.byRank[r]; rs != nil {
+		return rs
+	}
+	rs := &rankState{rank: r, id: ix.nextID, lookup: make(map[uint64]*node, ix.opts.LookupCapacity)}
+	ix.nextID++
+	old := *ix.table.Load()
+	t := make([]*rankState, len(old), max(2*len(old), 16))
+	copy(t, old)
+	t = append(t, rs)
+	ix.table.Store(&t)
+	ix.byRank[r] = rs
+	return rs
+}
+
+func (ix *Index) unregister(rs *rankState) {
+	ix.regMu.Lock()
+	defer ix.regMu.Unlock()
+	delete(ix.byRank, rs.rank)
+	old := *ix.table.Load()
+	t := slices.Clone(old)
+	t[rs.id] = nil
+	ix.table.Store(&t)
+}
+
+func (ix *Index) count(k event.Kind, s Status) {
+	if int(k) < len(ix.counts) {
+		ix.counts[k][s].Add(1)
+	}
+}
+
+// Apply applies one device-tier event to its rank (the caller filters tiers) and counts its
+// outcome. For a given rank, at most one goroutine at a time may call the writer-side methods.
+//
+// A rank becomes known with its first successful Stored (an empty one included); a Removed or
+// Cleared of an unknown rank changes nothing and does not make it known. An event of an unknown
+// kind returns StatusInvalidBlock and is not counted.
+func (ix *Index) Apply(ev *event.RouterEvent) Result {
+	var res Result
+	switch ev.Kind {
+	case event.KindStored:
+		res = ix.applyStored(ev.Rank(), ev)
+	case event.KindRemoved:
+		res = ix.applyRemoved(ev)
+	case event.KindCleared:
+		ix.ClearRank(ev.Rank())
+	default:
+		return Result{Status: StatusInvalidBlock}
+	}
+	ix.count(ev.Kind, res.Status)
+	return res
+}
+
+func (ix *Index) applyStored(r event.Rank, ev *event.RouterEvent) Result {
+	// Validate before any mutation.
+	for i, b := range ev.Blocks {
+		if ev.HasParent && b.BlockHash == ev.ParentHash {
+			return Result{Status: StatusInvalidBlock}
+		}
+		if i > 0 && b.BlockHash == ev.Blocks[i-1].BlockHash {
+			return Result{Status: StatusInvalidBlock}
+		}
+	}
+	rs := ix.rankOf(r)
+	cur := ix.root
+	if ev.HasParent {
+		if rs == nil {
+			return Result{Status: StatusParentNotFound}
+		}
+		p, ok := rs.lookup[ev.ParentHash]
+		if !ok {
+			return Result{Status: StatusParentNotFound}
+		}
+		cur = p
+	}
+	if rs == nil {
+		rs = ix.register(r)
+	}
+	for _, b := range ev.Blocks {
+		cur = ix.attach(rs, cur, b)
+	}
+	return Result{Status: StatusOK, Blocks: len(ev.Blocks)}
+}
+
+func (ix *Index) applyRemoved(ev *event.RouterEvent) Result {
+	rs := ix.rankOf(ev.Rank())
+	if rs == nil {
+		if len(ev.Removed) == 0 {
+			return Result{}
+		}
+		return Result{Status: StatusBlockNotFound, NotFound: len(ev.Removed)}
+	}
+	res := Result{}
+	for _, h := range ev.Removed {
+		n, ok := rs.lookup[h]
+		if !ok {
+			res.NotFound++
+			continue
+		}
+		delete(rs.lookup, h)
+		rs.blocks.Add(^uint64(0))
+		ix.blocks.Add(-1)
+		ix.release(n, rs.id)
+		res.Blocks++
+	}
+	if res.NotFound > 0 {
+		res.Status = StatusBlockNotFound
+	}
+	return res
+}
+
+// ClearRank drops every block of r (a Cleared event, without counting it). r stays known.
+func (ix *Index) ClearRank(r event.Rank) {
+	if rs := ix.rankOf(r); rs != nil {
+		ix.clearState(rs)
+	}
+}
+
+func (ix *Index) clearState(rs *rankState) {
+	for _, n := range rs.lookup {
+		ix.release(n, rs.id)
+	}
+	ix.blocks.Add(-int64(len(rs.lookup)))
+	rs.lookup = make(map[uint64]*node, ix.opts.LookupCapacity)
+	rs.blocks.Store(0)
+}
+
+// RemoveRank drops every block of r and forgets r. It reports whether r was known.
+func (ix *Index) RemoveRank(r event.Rank) bool {
+	rs := ix.rankOf(r)
+	if rs == nil {
+		return false
+	}
+	ix.clearState(rs)
+	ix.unregister(rs)
+	return true
+}
+
+// ReplaceRank clears r, then applies the Stored events of a dump (DumpRank) to it, whatever rank
+// the events name. Other kinds are ignored. Nothing is counted in Counts. r becomes known.
+func (ix *Index) ReplaceRank(r event.Rank, stored []event.RouterEvent) {
+	rs := ix.register(r)
+	ix.clearState(rs)
+	for i := range stored {
+		if stored[i].Kind == event.KindStored {
+			ix.applyStored(r, &stored[i])
+		}
+	}
+}
+
+// RemoveWorker removes every rank of a worker and returns how many there were. It requires that
+// no writer runs on that worker's ranks meanwhile.
+func (ix *Index) RemoveWorker(workerID uint64) int {
+	n := 0
+	for _, r := range ix.RanksOfWorker(workerID) {
+		if ix.RemoveRank(r) {
+			n++
+		}
+	}
+	return n
+}
+
+// RanksOfWorker returns the known ranks of a worker, by dp rank.
+func (ix *Index) RanksOfWorker(workerID uint64) []event.Rank {
+	ix.regMu.RLock()
+	var out []event.Rank
+	for r := range ix.byRank {
+		if r.WorkerID == workerID {
+			out = append(out, r)
+		}
+	}
+	ix.regMu.RUnlock()
+	slices.SortFunc(out, cmpRank)
+	return out
+}
+
+func cmpRank(a, b event.Rank) int {
+	switch {
+	case a.Less(b):
+		return -1
+	case b.Less(a):
+		return 1
+	}
+	return 0
+}
+
+// Ranks returns every known rank with its block count, sorted by worker id, then dp rank.
+func (ix *Index) Ranks() []RankInfo {
+	t := *ix.table.Load()
+	out := make([]RankInfo, 0, len(t))
+	for _, rs := range t {
+		if rs != nil {
+			out = append(out, RankInfo{Rank: rs.rank, Blocks: rs.blocks.Load()})
+		}
+	}
+	slices.SortFunc(out, func(a, b RankInfo) int { return cmpRank(a.Rank, b.Rank) })
+	return out
+}
+
+// RankBlocks returns the number of blocks r holds (0 for an unknown rank).
+func (ix *Index) RankBlocks(r event.Rank) uint64 {
+	if rs := ix.rankOf(r); rs != nil {
+		return rs.blocks.Load()
+	}
+	return 0
+}
+
+// NodeCount returns the number of live tree nodes, the root excluded.
+func (ix *Index) NodeCount() int { return int(ix.nodes.Load()) }
+
+// Blocks returns the number of (rank, block) entries held.
+func (ix *Index) Blocks() uint64 { return uint64(ix.blocks.Load()) }
+
+// Counts returns a snapshot of the outcome counters.
+func (ix *Index) Counts() Counts {
+	var c Counts
+	for k := range ix.counts {
+		for s := range ix.counts[k] {
+			c[k][s] = ix.counts[k][s].Load()
+		}
+	}
+	return c
+}

@@ -1,0 +1,114 @@
+package index
+
+import "slices"
+
+// matchScratch holds a query's working sets; pooled so that steady-state queries do not allocate.
+type matchScratch struct {
+	active, next []uint32
+}
+
+// FindMatches scores every rank against a query of local block hashes (tokens hashes, from the
+// first block). See FindMatchesInto.
+func (ix *Index) FindMatches(localHashes []uint64, earlyExit bool) []Score {
+	return ix.FindMatchesInto(nil, localHashes, earlyExit)
+}
+
+// FindMatchesInto appends to dst[:0] the score of every rank that holds at least the query's
+// first block and returns it, sorted by score (descending), then worker id and dp rank
+// (ascending). A rank's score is the number of leading query blocks it holds along the query's
+// tree path. With earlyExit, the walk stops as soon as exactly one rank is left: that rank scores
+// the depth reached so far, which may be less than it holds.
+//
+// It may run on any goroutine concurrently with writers; it holds at most one node's read lock
+// at a time and allocates nothing once dst has room for the answer.
+func (ix *Index) FindMatchesInto(dst []Score, localHashes []uint64, earlyExit bool) []Score {
+	dst = dst[:0]
+	if len(localHashes) == 0 {
+		return dst
+	}
+	sc := ix.scratch.Get().(*matchScratch)
+	active := sc.active[:0]
+	depth := 0
+	cur := ix.root
+	for i, h := range localHashes {
+		cur.mu.RLock()
+		child := cur.children[h]
+		cur.mu.RUnlock()
+		if child == nil {
+			break
+		}
+		child.mu.RLock()
+		if i == 0 {
+			for _, hd := range child.holders {
+				active = append(active, hd.id)
+			}
+		} else {
+			next := sc.next[:0]
+			hs := child.holders
+			j := 0
+			for _, id := range active {
+				for j < len(hs) && hs[j].id < id {
+					j++
+				}
+				if j < len(hs) && hs[j].id == id {
+					next = append(next, id)
+				} else {
+					dst = ix.appendScore(dst, id, uint32(depth))
+				}
+			}
+			sc.next = active
+			active = next
+		}
+		child.mu.RUnlock()
+		if len(active) == 0 {
+			break
+		}
+		depth = i + 1
+		if earlyExit && len(active) == 1 {
+			break
+		}
+		cur = child
+	}
+	for _, id := range active {
+		dst = ix.appendScore(dst, id, uint32(depth))
+	}
+	sc.active = active[:0]
+	ix.scratch.Put(sc)
+	slices.SortFunc(dst, cmpScore)
+	return dst
+}
+
+// appendScore resolves a rank id and appends its score. An id whose rank was removed while the
+// query ran is skipped.
+func (ix *Index) appendScore(dst []Score, id, score uint32) []Score {
+	if score == 0 {
+		return dst
+	}
+	t := *ix.table.Load()
+	if int(id) >= len(t) || t[id] == nil {
+		return dst
+	}
+	rs := t[id]
+	return append(dst, Score{WorkerID: rs.rank.WorkerID, DPRank: rs.rank.DPRank, Score: score, TreeSize: rs.blocks.Load()})
+}
+
+func cmpScore(a, b Score) int {
+	switch {
+	case a.Score != b.Score:
+		if a.Score > b.Score {
+			return -1
+		}
+		return 1
+	case a.WorkerID != b.WorkerID:
+		if a.WorkerID < b.WorkerID {
+			return -1
+		}
+		return 1
+	case a.DPRank != b.DPRank:
+		if a.DPRank < b.DPRank {
+			return -1
+		}
+		return 1
+	}
+	return 0
+}
