@@ -1,0 +1,366 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// FormatVersion is the on-disk format this binary writes and reads (key layout here, record,
+// snapshot and metadata encodings in wal). Bump it for any incompatible change; older binaries
+// refuse a newer dir with ErrFormatTooNew.
+const FormatVersion uint32 = 1
+
+// PebbleFormat is the Pebble format major version kvindex creates and pins (it includes WAL sync
+// chunks, so a torn WAL tail is told apart from corruption). Never the default, never
+// FormatNewest.
+const PebbleFormat = pebble.FormatValueSeparation
+
+// File names inside the data dir (besides Pebble's own files).
+const (
+	LockFileName = "kvindex.lock" // held exclusively by the owning process
+	PIDFileName  = "kvindex.pid"  // the owner's pid, for the ErrLocked message (advisory)
+)
+
+// Errors returned by Open and the Store methods. Check them with errors.Is.
+var (
+	// ErrLocked: another kvindex process (or another Open in this process) holds the data dir.
+	ErrLocked = errors.New("data dir is locked")
+	// ErrFormatTooNew: the dir was written by a newer kvindex format than this binary knows.
+	ErrFormatTooNew = errors.New("data dir format is newer than this binary supports")
+	// ErrFormatUnsupported: the dir's format version record is unknown, malformed or missing
+	// although the dir holds data.
+	ErrFormatUnsupported = errors.New("data dir format is not supported")
+	// ErrNoData: a read-only Open found no kvindex data in the dir.
+	ErrNoData = errors.New("no kvindex data in dir")
+	// ErrCorruption marks corruption found in the store: Pebble's (a corrupt WAL, sstable or
+	// MANIFEST) and, through wal, corrupt records and snapshots.
+	ErrCorruption = errors.New("corruption")
+	// ErrFatal is the panic value (wrapped) of Pebble's Fatalf: the DB hit an error it cannot
+	// continue from (for example a failed WAL sync). The Store must be closed and reopened.
+	ErrFatal = errors.New("pebble: fatal error")
+)
+
+// Options configure Open. The zero value is valid: every field has a documented default.
+type Options struct {
+	// FS is the filesystem; default vfs.Default. Tests pass vfs.NewCrashableMem() or an errorfs.
+	FS vfs.FS
+	// ReadOnly opens for offline inspection: no writes, no compactions. The dir must hold
+	// kvindex data (else ErrNoData) and the lock is still taken.
+	ReadOnly bool
+	// Logger receives Pebble's log lines and events; default slog.Default().
+	Logger *slog.Logger
+	// CacheSize is the block cache size in bytes; default 64 MiB.
+	CacheSize int64
+	// MemTableSize is Pebble's memtable size in bytes; default 64 MiB.
+	MemTableSize uint64
+	// Listener receives store events (optional callbacks); default none.
+	Listener Listener
+	// Tune, when set, is applied to the Pebble options last (tests and experiments only).
+	Tune func(*pebble.Options)
+}
+
+// Listener holds optional callbacks for store events. Tests use them to observe recovery.
+type Listener struct {
+	// TornWALTail is called during Open when the newest WAL ended in a partially written record
+	// that Pebble drops (the writes of an unfinished, unacknowledged commit).
+	TornWALTail func(TornTail)
+	// Corruption is called when Pebble reports corrupt data.
+	Corruption func(path string, err error)
+	// BackgroundError is called for errors in Pebble's flushes and compactions.
+	BackgroundError func(err error)
+}
+
+// TornTail describes a WAL whose tail was dropped on open.
+type TornTail struct {
+	WAL    string // the WAL's physical file
+	Offset int64  // where the dropped record begins (as reported by Pebble's WAL reader)
+	Err    error  // the reader's error (record.ErrUnexpectedEOF)
+}
+
+const (
+	defaultCacheSize    = 64 << 20
+	defaultMemTableSize = 64 << 20
+)
+
+// Store is an open data dir. Its methods are safe for concurrent use.
+type Store struct {
+	dir      string
+	fs       vfs.FS
+	log      *slog.Logger
+	db       *pebble.DB
+	lock     io.Closer
+	cache    interface{ Unref() }
+	readOnly bool
+	version  uint32
+	torn     []TornTail
+}
+
+// Open opens (creating when needed and not ReadOnly) the data dir.
+func Open(dir string, opts Options) (*Store, error) {
+	if opts.FS == nil {
+		opts.FS = vfs.Default
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.CacheSize <= 0 {
+		opts.CacheSize = defaultCacheSize
+	}
+	if opts.MemTableSize == 0 {
+		opts.MemTableSize = defaultMemTableSize
+	}
+	s := &Store{dir: dir, fs: opts.FS, log: opts.Logger, readOnly: opts.ReadOnly}
+
+	if opts.ReadOnly {
+		if _, err := opts.FS.Stat(dir); err != nil {
+			return nil, fmt.Errorf("open %s: %w: %w", dir, ErrNoData, err)
+		}
+	} else if err := opts.FS.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("open %s: create dir: %w", dir, err)
+	}
+	if err := s.takeLock(); err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = s.lock.Close()
+		}
+	}()
+
+	torn, err := scanWALTail(opts.FS, dir)
+	if err != nil {
+		s.log.Warn("store: could not pre-scan the WAL", "dir", dir, "err", err)
+	}
+	for _, t := range torn {
+		s.log.Warn("store: the newest WAL ends in a torn record; Pebble drops it (an unacknowledged commit)",
+			"wal", t.WAL, "offset", t.Offset, "err", t.Err)
+		if opts.Listener.TornWALTail != nil {
+			opts.Listener.TornWALTail(t)
+		}
+	}
+	s.torn = torn
+
+	cache := pebble.NewCache(opts.CacheSize)
+	s.cache = cache
+	defer cache.Unref() // the DB holds its own reference
+	po := &pebble.Options{
+		FS:                    opts.FS,
+		ReadOnly:              opts.ReadOnly,
+		ErrorIfNotExists:      opts.ReadOnly,
+		FormatMajorVersion:    PebbleFormat,
+		Cache:                 cache,
+		MemTableSize:          opts.MemTableSize,
+		L0StopWritesThreshold: 24,
+		LBaseMaxBytes:         256 << 20,
+		FlushDelayDeleteRange: 10 * time.Second,
+		Logger:                pebbleLogger{log: opts.Logger},
+		EventListener:         s.eventListener(opts.Listener),
+	}
+	po.CompactionConcurrencyRange = func() (int, int) { return 1, 2 }
+	if opts.Tune != nil {
+		opts.Tune(po)
+	}
+	db, err := pebble.Open(dir, po)
+	if err != nil {
+		return nil, mapPebbleErr(fmt.Sprintf("open %s", dir), err)
+	}
+	s.db = db
+	if err := s.checkVersion(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	ok = true
+	return s, nil
+}
+
+// takeLock takes DIR/kvindex.lock and records our pid next to it.
+func (s *Store) takeLock() error {
+	lockPath := s.fs.PathJoin(s.dir, LockFileName)
+	pidPath := s.fs.PathJoin(s.dir, PIDFileName)
+	l, err := s.fs.Lock(lockPath)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) && !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, syscall.EACCES) {
+			return fmt.Errorf("open %s: lock: %w", s.dir, err) // could not create the lock file
+		}
+		pid := "?"
+		if b, rerr := readSmallFile(s.fs, pidPath); rerr == nil && strings.TrimSpace(string(b)) != "" {
+			pid = strings.TrimSpace(string(b)) + "?"
+		}
+		return fmt.Errorf("%w: data dir %s is in use by another kvindex process (pid %s): %v", ErrLocked, s.dir, pid, err)
+	}
+	s.lock = l
+	// Best effort: the pid only serves the ErrLocked message of a contender.
+	if f, err := s.fs.Create(pidPath, vfs.WriteCategoryUnspecified); err == nil {
+		_, _ = f.Write([]byte(strconv.Itoa(os.Getpid()) + "\n"))
+		_ = f.Close()
+	}
+	return nil
+}
+
+func readSmallFile(f vfs.FS, path string) ([]byte, error) {
+	file, err := f.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	return io.ReadAll(io.LimitReader(file, 64))
+}
+
+// checkVersion reads the format version record, writing it into an empty read-write dir.
+func (s *Store) checkVersion() error {
+	v, closer, err := s.db.Get([]byte(VersionKey))
+	switch {
+	case err == nil:
+		defer closer.Close()
+		if len(v) != 4 {
+			return fmt.Errorf("open %s: %w: version record has %d bytes, want 4", s.dir, ErrFormatUnsupported, len(v))
+		}
+		s.version = binary.BigEndian.Uint32(v)
+		switch {
+		case s.version > FormatVersion:
+			return fmt.Errorf("open %s: %w: dir format %d, this binary supports up to %d (upgrade kvindex)",
+				s.dir, ErrFormatTooNew, s.version, FormatVersion)
+		case s.version != FormatVersion:
+			return fmt.Errorf("open %s: %w: dir format %d is not readable by this binary (format %d)",
+				s.dir, ErrFormatUnsupported, s.version, FormatVersion)
+		}
+		return nil
+	case errors.Is(err, pebble.ErrNotFound):
+	default:
+		return mapPebbleErr(fmt.Sprintf("open %s: read format version", s.dir), err)
+	}
+	// No version record: only an empty dir may be initialised.
+	empty, err := s.isEmpty()
+	if err != nil {
+		return err
+	}
+	if !empty {
+		return fmt.Errorf("open %s: %w: the dir holds keys but no format version record", s.dir, ErrFormatUnsupported)
+	}
+	if s.readOnly {
+		return fmt.Errorf("open %s: %w", s.dir, ErrNoData)
+	}
+	val := binary.BigEndian.AppendUint32(nil, FormatVersion)
+	if err := s.db.Set([]byte(VersionKey), val, pebble.Sync); err != nil {
+		return mapPebbleErr(fmt.Sprintf("open %s: write format version", s.dir), err)
+	}
+	// Pebble creates a new DB at an old format and ratchets it to PebbleFormat after the first
+	// WAL was created, so that WAL lacks sync offsets (mid-WAL corruption in it would read as a
+	// torn tail). A flush rotates to a WAL written in the pinned format.
+	if err := s.db.Flush(); err != nil {
+		return mapPebbleErr(fmt.Sprintf("open %s: rotate the first WAL", s.dir), err)
+	}
+	s.version = FormatVersion
+	return nil
+}
+
+func (s *Store) isEmpty() (bool, error) {
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return false, mapPebbleErr("open: scan", err)
+	}
+	has := it.First()
+	if err := it.Close(); err != nil {
+		return false, mapPebbleErr("open: scan", err)
+	}
+	return !has, nil
+}
+
+// DB returns the Pebble database. Callers build keys with this package's helpers.
+func (s *Store) DB() *pebble.DB { return s.db }
+
+// Dir returns the data dir path.
+func (s *Store) Dir() string { return s.dir }
+
+// FS returns the filesystem the store runs on.
+func (s *Store) FS() vfs.FS { return s.fs }
+
+// ReadOnly reports whether the store was opened read-only.
+func (s *Store) ReadOnly() bool { return s.readOnly }
+
+// Version returns the dir's format version.
+func (s *Store) Version() uint32 { return s.version }
+
+// Logger returns the store's logger.
+func (s *Store) Logger() *slog.Logger { return s.log }
+
+// TornTails returns the torn WAL tails found when the store was opened (normally none).
+func (s *Store) TornTails() []TornTail { return s.torn }
+
+// DiskUsage returns the bytes Pebble's files use on disk.
+func (s *Store) DiskUsage() uint64 { return s.db.Metrics().DiskSpaceUsage() }
+
+// Metrics returns Pebble's metrics (for /metrics and inspect).
+func (s *Store) Metrics() *pebble.Metrics { return s.db.Metrics() }
+
+// Close closes Pebble and releases the lock. Close after a fatal Pebble error still releases
+// the lock and reports the error.
+func (s *Store) Close() (err error) {
+	if s.db == nil {
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("close %s: %w", s.dir, panicErr(r))
+		}
+		s.db = nil
+		if lerr := s.lock.Close(); lerr != nil && err == nil {
+			err = fmt.Errorf("close %s: unlock: %w", s.dir, lerr)
+		}
+	}()
+	if cerr := s.db.Close(); cerr != nil {
+		return mapPebbleErr(fmt.Sprintf("close %s", s.dir), cerr)
+	}
+	return nil
+}
+
+// MapError wraps a Pebble error with context, marking corruption with ErrCorruption.
+func MapError(context string, err error) error { return mapPebbleErr(context, err) }
+
+func mapPebbleErr(context string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if pebble.IsCorruptionError(err) {
+		return fmt.Errorf("%s: %w: %w", context, ErrCorruption, err)
+	}
+	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) && strings.Contains(err.Error(), "LOCK") {
+		return fmt.Errorf("%s: %w: %w", context, ErrLocked, err)
+	}
+	return fmt.Errorf("%s: %w", context, err)
+}
+
+// panicErr turns a recovered panic value into an error wrapping ErrFatal.
+func panicErr(r any) error {
+	if e, ok := r.(error); ok {
+		if errors.Is(e, ErrFatal) {
+			return e
+		}
+		return fmt.Errorf("%w: panic: %w", ErrFatal, e)
+	}
+	return fmt.Errorf("%w: panic: %v", ErrFatal, r)
+}
+
+// PanicError converts a value recovered from a panic inside a Pebble call into an error wrapping
+// ErrFatal (and ErrCorruption when the cause is corruption).
+func PanicError(r any) error {
+	err := panicErr(r)
+	if pebble.IsCorruptionError(err) {
+		return fmt.Errorf("%w: %w", ErrCorruption, err)
+	}
+	return err
+}
