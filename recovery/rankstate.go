@@ -1,0 +1,636 @@
+package recovery
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/kvindex/kvindex/event"
+)
+
+// DefaultPendingCap is the number of live events a rank buffers while a recovery is in flight
+// (SPEC §5). When full, the oldest (lowest id) is dropped.
+const DefaultPendingCap = 1024
+
+// CursorKind is the shape of a rank's cursor (SPEC §5).
+type CursorKind uint8
+
+// The cursor kinds.
+const (
+	// CursorInitial: nothing applied yet for the rank.
+	CursorInitial CursorKind = iota
+	// CursorLive: events up to and including Last are applied.
+	CursorLive
+	// CursorInvalidated: a worker-wide barrier (Options.WorkerWideClear) wiped the rank; ids
+	// ≤ Last (when HasLast) are stale, the next higher id is applied as it comes, without gap
+	// recovery: what was missed before the barrier no longer matters.
+	CursorInvalidated
+)
+
+// Cursor is where a rank's event stream stands.
+type Cursor struct {
+	Kind    CursorKind
+	Last    uint64 // the last applied id, meaningful when HasLast
+	HasLast bool   // false for CursorInitial and for a barrier that hit a rank before its first event
+}
+
+// LiveCursor is Cursor{Kind: CursorLive, Last: last, HasLast: true}.
+func LiveCursor(last uint64) Cursor { return Cursor{Kind: CursorLive, Last: last, HasLast: true} }
+
+func (c Cursor) String() string {
+	switch c.Kind {
+	case CursorInitial:
+		return "initial"
+	case CursorLive:
+		return "live(" + strconv.FormatUint(c.Last, 10) + ")"
+	}
+	if !c.HasLast {
+		return "invalidated(-)"
+	}
+	return "invalidated(" + strconv.FormatUint(c.Last, 10) + ")"
+}
+
+// IDRange is an inclusive range of event ids [First, Last].
+type IDRange struct{ First, Last uint64 }
+
+func (r IDRange) String() string {
+	if r.First == r.Last {
+		return strconv.FormatUint(r.First, 10)
+	}
+	return strconv.FormatUint(r.First, 10) + "-" + strconv.FormatUint(r.Last, 10)
+}
+
+// FetchRequest asks the driver to fetch a range from the rank's recovery source and to hand the
+// answer back with OnAnswer(Token, answer). Full means "no start": a TreeDump (full restore).
+type FetchRequest struct {
+	Token uint64
+	Start uint64 // the first id wanted (cursor+1); 0 and meaningless when Full
+	Full  bool
+}
+
+// Dump is a TreeDump to install: the rank's whole state as Stored events in replay order, as of
+// LastEventID.
+type Dump struct {
+	Events      []event.RouterEvent
+	LastEventID uint64
+}
+
+// Options configure a RankState. The zero value is valid.
+type Options struct {
+	// HasSource: the rank's worker has a recovery source (a kvindex serving the range route).
+	// Default false: gaps are recorded as lost and the rank is reset.
+	HasSource bool
+	// PendingCap bounds the live events buffered during a recovery. Default (0)
+	// DefaultPendingCap (1,024); values below 1 mean the default.
+	PendingCap int
+	// WorkerWideClear makes a Cleared a barrier for the emitting worker's other ranks too
+	// (Dynamo's worker-wide clear): decisions that apply a Cleared set InvalidateSiblings and the
+	// driver calls Invalidate on every other rank of the worker. Default false: SPEC §3 makes
+	// Cleared rank-scoped, so a sibling's state (and its gaps) are untouched by it.
+	WorkerWideClear bool
+}
+
+// Decision is what the driver must do after an input, in this order:
+//
+//  1. CancelFetch: abandon the fetch CancelToken (its answer would be discarded anyway).
+//  2. Reset: drop the rank's state (its blocks in the tree, its log and snapshot).
+//  3. Replace: replace the rank's state atomically with the dump (a TreeDump).
+//  4. Apply: log and apply these events, in order.
+//  5. Lost, Recovered: record these id ranges in the rank's gap ledger.
+//  6. Fetch: start this fetch and later call OnAnswer with its token and answer.
+//  7. InvalidateSiblings: call Invalidate on every other rank of the same worker.
+//
+// Slices in a Decision belong to the RankState and stay valid only until its next method call.
+type Decision struct {
+	CancelFetch bool
+	CancelToken uint64
+	Reset       bool
+	// NewEpoch: the decision opens a new publisher epoch (a publisher restart). Reset is set and
+	// Apply starts with the synthetic Cleared.
+	NewEpoch  bool
+	Replace   *Dump
+	Apply     []event.RouterEvent
+	Lost      []IDRange
+	Recovered []IDRange
+	// Ignored counts live events ignored as stale or duplicate (an id already applied, already
+	// buffered, or delivered by the recovery answer that made it redundant).
+	Ignored int
+	// Dropped counts buffered events thrown away: the pending cap overflowed, a failed recovery,
+	// a barrier.
+	Dropped int
+	// StaleAnswer: OnAnswer got an answer for a fetch that is no longer the rank's (cancelled by
+	// a Cleared, a new epoch or a barrier, or superseded); it was discarded.
+	StaleAnswer bool
+	// Failure is why a recovery failed (wraps ErrTooNew, ErrInvalidRange, or the fetch error).
+	Failure            error
+	Fetch              *FetchRequest
+	InvalidateSiblings bool
+	// Degraded and Recovering describe the rank after the decision (see RankState.State).
+	Degraded, Recovering bool
+}
+
+// String renders the actions in execution order, e.g.
+// "apply[s16 s17]; recovered[12-15]; fetch#2(start=19)"; "-" when there is nothing to do.
+func (d *Decision) String() string {
+	var parts []string
+	if d.StaleAnswer {
+		parts = append(parts, "stale-answer")
+	}
+	if d.CancelFetch {
+		parts = append(parts, fmt.Sprintf("cancel#%d", d.CancelToken))
+	}
+	if d.Reset {
+		parts = append(parts, "reset")
+	}
+	if d.NewEpoch {
+		parts = append(parts, "new-epoch")
+	}
+	if d.Replace != nil {
+		parts = append(parts, fmt.Sprintf("replace(last=%d,events=%d)", d.Replace.LastEventID, len(d.Replace.Events)))
+	}
+	if len(d.Apply) > 0 {
+		var b strings.Builder
+		b.WriteString("apply[")
+		for i := range d.Apply {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(kindLetter(d.Apply[i].Kind))
+			b.WriteString(strconv.FormatUint(d.Apply[i].EventID, 10))
+		}
+		b.WriteByte(']')
+		parts = append(parts, b.String())
+	}
+	if len(d.Lost) > 0 {
+		parts = append(parts, "lost"+rangesString(d.Lost))
+	}
+	if len(d.Recovered) > 0 {
+		parts = append(parts, "recovered"+rangesString(d.Recovered))
+	}
+	if d.Ignored > 0 {
+		parts = append(parts, fmt.Sprintf("ignored=%d", d.Ignored))
+	}
+	if d.Dropped > 0 {
+		parts = append(parts, fmt.Sprintf("dropped=%d", d.Dropped))
+	}
+	if d.Failure != nil {
+		parts = append(parts, "failure("+d.Failure.Error()+")")
+	}
+	if d.Fetch != nil {
+		if d.Fetch.Full {
+			parts = append(parts, fmt.Sprintf("fetch#%d(full)", d.Fetch.Token))
+		} else {
+			parts = append(parts, fmt.Sprintf("fetch#%d(start=%d)", d.Fetch.Token, d.Fetch.Start))
+		}
+	}
+	if d.InvalidateSiblings {
+		parts = append(parts, "invalidate-siblings")
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, "; ")
+}
+
+func kindLetter(k event.Kind) string {
+	switch k {
+	case event.KindStored:
+		return "s"
+	case event.KindRemoved:
+		return "r"
+	case event.KindCleared:
+		return "c"
+	}
+	return "?"
+}
+
+func rangesString(rs []IDRange) string {
+	s := make([]string, len(rs))
+	for i, r := range rs {
+		s[i] = r.String()
+	}
+	return "[" + strings.Join(s, " ") + "]"
+}
+
+// trust says how far the rank's applied state can be believed.
+type trust uint8
+
+const (
+	// trustExact: the state is the upstream's state as of the cursor.
+	trustExact trust = iota
+	// trustBehind: a recovery failed; the state is exact as of the cursor but events after it
+	// were lost. A later successful recovery from the cursor repairs it.
+	trustBehind
+	// trustBroken: the rank was reset after an unrecoverable gap (or started mid-stream after a
+	// failed restore); it misses blocks stored before. Only a Cleared or a TreeDump repairs it.
+	trustBroken
+)
+
+// RankState is the recovery state machine of one rank (SPEC §5): its cursor, the recovery in
+// flight, the events buffered meanwhile, and whether its state can be trusted. It is pure: no I/O,
+// no goroutines, no clock. It is not safe for concurrent use; the rank's lane owns it.
+type RankState struct {
+	rank       event.Rank
+	hasSource  bool
+	pendingCap int
+	workerWide bool
+
+	cursor Cursor
+	trust  trust
+
+	inflight  bool
+	token     uint64 // token of the fetch in flight, when inflight
+	lastToken uint64 // last token issued; tokens rise from 1
+
+	// blocked: the last recovery from the current cursor failed. The next gap does not fetch
+	// again (that could fail forever while the rank applies nothing) but takes the no-source
+	// path; any cursor move clears it.
+	blocked bool
+
+	// pending are the live events buffered during a recovery: sorted by id, unique, every id >
+	// the cursor, never a Cleared (a Cleared is a barrier and is applied at once).
+	pending []event.RouterEvent
+
+	apply []event.RouterEvent // scratch for Decision.Apply
+}
+
+// NewRankState returns the state of a rank seen for the first time: cursor Initial.
+func NewRankState(rank event.Rank, opts Options) *RankState {
+	capacity := opts.PendingCap
+	if capacity < 1 {
+		capacity = DefaultPendingCap
+	}
+	return &RankState{rank: rank, hasSource: opts.HasSource, pendingCap: capacity, workerWide: opts.WorkerWideClear}
+}
+
+// Restore returns the state of a rank rebuilt after a restart from its log: cursor is what the
+// log says (normally LiveCursor(newest id), or Cursor{} when the rank logged nothing). degraded
+// restores a rank that was degraded when the process stopped; it stays degraded until a Cleared
+// or a full restore (call RequestRestore or SetHasSource(true) to start one).
+func Restore(rank event.Rank, cursor Cursor, degraded bool, opts Options) *RankState {
+	s := NewRankState(rank, opts)
+	switch {
+	case cursor.Kind == CursorInitial || (cursor.Kind == CursorLive && !cursor.HasLast):
+		s.cursor = Cursor{}
+	default:
+		s.cursor = cursor
+	}
+	if degraded {
+		s.trust = trustBroken
+	}
+	return s
+}
+
+// Rank is the rank this state is for.
+func (s *RankState) Rank() event.Rank { return s.rank }
+
+// Cursor is where the rank's stream stands.
+func (s *RankState) Cursor() Cursor { return s.cursor }
+
+// Pending is the number of live events buffered.
+func (s *RankState) Pending() int { return len(s.pending) }
+
+// Recovering reports a recovery in flight.
+func (s *RankState) Recovering() bool { return s.inflight }
+
+// Degraded reports a rank whose state is known to miss events (a loss was recorded and not yet
+// repaired).
+func (s *RankState) Degraded() bool { return s.trust != trustExact }
+
+// State is the rank's state as GET /v1/ranks shows it: "recovering" while a recovery is in
+// flight, else "degraded" while a loss is unrepaired, else "live".
+func (s *RankState) State() string {
+	switch {
+	case s.inflight:
+		return "recovering"
+	case s.trust != trustExact:
+		return "degraded"
+	}
+	return "live"
+}
+
+// FetchToken is the token of the recovery in flight (0 when none).
+func (s *RankState) FetchToken() uint64 {
+	if !s.inflight {
+		return 0
+	}
+	return s.token
+}
+
+// SetHasSource records whether the rank's worker has a recovery source. Setting it on a degraded
+// rank with no recovery in flight starts a full restore (the returned Decision's Fetch).
+func (s *RankState) SetHasSource(has bool) Decision {
+	s.hasSource = has
+	if has && s.trust != trustExact && !s.inflight {
+		return s.RequestRestore()
+	}
+	return s.decide(Decision{})
+}
+
+// RequestRestore starts a full restore (a TreeDump) when the rank has a source and no recovery
+// in flight; otherwise it does nothing. The driver may call it on a degraded rank at any time
+// (after a restart, on an operator's request, on a timer).
+func (s *RankState) RequestRestore() Decision {
+	s.apply = s.apply[:0]
+	var d Decision
+	if s.hasSource && !s.inflight {
+		s.startFetch(&d, true, 0)
+	}
+	return s.decide(d)
+}
+
+// OnLive decides what to do with one live event of the rank. The state keeps ev's slices while
+// it is buffered: the caller must not reuse them.
+func (s *RankState) OnLive(ev *event.RouterEvent) Decision {
+	s.apply = s.apply[:0]
+	var d Decision
+	id := ev.EventID
+	last, has := s.cursor.Last, s.cursor.HasLast
+	switch {
+	case has && id <= 1 && id < last:
+		s.newEpoch(&d, ev)
+	case ev.Kind == event.KindCleared:
+		if has && id <= last {
+			d.Ignored++
+		} else {
+			s.barrier(&d, ev)
+		}
+	case has && id <= last:
+		d.Ignored++
+	case s.inflight:
+		s.buffer(&d, ev)
+	case s.cursor.Kind == CursorInitial:
+		if s.hasSource && !s.blocked {
+			s.buffer(&d, ev)
+			s.startFetch(&d, true, 0)
+			break
+		}
+		if s.blocked {
+			// The restore failed: start from the middle of the stream, knowingly incomplete.
+			s.trust = trustBroken
+		}
+		s.applyOne(ev)
+	case s.cursor.Kind == CursorInvalidated || id == last+1:
+		s.applyOne(ev)
+	case s.hasSource && !s.blocked:
+		s.buffer(&d, ev)
+		s.startFetch(&d, s.trust == trustBroken, last+1)
+	default:
+		d.Lost = append(d.Lost, IDRange{First: last + 1, Last: id - 1})
+		d.Reset = true
+		s.trust = trustBroken
+		s.applyOne(ev)
+	}
+	return s.decide(d)
+}
+
+// OnAnswer applies the answer of fetch token. An answer for another token than the one in
+// flight is discarded (Decision.StaleAnswer): the rank was cleared, reset or restored since.
+func (s *RankState) OnAnswer(token uint64, a Answer) Decision {
+	s.apply = s.apply[:0]
+	var d Decision
+	if !s.inflight || token != s.token {
+		d.StaleAnswer = true
+		return s.decide(d)
+	}
+	s.inflight = false
+	old := s.cursor
+	switch a.Kind {
+	case AnswerEvents:
+		if !s.applyEvents(&d, a) {
+			s.fail(&d, fmt.Errorf("%w: events answer from %d makes no progress", ErrBadAnswer, old.Last+1))
+			return s.decide(d)
+		}
+	case AnswerTreeDump:
+		d.Replace = &Dump{Events: a.Events, LastEventID: a.LastEventID}
+		s.setCursor(LiveCursor(a.LastEventID))
+		s.trust = trustExact
+	default:
+		s.fail(&d, a.failure())
+		return s.decide(d)
+	}
+	if s.trust == trustBehind {
+		s.trust = trustExact // the recovery started at the cursor the failure left behind
+	}
+	d.Recovered = s.recovered(old)
+	s.drain(&d)
+	return s.decide(d)
+}
+
+// Invalidate is called when a sibling rank of the same worker applied a worker-wide Cleared
+// (Options.WorkerWideClear, Decision.InvalidateSiblings). The worker's whole cache is gone, so
+// the rank is reset, its recovery in flight cancelled and its pending events dropped; the cursor
+// becomes InvalidatedByBarrier(last): ids ≤ last stay stale and the next higher id is applied
+// as it comes, without recovering the ids in between (they predate the barrier).
+func (s *RankState) Invalidate() Decision {
+	s.apply = s.apply[:0]
+	var d Decision
+	s.cancel(&d)
+	d.Reset = true
+	s.trust = trustExact
+	s.blocked = false
+	s.cursor = Cursor{Kind: CursorInvalidated, Last: s.cursor.Last, HasLast: s.cursor.HasLast}
+	return s.decide(d)
+}
+
+// decide fills the state flags and the Apply scratch.
+func (s *RankState) decide(d Decision) Decision {
+	if len(s.apply) > 0 {
+		d.Apply = s.apply
+	}
+	d.Degraded = s.trust != trustExact
+	d.Recovering = s.inflight
+	return d
+}
+
+func (s *RankState) setCursor(c Cursor) {
+	if c != s.cursor {
+		s.blocked = false
+	}
+	s.cursor = c
+}
+
+func (s *RankState) applyOne(ev *event.RouterEvent) {
+	s.apply = append(s.apply, *ev)
+	s.setCursor(LiveCursor(ev.EventID))
+}
+
+// cancel abandons the recovery in flight and drops the pending events.
+func (s *RankState) cancel(d *Decision) {
+	if s.inflight {
+		d.CancelFetch, d.CancelToken = true, s.token
+		s.inflight = false
+	}
+	d.Dropped += len(s.pending)
+	clear(s.pending)
+	s.pending = s.pending[:0]
+}
+
+// barrier applies a live Cleared newer than the cursor.
+func (s *RankState) barrier(d *Decision, ev *event.RouterEvent) {
+	s.cancel(d)
+	s.trust = trustExact
+	s.applyOne(ev)
+	d.InvalidateSiblings = s.workerWide
+}
+
+// newEpoch handles a publisher restart: reset, synthetic Cleared, then the event.
+func (s *RankState) newEpoch(d *Decision, ev *event.RouterEvent) {
+	s.cancel(d)
+	d.Reset, d.NewEpoch = true, true
+	if ev.Kind != event.KindCleared {
+		s.apply = append(s.apply, event.Cleared(s.rank, ev.EventID))
+	}
+	s.trust = trustExact
+	s.applyOne(ev)
+}
+
+// buffer adds ev to the pending events: in id order, duplicates ignored, the lowest id dropped
+// when the cap overflows.
+func (s *RankState) buffer(d *Decision, ev *event.RouterEvent) {
+	i := sort.Search(len(s.pending), func(i int) bool { return s.pending[i].EventID >= ev.EventID })
+	if i < len(s.pending) && s.pending[i].EventID == ev.EventID {
+		d.Ignored++
+		return
+	}
+	s.pending = append(s.pending, event.RouterEvent{})
+	copy(s.pending[i+1:], s.pending[i:])
+	s.pending[i] = *ev
+	if len(s.pending) > s.pendingCap {
+		n := len(s.pending) - s.pendingCap
+		copy(s.pending, s.pending[n:])
+		clear(s.pending[len(s.pending)-n:])
+		s.pending = s.pending[:len(s.pending)-n]
+		d.Dropped += n
+	}
+}
+
+func (s *RankState) startFetch(d *Decision, full bool, start uint64) {
+	s.lastToken++
+	s.token = s.lastToken
+	s.inflight = true
+	if full {
+		start = 0
+	}
+	d.Fetch = &FetchRequest{Token: s.token, Start: start, Full: full}
+}
+
+// fail records a failed recovery: cursor unchanged, pending dropped, loss recorded.
+func (s *RankState) fail(d *Decision, err error) {
+	d.Failure = err
+	if n := len(s.pending); n > 0 {
+		first := s.pending[0].EventID
+		if s.cursor.HasLast {
+			first = s.cursor.Last + 1
+		}
+		d.Lost = append(d.Lost, IDRange{First: first, Last: s.pending[n-1].EventID})
+	}
+	d.Dropped += len(s.pending)
+	clear(s.pending)
+	s.pending = s.pending[:0]
+	if s.trust == trustExact {
+		s.trust = trustBehind
+	}
+	s.blocked = true
+}
+
+// applyEvents applies an Events answer. Events before the answer's last Cleared are skipped (the
+// Cleared erases them). It stops at a hole (a server bug) and lets the drain fetch again; it
+// reports false when the answer made no progress at all.
+func (s *RankState) applyEvents(d *Decision, a Answer) bool {
+	evs := a.Events
+	for i := len(evs) - 1; i >= 0; i-- {
+		if evs[i].Kind == event.KindCleared {
+			evs = evs[i:]
+			break
+		}
+	}
+	before := s.cursor
+	hole := false
+	for i := range evs {
+		e := &evs[i]
+		c := s.cursor
+		if c.HasLast && e.EventID <= c.Last {
+			continue
+		}
+		if e.Kind == event.KindCleared {
+			s.trust = trustExact
+			d.InvalidateSiblings = d.InvalidateSiblings || s.workerWide
+		} else if c.HasLast && e.EventID != c.Last+1 {
+			hole = true
+			break
+		}
+		s.applyOne(e)
+	}
+	if !hole && (!s.cursor.HasLast || a.LastEventID > s.cursor.Last) {
+		s.setCursor(LiveCursor(a.LastEventID))
+	}
+	return s.cursor != before || (!hole && len(s.pending) == 0)
+}
+
+// recovered returns the ids the answer filled: those in (old.Last, min(cursor, highest pending)]
+// that were not buffered. Ids above the highest pending were never seen missing.
+func (s *RankState) recovered(old Cursor) []IDRange {
+	if !old.HasLast || len(s.pending) == 0 || s.cursor.Last <= old.Last {
+		return nil
+	}
+	hi := min(s.cursor.Last, s.pending[len(s.pending)-1].EventID)
+	var out []IDRange
+	next := old.Last + 1
+	for i := range s.pending {
+		id := s.pending[i].EventID
+		if id > hi {
+			break
+		}
+		if id > next {
+			out = append(out, IDRange{First: next, Last: id - 1})
+		}
+		next = id + 1
+	}
+	if next <= hi {
+		out = append(out, IDRange{First: next, Last: hi})
+	}
+	return out
+}
+
+// drain applies the pending events the cursor now reaches and starts a follow-up recovery when
+// a gap remains.
+func (s *RankState) drain(d *Decision) {
+	i := 0
+	for ; i < len(s.pending); i++ {
+		p := &s.pending[i]
+		if p.EventID <= s.cursor.Last {
+			d.Ignored++
+			continue
+		}
+		if p.EventID != s.cursor.Last+1 {
+			break
+		}
+		s.applyOne(p)
+	}
+	n := copy(s.pending, s.pending[i:])
+	clear(s.pending[n:])
+	s.pending = s.pending[:n]
+	if n > 0 {
+		s.startFetch(d, s.trust == trustBroken, s.cursor.Last+1)
+	}
+}
+
+// failure is the error a non-success answer stands for.
+func (a *Answer) failure() error {
+	switch a.Kind {
+	case AnswerTooNew:
+		return fmt.Errorf("%w: requested %d, newest available %d", ErrTooNew, a.RequestedStart, a.NewestAvailable)
+	case AnswerInvalidRange:
+		return fmt.Errorf("%w: start %d, end %d", ErrInvalidRange, a.StartID, a.EndID)
+	}
+	if a.Err != nil {
+		if errors.Is(a.Err, ErrFetchFailed) {
+			return a.Err
+		}
+		return fmt.Errorf("%w: %w", ErrFetchFailed, a.Err)
+	}
+	return ErrFetchFailed
+}
