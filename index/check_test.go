@@ -1,12 +1,17 @@
 package index_test
 
 import (
-	"testing"
-
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/testutil"
 )
+
+// tb is what the checks need of *testing.T and *rapid.T alike.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
 
 // expectedScores derives FindMatches' answer from the model: every rank scores its held prefix
 // (the index intersects holders along the query path, which is exactly the held prefix), and with
@@ -47,22 +52,23 @@ func expectedScores(m *testutil.Model, q []uint64, earlyExit bool) map[event.Ran
 // checkScores checks a FindMatches answer against the model: the SPEC §3 bounds (reachable
 // prefix ≤ score ≤ held prefix, without early exit), the exact expected scores, tree sizes and
 // the order.
-func checkScores(t testing.TB, m *testutil.Model, q []uint64, earlyExit bool, got []index.Score) {
+func checkScores(t tb, m *testutil.Model, q []uint64, earlyExit bool, got []index.Score) {
 	t.Helper()
 	want := expectedScores(m, q, earlyExit)
+	sq := shortQuery(q)
 	if len(got) != len(want) {
-		t.Fatalf("query %v early=%v: %d scores %v, want %d %v", q, earlyExit, len(got), got, len(want), want)
+		t.Fatalf("query %v early=%v: %d scores %v, want %d %v", sq, earlyExit, len(got), got, len(want), want)
 	}
 	for i, s := range got {
 		r := s.Rank()
 		if !earlyExit {
 			lo, hi := m.ReachablePrefix(r, q), m.HeldPrefix(r, q)
 			if int(s.Score) < lo || int(s.Score) > hi {
-				t.Fatalf("query %v: rank %v score %d outside [reachable %d, held %d]", q, r, s.Score, lo, hi)
+				t.Fatalf("query %v: rank %v score %d outside [reachable %d, held %d]", sq, r, s.Score, lo, hi)
 			}
 		}
 		if w, ok := want[r]; !ok || s.Score != w {
-			t.Fatalf("query %v early=%v: rank %v score %d, want %d (present=%v)", q, earlyExit, r, s.Score, w, ok)
+			t.Fatalf("query %v early=%v: rank %v score %d, want %d (present=%v)", sq, earlyExit, r, s.Score, w, ok)
 		}
 		if s.TreeSize != uint64(m.Held(r)) {
 			t.Fatalf("rank %v tree_size %d, model holds %d", r, s.TreeSize, m.Held(r))
@@ -76,8 +82,16 @@ func checkScores(t testing.TB, m *testutil.Model, q []uint64, earlyExit bool, go
 	}
 }
 
+// shortQuery trims a long query for failure messages.
+func shortQuery(q []uint64) []uint64 {
+	if len(q) > 12 {
+		return q[:12:12]
+	}
+	return q
+}
+
 // checkState checks the index's per-rank state against the model.
-func checkState(t testing.TB, ix *index.Index, m *testutil.Model) {
+func checkState(t tb, ix *index.Index, m *testutil.Model) {
 	t.Helper()
 	ranks := ix.Ranks()
 	want := m.Ranks()
