@@ -1,0 +1,57 @@
+// Package index is kvindex's in-memory KV-block index: a radix tree of block positions shared by
+// every rank, per-rank block lookups, scoring (FindMatches) and dumps (SPEC §3, Dynamo-compatible).
+//
+// # Model
+//
+// A node is a position: the path of tokens hashes (local block hashes) from the root. Each rank
+// (worker_id, dp_rank) has a lookup block_hash → node, owned by the rank's writer. A rank holds a
+// node while at least one of its block hashes maps to it (holder entries count those hashes).
+//
+//	root ─┬─ 101 {1/0, 2/0} ─── 102 {1/0, 2/0} ─┬─ 103 {1/0}
+//	      │                                     └─ 204 {2/0}
+//	      └─ 110 {3/0}
+//
+// Decisions where SPEC §3 is silent, and the invariants the tests check:
+//
+//   - Stored: a block whose hash equals the event's parent hash, or the block before it, makes the
+//     event invalid_block; this is checked before the parent lookup and before any mutation. A
+//     block hash the rank already holds at another position moves to the new one.
+//   - Removed/Cleared: the rank leaves the node. A node is kept while any rank holds it or it has
+//     children; a node neither held nor parent of anything is unlinked at once, and so are its
+//     ancestors that thereby become childless and unheld. NodeCount returns to 0 when every block
+//     is removed. A rank's blocks below a position it no longer holds (a mid-chain removal) stay
+//     held: they count in tree_size, never in a score, and count again if the rank re-stores the
+//     missing block at that position.
+//   - A rank becomes known with its first successful Stored and stays known (even empty, after a
+//     Cleared) until RemoveRank/RemoveWorker. Removed/Cleared of an unknown rank change nothing.
+//   - Score: the number of leading query blocks whose positions the rank all holds — ranks are
+//     intersected along the query path, so score == the model's held prefix, and the SPEC bound
+//     reachable ≤ score ≤ held holds. With earlyExit the walk stops when one rank is left.
+//   - DumpRank emits the blocks whose ancestors the rank all holds; stranded blocks (above) are
+//     not expressible as Stored events and are left out. Replay reproduces every score.
+//
+// # Concurrency
+//
+// Writers: for a given rank at most one goroutine at a time calls Apply, ClearRank, RemoveRank,
+// ReplaceRank and DumpRank (the rank's lane). Different ranks are written concurrently.
+// RemoveWorker requires that no writer runs on the worker's ranks. Readers (FindMatches,
+// FindMatchesInto, Ranks, RankBlocks, NodeCount, Blocks, Counts) run on any goroutine at any time.
+//
+// Invariants that make this safe:
+//
+//   - Each node has an RWMutex guarding its children, holders and dead flag. Writers lock a
+//     parent before its child and never hold more than that pair, so lock order follows depth
+//     and cannot cycle. Readers hold one node's read lock at a time, never a tree-wide lock.
+//   - A node a rank holds is linked: only the rank's own writer removes the rank from it, and a
+//     node is unlinked only when unheld and childless, under its parent's lock. Hence a writer's
+//     parent node (held, or the root) is alive while it attaches under it, and every node it
+//     releases has a live parent to lock.
+//   - An unlinked node is marked dead and never linked again; reclamation re-checks under the
+//     locks, so a child attached meanwhile or a concurrent reclaim is seen. A reader that reaches a
+//     node just unlinked finds it unheld and stops there.
+//   - Ranks are dense uint32 ids, never reused. id → rank is an immutable table swapped with an
+//     atomic.Pointer when a rank is added or removed; a rank's block count is an atomic.
+//
+// A reader sees each node's state as of its visit; a query racing a writer may see a mix of
+// before and after, never a torn holder set.
+package index
