@@ -1,0 +1,225 @@
+package index_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/index"
+)
+
+// chainBlocks fills blocks with a chain whose first block (tokens 0) every rank shares and whose
+// other blocks are unique to (rank, round).
+func chainBlocks(blocks []event.Block, hashes []uint64, rank, round uint64) {
+	for j := range blocks {
+		tok := uint64(0)
+		if j > 0 {
+			tok = rank<<40 | round<<8 | uint64(j)
+		}
+		blocks[j] = event.Block{BlockHash: rank<<40 | round<<8 | uint64(j) + 1, TokensHash: tok}
+		hashes[j] = blocks[j].BlockHash
+	}
+}
+
+// BenchmarkApply measures Stored and Removed of 32-block chains; one op is one Stored plus one
+// Removed (64 block-ops). Each writer owns a rank, as a lane does; all chains share block 0.
+//
+//	go test ./index -run '^$' -bench BenchmarkApply -benchmem
+func BenchmarkApply(b *testing.B) {
+	const chain = 32
+	for _, writers := range []int{1, 2} {
+		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
+			ix := index.New(index.Options{})
+			var next atomic.Uint64
+			var wg sync.WaitGroup
+			per := b.N / writers
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := time.Now()
+			for range writers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r := next.Add(1)
+					rank := event.Rank{WorkerID: r}
+					blocks := make([]event.Block, chain)
+					hashes := make([]uint64, chain)
+					st := event.Stored(rank, 0, nil)
+					rm := event.Removed(rank, 0)
+					for i := range per {
+						chainBlocks(blocks, hashes, r, uint64(i))
+						st.Blocks, rm.Removed = blocks, hashes
+						ix.Apply(&st)
+						ix.Apply(&rm)
+					}
+				}()
+			}
+			wg.Wait()
+			el := time.Since(start)
+			b.ReportMetric(float64(per*writers*2*chain)/el.Seconds(), "block-ops/s")
+			if ix.NodeCount() != 0 {
+				b.Fatalf("%d nodes left", ix.NodeCount())
+			}
+		})
+	}
+}
+
+// conversationIndex is the FindMatches fixture: 256 ranks all hold block 0 (as every worker of a
+// cluster holds the system prompt); rank r also holds conversation r%64, a 1,024-block chain, so
+// each conversation is held by 4 ranks. 262,400 (rank, block) entries.
+func conversationIndex(tb testing.TB) *index.Index {
+	const ranks, convs, length = 256, 64, 1024
+	ix := index.New(index.Options{})
+	for r := range uint64(ranks) {
+		blocks := make([]event.Block, length)
+		for j := range blocks {
+			tok := uint64(0)
+			if j > 0 {
+				tok = (r%convs)<<20 | uint64(j)
+			}
+			blocks[j] = event.Block{BlockHash: uint64(j) + 1, TokensHash: tok}
+		}
+		ev := event.Stored(event.Rank{WorkerID: r}, 1, nil, blocks...)
+		if res := ix.Apply(&ev); res.Status != index.StatusOK {
+			tb.Fatal(res.Status)
+		}
+	}
+	return ix
+}
+
+func conversationQuery(conv uint64, n int) []uint64 {
+	q := make([]uint64, n)
+	for j := 1; j < n; j++ {
+		q[j] = conv<<20 | uint64(j)
+	}
+	return q
+}
+
+var (
+	fixtureOnce sync.Once
+	fixture     *index.Index
+)
+
+// BenchmarkFindMatches queries the conversation fixture with 16/128/1024-block queries (256
+// holders at depth 1, 4 below), idle and with a concurrent writer that stores and removes chains
+// under the shared block 0 of its own rank.
+//
+//	go test ./index -run '^$' -bench BenchmarkFindMatches -benchmem
+func BenchmarkFindMatches(b *testing.B) {
+	fixtureOnce.Do(func() { fixture = conversationIndex(b) })
+	ix := fixture
+	for _, loaded := range []bool{false, true} {
+		for _, n := range []int{16, 128, 1024} {
+			name := fmt.Sprintf("blocks=%d", n)
+			if loaded {
+				name += "/writer"
+			}
+			b.Run(name, func(b *testing.B) {
+				stop := make(chan struct{})
+				var wg sync.WaitGroup
+				if loaded {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						rank := event.Rank{WorkerID: 1 << 30}
+						blocks := make([]event.Block, 32)
+						hashes := make([]uint64, 32)
+						for i := uint64(0); ; i++ {
+							select {
+							case <-stop:
+								return
+							default:
+							}
+							chainBlocks(blocks, hashes, 1<<20, i)
+							st, rm := event.Stored(rank, 0, nil, blocks...), event.Removed(rank, 0, hashes...)
+							ix.Apply(&st)
+							ix.Apply(&rm)
+						}
+					}()
+				}
+				queries := make([][]uint64, 64)
+				for c := range queries {
+					queries[c] = conversationQuery(uint64(c), n)
+				}
+				rng := rand.New(rand.NewPCG(1, 2))
+				var dst []index.Score
+				lat := make([]time.Duration, 0, min(b.N, 1<<20))
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					t0 := time.Now()
+					dst = ix.FindMatchesInto(dst, queries[rng.IntN(len(queries))], false)
+					if len(lat) < cap(lat) {
+						lat = append(lat, time.Since(t0))
+					}
+				}
+				b.StopTimer()
+				close(stop)
+				wg.Wait()
+				if (len(dst) != 256 && len(dst) != 257) || dst[0].Score != uint32(n) { // 257: the writer holds block 0 too
+					b.Fatalf("unexpected answer: %d scores, best %v", len(dst), dst[0])
+				}
+				b.ReportMetric(float64(percentile(lat, 0.99).Nanoseconds()), "p99-ns")
+			})
+		}
+	}
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	slices.Sort(s)
+	return s[int(float64(len(s)-1)*p)]
+}
+
+// BenchmarkHeapBytesPerEntry reports the live heap per (rank, block) entry after GC, for the
+// conversation fixture (nodes shared by 4 ranks below block 0) and for unshared chains (every
+// entry its own node: the worst case).
+//
+//	go test ./index -run '^$' -bench BenchmarkHeapBytesPerEntry -benchtime 1x
+func BenchmarkHeapBytesPerEntry(b *testing.B) {
+	b.Run("shape=conversations", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			before := liveHeap()
+			ix := conversationIndex(b)
+			after := liveHeap()
+			b.ReportMetric(float64(after-before)/float64(ix.Blocks()), "heap-B/entry")
+			runtime.KeepAlive(ix)
+		}
+	})
+	b.Run("shape=unshared", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			before := liveHeap()
+			ix := index.New(index.Options{})
+			blocks := make([]event.Block, 64)
+			hashes := make([]uint64, 64)
+			for r := uint64(1); r <= 64; r++ {
+				for round := uint64(0); round < 64; round++ {
+					chainBlocks(blocks, hashes, r, round)
+					blocks[0].TokensHash = r<<40 | round<<8 // no shared first block
+					ev := event.Stored(event.Rank{WorkerID: r}, 0, nil, blocks...)
+					ix.Apply(&ev)
+				}
+			}
+			after := liveHeap()
+			b.ReportMetric(float64(after-before)/float64(ix.Blocks()), "heap-B/entry")
+			runtime.KeepAlive(ix)
+		}
+	})
+}
+
+func liveHeap() uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
