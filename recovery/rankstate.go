@@ -120,6 +120,8 @@ type Decision struct {
 	// Dropped counts buffered events thrown away: the pending cap overflowed, a failed recovery,
 	// a barrier.
 	Dropped int
+	// Buffered: the live event was buffered until the recovery in flight ends.
+	Buffered bool
 	// StaleAnswer: OnAnswer got an answer for a fetch that is no longer the rank's (cancelled by
 	// a Cleared, a new epoch or a barrier, or superseded); it was discarded.
 	StaleAnswer bool
@@ -162,6 +164,9 @@ func (d *Decision) String() string {
 		}
 		b.WriteByte(']')
 		parts = append(parts, b.String())
+	}
+	if d.Buffered {
+		parts = append(parts, "buffer")
 	}
 	if len(d.Lost) > 0 {
 		parts = append(parts, "lost"+rangesString(d.Lost))
@@ -248,6 +253,11 @@ type RankState struct {
 	// again (that could fail forever while the rank applies nothing) but takes the no-source
 	// path; any cursor move clears it.
 	blocked bool
+
+	// lostTo: ids up to lostTo above the cursor are already in the loss ledger (hasLostTo), so
+	// a later loss from the same cursor is not recorded twice.
+	lostTo    uint64
+	hasLostTo bool
 
 	// pending are the live events buffered during a recovery: sorted by id, unique, every id >
 	// the cursor, never a Cleared (a Cleared is a barrier and is applied at once).
@@ -378,7 +388,7 @@ func (s *RankState) OnLive(ev *event.RouterEvent) Decision {
 		s.buffer(&d, ev)
 		s.startFetch(&d, s.trust == trustBroken, last+1)
 	default:
-		d.Lost = append(d.Lost, IDRange{First: last + 1, Last: id - 1})
+		s.recordLost(&d, last+1, id-1)
 		d.Reset = true
 		s.trust = trustBroken
 		s.applyOne(ev)
@@ -448,8 +458,23 @@ func (s *RankState) decide(d Decision) Decision {
 func (s *RankState) setCursor(c Cursor) {
 	if c != s.cursor {
 		s.blocked = false
+		if s.hasLostTo && (!c.HasLast || c.Last >= s.lostTo) {
+			s.hasLostTo = false
+		}
 	}
 	s.cursor = c
+}
+
+// recordLost adds [first, last] to the decision's losses, less what is already recorded.
+func (s *RankState) recordLost(d *Decision, first, last uint64) {
+	if s.hasLostTo && s.lostTo >= first {
+		first = s.lostTo + 1
+	}
+	if first > last {
+		return
+	}
+	d.Lost = append(d.Lost, IDRange{First: first, Last: last})
+	s.lostTo, s.hasLostTo = last, true
 }
 
 func (s *RankState) applyOne(ev *event.RouterEvent) {
@@ -466,6 +491,7 @@ func (s *RankState) cancel(d *Decision) {
 	d.Dropped += len(s.pending)
 	clear(s.pending)
 	s.pending = s.pending[:0]
+	s.hasLostTo = false
 }
 
 // barrier applies a live Cleared newer than the cursor.
@@ -495,6 +521,7 @@ func (s *RankState) buffer(d *Decision, ev *event.RouterEvent) {
 		d.Ignored++
 		return
 	}
+	d.Buffered = true
 	s.pending = append(s.pending, event.RouterEvent{})
 	copy(s.pending[i+1:], s.pending[i:])
 	s.pending[i] = *ev
@@ -525,7 +552,7 @@ func (s *RankState) fail(d *Decision, err error) {
 		if s.cursor.HasLast {
 			first = s.cursor.Last + 1
 		}
-		d.Lost = append(d.Lost, IDRange{First: first, Last: s.pending[n-1].EventID})
+		s.recordLost(d, first, s.pending[n-1].EventID)
 	}
 	d.Dropped += len(s.pending)
 	clear(s.pending)
