@@ -1,0 +1,54 @@
+package main
+
+import (
+	"log/slog"
+
+	"github.com/kvindex/kvindex/server"
+	"github.com/kvindex/kvindex/wal"
+	"github.com/urfave/cli/v2"
+)
+
+func dataDirFlag() cli.Flag {
+	return &cli.StringFlag{Name: "data-dir", Value: "./kvindex-data", Usage: "the data dir (a Pebble store; created when empty)", EnvVars: env("data-dir")}
+}
+
+func serveCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "run the service: ingest events durably, answer find_matches, serve ranges",
+		Flags: []cli.Flag{
+			dataDirFlag(),
+			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7070", Usage: "HTTP listen address", EnvVars: env("listen")},
+			&cli.IntFlag{Name: "block-size", Value: 16, Usage: "tokens per block for find_matches_for_request", EnvVars: env("block-size")},
+			&cli.IntFlag{Name: "lanes", Value: 0, Usage: "apply lanes (0 = GOMAXPROCS)", EnvVars: env("lanes")},
+			&cli.StringFlag{Name: "durability", Value: "sync", Usage: "sync: acknowledge after fsync (group commit); none: acknowledge after the memtable write — a crash or even a kill -9 may lose the newest acknowledged events", EnvVars: env("durability")},
+			&cli.Uint64Flag{Name: "retain-events", Value: server.DefaultRetainEvents, Usage: "keep at least this many log events per rank; older ones are folded into a snapshot online (0 = keep all)", EnvVars: env("retain-events")},
+			&cli.Int64Flag{Name: "max-body-bytes", Value: 64 << 20, Usage: "request body limit", EnvVars: env("max-body-bytes")},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("serve takes no arguments, got %q", c.Args().Slice())
+			}
+			dur, err := wal.ParseDurability(c.String("durability"))
+			if err != nil {
+				return usageError{err}
+			}
+			if c.Int("block-size") <= 0 {
+				return usagef("--block-size must be > 0")
+			}
+			if c.Int("lanes") < 0 {
+				return usagef("--lanes must be ≥ 0")
+			}
+			return server.Run(c.Context, server.Config{
+				DataDir:      c.String("data-dir"),
+				Listen:       c.String("listen"),
+				BlockSize:    c.Int("block-size"),
+				Lanes:        c.Int("lanes"),
+				Durability:   dur,
+				RetainEvents: c.Uint64("retain-events"),
+				MaxBodyBytes: c.Int64("max-body-bytes"),
+				Logger:       slog.Default(),
+			})
+		},
+	}
+}

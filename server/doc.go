@@ -1,0 +1,15 @@
+// Package server is kvindex's service: it opens the data dir (store, log, index, lanes), rebuilds
+// the index from the log at start, and serves the HTTP API of API.md. It is a package of its own,
+// not part of cmd/kvindex, because the CLI must stay a thin shell over a library and tests drive
+// the same handler in-process; no existing package (lanes, recovery, ...) owns HTTP.
+//
+// Invariants:
+//   - One data path: every event, from any route, goes decode → validate whole → lanes.Submit
+//     (cursor → log → tree); the response is written only after Submit returned, i.e. once the
+//     events are durable under the configured durability.
+//   - Bad input is answered 4xx with {"error": "..."} (and "index" for the first bad event) before
+//     anything is submitted; nothing of a rejected request is written.
+//   - Until the restart replay is done, /readyz and every /v1 route answer 503; /healthz and
+//     /metrics answer 200.
+//   - Every metric lives in the Server's own Prometheus registry (no global state).
+package server

@@ -1,0 +1,422 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/lanes"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Handler returns the HTTP API of API.md.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	route := func(pattern string, needReady bool, h func(w http.ResponseWriter, r *http.Request)) {
+		mux.Handle(pattern, s.wrap(pattern, needReady, h))
+	}
+	route("POST /v1/events", true, s.postEvents)
+	route("POST /v1/find_matches", true, s.findMatches)
+	route("POST /v1/find_matches_for_request", true, s.findMatchesForRequest)
+	route("GET /v1/ranks", true, s.listRanks)
+	route("GET /v1/ranks/{worker_id}/{dp_rank}/events", true, s.rankEvents)
+	route("DELETE /v1/workers/{worker_id}", true, s.removeWorker)
+	route("DELETE /v1/workers/{worker_id}/ranks/{dp_rank}", true, s.removeRank)
+	route("GET /v1/dump", true, s.dump)
+	route("POST /v1/flush", true, s.flush)
+	route("GET /healthz", false, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	route("GET /readyz", false, s.readyz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern == "" {
+			s.noRoute(mux, w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// noRoute answers 405 when the path exists under another method, else 404, as JSON errors.
+func (s *Server) noRoute(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+		if m == r.Method {
+			continue
+		}
+		r2 := r.Clone(r.Context())
+		r2.Method = m
+		if _, p := mux.Handler(r2); p != "" {
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path))
+			return
+		}
+	}
+	writeError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (sw *statusWriter) WriteHeader(code int) {
+	if sw.code == 0 {
+		sw.code = code
+	}
+	sw.ResponseWriter.WriteHeader(code)
+}
+
+func (sw *statusWriter) Write(b []byte) (int, error) {
+	if sw.code == 0 {
+		sw.code = http.StatusOK
+	}
+	return sw.ResponseWriter.Write(b)
+}
+
+// wrap adds the readiness gate, panic recovery and request metrics.
+func (s *Server) wrap(pattern string, needReady bool, h func(http.ResponseWriter, *http.Request)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.m.panics.Inc()
+				s.lg.Error("panic in request handler", "route", pattern, "panic", fmt.Sprint(p))
+				if sw.code == 0 {
+					writeError(sw, http.StatusInternalServerError, "internal error")
+				}
+			}
+			s.m.httpRequests.WithLabelValues(pattern, strconv.Itoa(sw.code)).Inc()
+		}()
+		if needReady && !s.ready.Load() {
+			writeError(sw, http.StatusServiceUnavailable, s.status.Load().(string))
+			return
+		}
+		h(sw, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+// readBody reads the whole body within the limit; it answers 413 itself and returns false.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds the limit of %d bytes", s.cfg.MaxBodyBytes))
+		} else {
+			writeError(w, http.StatusBadRequest, "reading body: "+err.Error())
+		}
+		return nil, false
+	}
+	return body, true
+}
+
+func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	ct := r.Header.Get("Content-Type")
+	if ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err == nil {
+			ct = mt
+		}
+	}
+	var evs []event.RouterEvent
+	var err error
+	switch ct {
+	case "", "application/json", "application/x-www-form-urlencoded", "text/json":
+		// curl -d sends application/x-www-form-urlencoded: the body is JSON all the same.
+		evs, err = event.DecodeJSONBatch(body)
+	case "application/x-ndjson", "application/ndjson", "application/jsonl":
+		evs, err = event.DecodeNDJSON(bytes.NewReader(body))
+	case "application/msgpack", "application/x-msgpack", "application/vnd.msgpack":
+		evs, err = event.DecodeMsgpackBatch(body)
+	default:
+		writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("unsupported Content-Type %q (want application/json, application/x-ndjson or application/msgpack)", ct))
+		return
+	}
+	if err != nil {
+		var de *event.DecodeError
+		if errors.As(err, &de) && de.Index >= 0 {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error(), "index": de.Index})
+			return
+		}
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.SubmitTimeout)
+	defer cancel()
+	res, err := s.pipe.Submit(ctx, evs)
+	if err != nil {
+		s.submitError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"accepted": res.Accepted, "ignored": res.Ignored})
+}
+
+func (s *Server) submitError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, lanes.ErrBusy):
+		writeError(w, http.StatusServiceUnavailable, "busy: "+err.Error())
+	case errors.Is(err, lanes.ErrClosed):
+		writeError(w, http.StatusServiceUnavailable, "shutting down")
+	default:
+		s.lg.Error("request failed", "err", err)
+		writeError(w, http.StatusInternalServerError, err.Error())
+	}
+}
+
+type scoreJSON struct {
+	WorkerID uint64 `json:"worker_id"`
+	DPRank   uint32 `json:"dp_rank"`
+	Score    uint32 `json:"score"`
+	TreeSize uint64 `json:"tree_size"`
+}
+
+func (s *Server) scores(hashes []uint64, earlyExit bool) []scoreJSON {
+	start := time.Now()
+	sc := s.ix.FindMatches(hashes, earlyExit)
+	s.m.findSec.Observe(time.Since(start).Seconds())
+	out := make([]scoreJSON, len(sc))
+	for i, x := range sc {
+		out[i] = scoreJSON{WorkerID: x.WorkerID, DPRank: x.DPRank, Score: x.Score, TreeSize: x.TreeSize}
+	}
+	return out
+}
+
+// decodeStrict decodes a JSON object body into v: unknown fields are ignored, numbers into uint
+// fields must be exact unsigned integers (encoding/json rejects negatives, fractions and overflow).
+func decodeStrict(body []byte, v any) error {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 || body[0] != '{' {
+		return errors.New("body must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return fmt.Errorf("field %s: JSON %s is not a valid %s", te.Field, te.Value, te.Type)
+		}
+		return fmt.Errorf("malformed JSON: %v", err)
+	}
+	if dec.More() {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
+}
+
+func (s *Server) findMatches(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	var req struct {
+		BlockHashes *[]uint64 `json:"block_hashes"`
+		EarlyExit   bool      `json:"early_exit"`
+	}
+	if err := decodeStrict(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if req.BlockHashes == nil {
+		writeError(w, http.StatusBadRequest, "missing field block_hashes")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"scores": s.scores(*req.BlockHashes, req.EarlyExit)})
+}
+
+func (s *Server) findMatchesForRequest(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	var req struct {
+		Tokens         *[]uint32 `json:"tokens"`
+		LoraName       string    `json:"lora_name"`
+		CacheNamespace string    `json:"cache_namespace"`
+		EarlyExit      bool      `json:"early_exit"`
+	}
+	if err := decodeStrict(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if req.Tokens == nil {
+		writeError(w, http.StatusBadRequest, "missing field tokens")
+		return
+	}
+	hashes := event.BlockHashes(*req.Tokens, s.cfg.BlockSize, req.LoraName, req.CacheNamespace)
+	writeJSON(w, http.StatusOK, map[string]any{"scores": s.scores(hashes, req.EarlyExit), "block_hashes": hashes})
+}
+
+type gapsJSON struct {
+	Recovered uint64 `json:"recovered"`
+	Lost      uint64 `json:"lost"`
+}
+
+type rankJSON struct {
+	WorkerID     uint64   `json:"worker_id"`
+	DPRank       uint32   `json:"dp_rank"`
+	Blocks       uint64   `json:"blocks"`
+	Lane         int      `json:"lane"`
+	FirstEventID uint64   `json:"first_event_id"`
+	LastEventID  uint64   `json:"last_event_id"`
+	State        string   `json:"state"`
+	Gaps         gapsJSON `json:"gaps"`
+}
+
+func (s *Server) listRanks(w http.ResponseWriter, r *http.Request) {
+	out := []rankJSON{}
+	for _, st := range s.pipe.Status() {
+		first, err := s.log.First(st.Rank)
+		if err != nil {
+			s.submitError(w, err)
+			return
+		}
+		state := "live"
+		if st.Degraded {
+			state = "degraded"
+		}
+		out = append(out, rankJSON{WorkerID: st.Rank.WorkerID, DPRank: st.Rank.DPRank, Blocks: s.ix.RankBlocks(st.Rank),
+			Lane: st.Lane, FirstEventID: first, LastEventID: st.Last, State: state, Gaps: gapsJSON{Recovered: st.Recovered, Lost: st.Lost}})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func pathU64(r *http.Request, name string, bits int) (uint64, error) {
+	v, err := strconv.ParseUint(r.PathValue(name), 10, bits)
+	if err != nil {
+		return 0, fmt.Errorf("path parameter %s=%q is not an unsigned %d-bit integer", name, r.PathValue(name), bits)
+	}
+	return v, nil
+}
+
+func (s *Server) removeWorker(w http.ResponseWriter, r *http.Request) {
+	wid, err := pathU64(r, "worker_id", 64)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	n, err := s.pipe.RemoveWorker(r.Context(), wid)
+	if err != nil {
+		s.submitError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"removed_ranks": n})
+}
+
+func (s *Server) removeRank(w http.ResponseWriter, r *http.Request) {
+	wid, err := pathU64(r, "worker_id", 64)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	dp, err := pathU64(r, "dp_rank", 32)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ok, err := s.pipe.RemoveRank(r.Context(), event.Rank{WorkerID: wid, DPRank: uint32(dp)})
+	if err != nil {
+		s.submitError(w, err)
+		return
+	}
+	n := 0
+	if ok {
+		n = 1
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"removed_ranks": n})
+}
+
+func (s *Server) flush(w http.ResponseWriter, r *http.Request) {
+	if err := s.pipe.Flush(r.Context()); err != nil {
+		s.submitError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, struct{}{})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if !s.ready.Load() {
+		writeError(w, http.StatusServiceUnavailable, s.status.Load().(string))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// dumpRank appends the rank's tree as NDJSON Stored events (replay order, ids from 0), read on the
+// rank's lane so it is consistent with the rank's writes.
+func (s *Server) dumpRank(ctx context.Context, rk event.Rank, dst []byte) ([]byte, error) {
+	var err error
+	derr := s.pipe.Do(ctx, rk, func() {
+		err = s.ix.DumpRank(rk, func(ev *event.RouterEvent) error {
+			dst = event.AppendJSON(dst, ev)
+			dst = append(dst, '\n')
+			return nil
+		})
+	})
+	if derr != nil {
+		return dst, derr
+	}
+	return dst, err
+}
+
+func (s *Server) dump(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var wantW *uint64
+	var wantR *uint32
+	if v := q.Get("worker_id"); v != "" {
+		x, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("query parameter worker_id=%q is not an unsigned 64-bit integer", v))
+			return
+		}
+		wantW = &x
+	}
+	if v := q.Get("dp_rank"); v != "" {
+		x, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("query parameter dp_rank=%q is not an unsigned 32-bit integer", v))
+			return
+		}
+		y := uint32(x)
+		wantR = &y
+	}
+	var buf []byte
+	for _, info := range s.ix.Ranks() {
+		if (wantW != nil && info.Rank.WorkerID != *wantW) || (wantR != nil && info.Rank.DPRank != *wantR) {
+			continue
+		}
+		var err error
+		if buf, err = s.dumpRank(r.Context(), info.Rank, buf); err != nil {
+			s.submitError(w, err)
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(buf)
+}
+
+var _ = index.StatusOK

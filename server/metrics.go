@@ -1,0 +1,131 @@
+package server
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/lanes"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics is the one metrics struct of the service.
+type metrics struct {
+	reg          *prometheus.Registry
+	appendSec    prometheus.Histogram
+	commits      *prometheus.CounterVec
+	logged       prometheus.Counter
+	ignored      prometheus.Counter
+	skipped      *prometheus.CounterVec
+	gaps         *prometheus.CounterVec
+	epochs       prometheus.Counter
+	snapshots    *prometheus.CounterVec
+	findSec      prometheus.Histogram
+	httpRequests *prometheus.CounterVec
+	replayRanks  prometheus.Gauge
+	replayTotal  prometheus.Gauge
+	replayEvents prometheus.Gauge
+	replaySec    prometheus.Gauge
+	panics       prometheus.Counter
+}
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
+	m.appendSec = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvindex_log_append_seconds",
+		Help: "Latency of one lane's log commit (durable under the configured durability).", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)})
+	m.commits = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_log_commits_total",
+		Help: "Log commits by mode (sync = fsynced; concurrent synced commits share fsyncs) and result."}, []string{"mode", "result"})
+	m.logged = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvindex_events_logged_total", Help: "Events appended to the log."})
+	m.ignored = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvindex_events_ignored_total", Help: "Stale or duplicate events ignored (not logged)."})
+	m.skipped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_events_not_applied_total",
+		Help: "Logged events not applied to the device tree, by storage tier."}, []string{"storage_tier"})
+	m.gaps = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_gaps_total", Help: "Event id gaps by outcome."}, []string{"outcome"})
+	m.epochs = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvindex_publisher_restarts_total", Help: "Publisher restarts (new epochs) seen."})
+	m.snapshots = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_retention_snapshots_total", Help: "Online retention snapshots by result."}, []string{"result"})
+	m.findSec = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvindex_find_matches_seconds",
+		Help: "find_matches latency inside the index (excluding HTTP).", Buckets: prometheus.ExponentialBuckets(250e-9, 2, 18)})
+	m.httpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_http_requests_total", Help: "HTTP requests by route and status code."}, []string{"route", "code"})
+	m.replayRanks = prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvindex_replay_ranks_done", Help: "Ranks rebuilt by the restart replay."})
+	m.replayTotal = prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvindex_replay_ranks_total", Help: "Ranks the restart replay has to rebuild."})
+	m.replayEvents = prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvindex_replay_events", Help: "Events (snapshot + log) applied by the restart replay."})
+	m.replaySec = prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvindex_replay_seconds", Help: "Duration of the restart replay (0 until it finished)."})
+	m.panics = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvindex_http_panics_total", Help: "Panics recovered in request handlers."})
+	for _, c := range []prometheus.Collector{m.appendSec, m.commits, m.logged, m.ignored, m.skipped, m.gaps, m.epochs, m.snapshots,
+		m.findSec, m.httpRequests, m.replayRanks, m.replayTotal, m.replayEvents, m.replaySec, m.panics} {
+		f(c)
+	}
+	f(collectors.NewGoCollector())
+	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f(&indexCollector{s: s})
+	return m
+}
+
+func (m *metrics) listener(mode string) lanes.Listener {
+	return lanes.Listener{
+		Committed: func(lane, events int, d time.Duration, err error) {
+			if err != nil {
+				m.commits.WithLabelValues(mode, "error").Inc()
+				return
+			}
+			m.commits.WithLabelValues(mode, "ok").Inc()
+			m.appendSec.Observe(d.Seconds())
+			m.logged.Add(float64(events))
+		},
+		Ignored: func(event.Rank, uint64) { m.ignored.Inc() },
+		GapLost: func(event.Rank, uint64, uint64) { m.gaps.WithLabelValues("lost").Inc() },
+		Epoch:   func(event.Rank, uint64, uint64) { m.epochs.Inc() },
+		Skipped: func(_ event.Rank, t event.Tier) { m.skipped.WithLabelValues(t.String()).Inc() },
+		Snapshot: func(_ event.Rank, _ uint64, _ time.Duration, err error) {
+			m.snapshots.WithLabelValues(result(err)).Inc()
+		},
+	}
+}
+
+func result(err error) string {
+	if err != nil {
+		return "error"
+	}
+	return "ok"
+}
+
+// indexCollector exports the index's own counters and sizes at scrape time.
+type indexCollector struct{ s *Server }
+
+var (
+	descApplied = prometheus.NewDesc("kvindex_events_applied_total", "Events applied to the tree by event type and status.", []string{"event_type", "status"}, nil)
+	descRanks   = prometheus.NewDesc("kvindex_ranks", "Ranks in the index.", nil, nil)
+	descBlocks  = prometheus.NewDesc("kvindex_blocks", "(rank, block) entries in the index.", nil, nil)
+	descNodes   = prometheus.NewDesc("kvindex_tree_nodes", "Radix tree nodes.", nil, nil)
+	descQueue   = prometheus.NewDesc("kvindex_lane_queue_depth", "Requests queued per lane.", []string{"lane"}, nil)
+	descReady   = prometheus.NewDesc("kvindex_ready", "1 once the restart replay finished.", nil, nil)
+)
+
+func (c *indexCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descApplied, descRanks, descBlocks, descNodes, descQueue, descReady} {
+		ch <- d
+	}
+}
+
+func (c *indexCollector) Collect(ch chan<- prometheus.Metric) {
+	ix := c.s.ix
+	counts := ix.Counts()
+	for _, k := range []event.Kind{event.KindStored, event.KindRemoved, event.KindCleared} {
+		for _, st := range []index.Status{index.StatusOK, index.StatusParentNotFound, index.StatusBlockNotFound, index.StatusInvalidBlock} {
+			ch <- prometheus.MustNewConstMetric(descApplied, prometheus.CounterValue, float64(counts.Get(k, st)), k.String(), st.String())
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(descRanks, prometheus.GaugeValue, float64(len(ix.Ranks())))
+	ch <- prometheus.MustNewConstMetric(descBlocks, prometheus.GaugeValue, float64(ix.Blocks()))
+	ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(ix.NodeCount()))
+	for i, d := range c.s.pipe.QueueDepth() {
+		ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(d), strconv.Itoa(i))
+	}
+	ready := 0.0
+	if c.s.ready.Load() {
+		ready = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
+}

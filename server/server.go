@@ -1,0 +1,177 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/lanes"
+	"github.com/kvindex/kvindex/store"
+	"github.com/kvindex/kvindex/wal"
+)
+
+// Config configures a Server. Zero values take the documented defaults.
+type Config struct {
+	DataDir       string         // default "./kvindex-data"
+	Listen        string         // default "127.0.0.1:7070" (Run only)
+	BlockSize     int            // tokens per block for find_matches_for_request; default 16
+	Lanes         int            // default GOMAXPROCS
+	Durability    wal.Durability // default wal.Sync
+	RetainEvents  uint64         // online retention per rank; default 100,000; 0 keeps everything
+	MaxBodyBytes  int64          // request body limit; default 64 MiB
+	SubmitTimeout time.Duration  // how long a request waits on a full lane before 503; default 10 s
+	Logger        *slog.Logger   // default slog.Default()
+	FS            vfs.FS         // default the OS file system (tests pass a crashable MemFS)
+}
+
+// DefaultRetainEvents is the default of Config.RetainEvents (SPEC §4).
+const DefaultRetainEvents = 100_000
+
+func (c *Config) defaults() {
+	if c.DataDir == "" {
+		c.DataDir = "./kvindex-data"
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:7070"
+	}
+	if c.BlockSize <= 0 {
+		c.BlockSize = 16
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 64 << 20
+	}
+	if c.SubmitTimeout <= 0 {
+		c.SubmitTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Server is one kvindex service over one data dir.
+type Server struct {
+	cfg    Config
+	lg     *slog.Logger
+	st     *store.Store
+	log    *wal.Log
+	ix     *index.Index
+	pipe   *lanes.Pipeline
+	m      *metrics
+	ready  atomic.Bool
+	status atomic.Value // string: what the replay is doing, for /readyz
+}
+
+// Open opens the data dir (store.ErrLocked when another process holds it, store.ErrFormatTooNew
+// for a newer format) and builds the pipeline. Call Recover before serving writes.
+func Open(cfg Config) (*Server, error) {
+	cfg.defaults()
+	st, err := store.Open(cfg.DataDir, store.Options{FS: cfg.FS, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	lg, err := wal.Open(st, wal.Options{Durability: cfg.Durability, Logger: cfg.Logger})
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	s := &Server{cfg: cfg, lg: cfg.Logger, st: st, log: lg, ix: index.New(index.Options{})}
+	s.status.Store("not started")
+	mode := "sync"
+	if cfg.Durability == wal.NoSync {
+		mode = "none"
+	}
+	s.m = newMetrics(s)
+	s.pipe = lanes.New(lg, s.ix, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, Logger: cfg.Logger, Listener: s.m.listener(mode)})
+	return s, nil
+}
+
+// Recover rebuilds the index and the cursors from snapshots and logs (ranks in parallel), starts
+// the lanes and marks the server ready. Progress is logged.
+func (s *Server) Recover(ctx context.Context) error {
+	start := time.Now()
+	s.status.Store("replaying the log")
+	last := time.Now()
+	err := s.pipe.Replay(ctx, func(done, total int, events uint64) {
+		s.m.replayRanks.Set(float64(done))
+		s.m.replayTotal.Set(float64(total))
+		s.m.replayEvents.Set(float64(events))
+		s.status.Store(fmt.Sprintf("replaying: %d of %d ranks, %d events", done, total, events))
+		if time.Since(last) > time.Second || done == total {
+			last = time.Now()
+			s.lg.Info("replay progress", "ranks_done", done, "ranks", total, "events", events)
+		}
+	})
+	if err != nil {
+		s.status.Store("replay failed: " + err.Error())
+		return err
+	}
+	s.pipe.Start()
+	took := time.Since(start)
+	s.m.replaySec.Set(took.Seconds())
+	s.ready.Store(true)
+	s.status.Store("ready")
+	s.lg.Info("ready", "ranks", len(s.ix.Ranks()), "blocks", s.ix.Blocks(), "replay", took)
+	return nil
+}
+
+// Close drains the lanes and closes the log cleanly.
+func (s *Server) Close() error {
+	s.ready.Store(false)
+	s.pipe.Close()
+	return s.st.Close()
+}
+
+// Index, Pipeline and Log expose the components (for the benchmark and tests, which drive the
+// same pipeline).
+func (s *Server) Index() *index.Index       { return s.ix }
+func (s *Server) Pipeline() *lanes.Pipeline { return s.pipe }
+func (s *Server) Log() *wal.Log             { return s.log }
+func (s *Server) Store() *store.Store       { return s.st }
+
+// Run is `kvindex serve`: open, listen (so /healthz answers during replay), replay, serve until
+// ctx ends, then stop accepting, drain the lanes and close Pebble.
+func Run(ctx context.Context, cfg Config) error {
+	cfg.defaults()
+	s, err := Open(cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		_ = s.Close()
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	s.lg.Info("listening", "addr", ln.Addr().String(), "data_dir", cfg.DataDir)
+	if err := s.Recover(ctx); err != nil {
+		_ = srv.Close()
+		_ = s.Close()
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		_ = s.Close()
+		return err
+	}
+	s.lg.Info("shutting down: draining requests and lanes")
+	shCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		s.lg.Warn("http shutdown", "err", err)
+	}
+	if err := s.Close(); err != nil {
+		return fmt.Errorf("closing the data dir: %w", err)
+	}
+	s.lg.Info("stopped cleanly")
+	return nil
+}
