@@ -359,7 +359,7 @@ func NewWorker(rank event.Rank, cacheBlocks int) *Worker {
 	return &Worker{
 		rank:     rank,
 		capacity: cacheBlocks,
-		index:    make(map[uint64]int32),
+		index:    make(map[uint64]int32, cacheBlocks),
 		nodes:    []lruNode{{}}, // sentinel: prev = next = 0
 	}
 }
