@@ -1,0 +1,67 @@
+// Package wal owns the per-rank event logs: one logical log per rank (worker_id, dp_rank), all
+// in the single Pebble DB of package store so every lane shares one commit pipeline and
+// concurrent synced commits group into one fsync. It also owns each rank's cursor, gap ledger,
+// snapshot and removal tombstone, and global metadata values under names other packages choose.
+//
+// # Invariants
+//
+//   - A Commit is acknowledged only when Pebble's Commit returned: with Sync the batch is fsynced,
+//     with NoSync it is in the memtable (a crash, even SIGKILL, may lose the acknowledged tail).
+//     A batch is atomic: after a crash all of it or none of it is there.
+//   - A rank's metadata (cursor, gaps) goes in the same batch as the events it describes.
+//   - Readers may see a commit before it is durable: never feed the in-memory index by tailing
+//     the log; feed it after Commit returns.
+//   - Retention deletes with DeleteRange from the previous cut point, never point deletes; the
+//     cut ('M'|rank|'x') says every log id below it was folded into the snapshot.
+//   - Every value carries a CRC-32C (Castagnoli) over the rank (and event id) its key names and
+//     the value bytes before it, so a damaged value or one moved under another key is caught;
+//     such a value is reported with an error wrapping ErrCorruption. The log is the truth: a bad
+//     snapshot is reported, dropped and rebuilt from the log.
+//   - A fatal Pebble error (a failed WAL write or sync) fails the Commit that hit it and every
+//     later write with ErrFailed: reopen the store. What was acknowledged before is durable.
+//
+// # Log record value (key: store.LogKey = 'L' | worker u64 BE | dp u32 BE | event_id u64 BE)
+//
+// Part of the on-disk format (store.FormatVersion). Hashes are fixed 8 bytes little-endian
+// (they are uniformly random: varints would grow them); counts are uvarints.
+//
+//	+---------+------+------+-------+--------------------+-----------+-------------+----------+
+//	| ver = 1 | kind | tier | flags | parent_hash u64 LE | n uvarint | n items     | crc32c   |
+//	|   u8    |  u8  |  u8  |  u8   | (iff flags&1)      |           |             | u32 LE   |
+//	+---------+------+------+-------+--------------------+-----------+-------------+----------+
+//	kind:  1 stored, 2 removed, 3 cleared (event.Kind)
+//	tier:  0 device, 1 host_pinned, 2 disk, 3 external (event.Tier)
+//	flags: bit 0 = has parent (Stored only); other bits must be 0
+//	items: stored:  n × ( block_hash u64 LE | tokens_hash u64 LE )     16 bytes each
+//	       removed: n × ( block_hash u64 LE )                            8 bytes each
+//	       cleared: n = 0, no items
+//	crc32c over: worker u64 BE | dp u32 BE | event_id u64 BE | every value byte before the crc
+//
+// A Stored event with 8 blocks and a parent is 1+3+8+1+128+4 = 145 bytes.
+//
+// # Snapshot value (key: 'S' | worker | dp)
+//
+//	+---------+--------------------+-----------+--------------------------------------+--------+
+//	| ver = 1 | last_event_id u64  | n uvarint | n × ( event_id uvarint               | crc32c |
+//	|   u8    | LE                 |           |       | body_len uvarint | body )    | u32 LE |
+//	+---------+--------------------+-----------+--------------------------------------+--------+
+//	body: a log record value without its version byte and crc (kind | tier | flags | ...)
+//	crc32c over: worker u64 BE | dp u32 BE | every value byte before the crc
+//
+// # Per-rank metadata and tombstone values
+//
+// All share one frame; the crc covers worker u64 BE | dp u32 BE | the bytes before it:
+//
+//	+---------+---------+--------+
+//	| ver = 1 | payload | crc32c |
+//	+---------+---------+--------+
+//
+//	cursor       'M'|rank|'c'  payload: last_event_id u64 LE | flags u8 (bit 0 degraded) | epoch u32 LE
+//	snapshot id  'M'|rank|'s'  payload: u64 LE, the LastEventID of the rank's snapshot
+//	log cut      'M'|rank|'x'  payload: u64 LE, every log id below it is deleted
+//	gap          'G'|rank|seq  payload: from u64 LE | to u64 LE | outcome u8 | at i64 LE (unix ns)
+//	tombstone    'T'|rank      payload: removed-at i64 LE (unix ns)
+//
+// Gap sequence numbers rise per rank (1, 2, ...); a gap outcome is 0 lost, 1 recovered,
+// 2 pending. Global metadata ('K'|name) values are opaque here.
+package wal

@@ -1,0 +1,620 @@
+package wal
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/store"
+)
+
+// Errors returned by the Log. Check them with errors.Is.
+var (
+	// ErrCorruption marks a record, snapshot or metadata value that fails its checksum or does
+	// not parse, and corruption reported by Pebble. It is store.ErrCorruption, so errors.Is
+	// works with either name.
+	ErrCorruption = store.ErrCorruption
+	// ErrClosed: the Log was closed.
+	ErrClosed = errors.New("wal: closed")
+	// ErrFailed: an earlier commit hit a fatal Pebble error (a failed WAL write or sync). What
+	// was acknowledged before is durable; nothing more can be written until the store is
+	// closed and reopened.
+	ErrFailed = errors.New("wal: log failed, reopen the store")
+	// ErrStaleSnapshot: WriteSnapshot was asked for an id below the rank's log cut (events after
+	// it are already folded into a newer snapshot).
+	ErrStaleSnapshot = errors.New("wal: snapshot older than the log cut")
+)
+
+// Durability is when a commit is acknowledged.
+type Durability uint8
+
+const (
+	// Sync acknowledges a commit after its WAL write is fsynced (group commit: concurrent
+	// commits share an fsync). The default.
+	Sync Durability = iota
+	// NoSync acknowledges after the memtable write. A crash, even a SIGKILL of the process
+	// (Pebble buffers WAL writes in process), may lose the acknowledged tail.
+	NoSync
+)
+
+// ParseDurability maps "sync" or "none" to a Durability.
+func ParseDurability(s string) (Durability, error) {
+	switch s {
+	case "sync":
+		return Sync, nil
+	case "none":
+		return NoSync, nil
+	}
+	return 0, fmt.Errorf("wal: unknown durability %q (want sync or none)", s)
+}
+
+func (d Durability) String() string {
+	if d == NoSync {
+		return "none"
+	}
+	return "sync"
+}
+
+// Options configure Open. The zero value is valid.
+type Options struct {
+	// Durability of Commit; default Sync. WriteSnapshot, DropSnapshot are always synced.
+	Durability Durability
+	// Logger; default the store's logger.
+	Logger *slog.Logger
+}
+
+// Cursor is a rank's consumption state, written in the same batch as the events it covers.
+type Cursor struct {
+	LastEventID uint64
+	Degraded    bool
+	Epoch       uint32
+}
+
+// GapOutcome is what became of a gap in a rank's ids. Part of the on-disk format.
+type GapOutcome uint8
+
+// The gap outcomes. Part of the on-disk format: never renumber.
+const (
+	GapLost      GapOutcome = 0 // the events are gone (no source, or recovery failed)
+	GapRecovered GapOutcome = 1 // recovered from the rank's source
+	GapPending   GapOutcome = 2 // recovery in flight
+)
+
+func (o GapOutcome) String() string {
+	switch o {
+	case GapLost:
+		return "lost"
+	case GapRecovered:
+		return "recovered"
+	case GapPending:
+		return "pending"
+	}
+	return fmt.Sprintf("outcome(%d)", uint8(o))
+}
+
+// Gap is one ledger entry: ids [From, To] of a rank and what became of them.
+type Gap struct {
+	From, To uint64
+	Outcome  GapOutcome
+	At       time.Time // stored as unix nanoseconds
+}
+
+// RankMeta is everything but the log about a rank.
+type RankMeta struct {
+	Cursor     Cursor
+	HasCursor  bool
+	Gaps       []Gap  // in the order they were added
+	SnapshotID uint64 // LastEventID of the rank's snapshot; 0 none
+	Removed    bool   // a RemoveRank tombstone is present (cleared by SetCursor and ResetRank)
+}
+
+// Snapshot is a rank's state as of LastEventID: its dump, Stored events in replay order.
+type Snapshot struct {
+	LastEventID uint64
+	Events      []event.RouterEvent
+}
+
+// Log is the per-rank event log on a store. Safe for concurrent use; it does not own the store
+// (close the Log, then the store).
+type Log struct {
+	st  *store.Store
+	db  *pebble.DB
+	log *slog.Logger
+	wo  *pebble.WriteOptions
+
+	closed atomic.Bool
+	failed atomic.Pointer[error]
+
+	gapMu  sync.Mutex
+	gapSeq map[event.Rank]uint64 // next gap seq per rank, loaded lazily
+}
+
+// Open returns the log on st.
+func Open(st *store.Store, opts Options) (*Log, error) {
+	if opts.Logger == nil {
+		opts.Logger = st.Logger()
+	}
+	wo := pebble.Sync
+	if opts.Durability == NoSync {
+		wo = pebble.NoSync
+	}
+	return &Log{st: st, db: st.DB(), log: opts.Logger, wo: wo, gapSeq: map[event.Rank]uint64{}}, nil
+}
+
+// Close marks the log closed: later calls return ErrClosed. It does not close the store.
+func (l *Log) Close() error {
+	l.closed.Store(true)
+	return nil
+}
+
+// Err returns the fatal error that failed the log (wrapping ErrFailed), or nil.
+func (l *Log) Err() error {
+	if p := l.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (l *Log) usable() error {
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	return l.Err()
+}
+
+// Batch collects events and metadata for one atomic Commit. Not safe for concurrent use.
+type Batch struct {
+	l   *Log
+	pb  *pebble.Batch
+	key []byte
+	val []byte
+	n   int
+}
+
+// NewBatch returns an empty batch. Reuse it across commits; Close it when done.
+func (l *Log) NewBatch() *Batch {
+	return &Batch{l: l, key: make([]byte, 0, store.LogKeyLen), val: make([]byte, 0, 512)}
+}
+
+func (b *Batch) pebble() *pebble.Batch {
+	if b.pb == nil {
+		b.pb = b.l.db.NewBatch()
+	}
+	return b.pb
+}
+
+// Append adds ev to its rank's log under its EventID (the same id again overwrites).
+func (b *Batch) Append(ev *event.RouterEvent) {
+	b.key = store.AppendLogKey(b.key[:0], ev.Rank(), ev.EventID)
+	b.val = EncodeRecord(b.val[:0], ev)
+	_ = b.pebble().Set(b.key, b.val, nil)
+	b.n++
+}
+
+// SetCursor writes r's cursor (and clears a removal tombstone: the rank is back).
+func (b *Batch) SetCursor(r event.Rank, c Cursor) {
+	pb := b.pebble()
+	_ = pb.Set(store.MetaKey(r, metaCursor), encodeCursor(r, c), nil)
+	_ = pb.Delete(store.RankKey(store.PrefixTombstone, r), nil)
+	b.n++
+}
+
+// AddGap appends g to r's gap ledger.
+func (b *Batch) AddGap(r event.Rank, g Gap) {
+	seq := b.l.nextGapSeq(r)
+	_ = b.pebble().Set(store.GapKey(r, seq), encodeGap(r, g), nil)
+	b.n++
+}
+
+// ResetRank deletes r's whole log and snapshot (keeps cursor and gaps; clears a tombstone).
+// Appends to r later in the same batch survive.
+func (b *Batch) ResetRank(r event.Rank) {
+	pb := b.pebble()
+	lo, hi := store.RankLogBounds(r)
+	_ = pb.DeleteRange(lo, hi, nil)
+	_ = pb.Delete(store.RankKey(store.PrefixSnapshot, r), nil)
+	_ = pb.Delete(store.MetaKey(r, metaSnapshotID), nil)
+	_ = pb.Delete(store.MetaKey(r, metaCut), nil)
+	_ = pb.Delete(store.RankKey(store.PrefixTombstone, r), nil)
+	b.n++
+}
+
+// RemoveRank deletes everything of r (log, snapshot, cursor, gaps) and writes a tombstone.
+func (b *Batch) RemoveRank(r event.Rank) {
+	pb := b.pebble()
+	for _, p := range []byte{store.PrefixLog, store.PrefixRankMeta, store.PrefixGap} {
+		lo, hi := store.RankBounds(p, r)
+		_ = pb.DeleteRange(lo, hi, nil)
+	}
+	_ = pb.Delete(store.RankKey(store.PrefixSnapshot, r), nil)
+	_ = pb.Set(store.RankKey(store.PrefixTombstone, r), encodeU64(r, uint64(time.Now().UnixNano())), nil)
+	b.n++
+}
+
+// SetMeta sets global metadata name to value (encoded by its owner).
+func (b *Batch) SetMeta(name string, value []byte) {
+	_ = b.pebble().Set(store.GlobalKey(name), value, nil)
+	b.n++
+}
+
+// DeleteMeta deletes global metadata name.
+func (b *Batch) DeleteMeta(name string) {
+	_ = b.pebble().Delete(store.GlobalKey(name), nil)
+	b.n++
+}
+
+// Len returns the number of operations (appends, cursors, gaps, ...) in the batch.
+func (b *Batch) Len() int { return b.n }
+
+// Reset empties the batch for reuse.
+func (b *Batch) Reset() {
+	if b.pb != nil {
+		b.pb.Reset()
+	}
+	b.n = 0
+}
+
+// Close releases the batch's resources.
+func (b *Batch) Close() {
+	if b.pb != nil {
+		_ = b.pb.Close()
+		b.pb = nil
+	}
+	b.n = 0
+}
+
+// Commit writes b atomically and returns once it is durable under the log's Durability (Sync:
+// fsynced; NoSync: in the memtable). ctx is checked before the write; a write in progress is
+// not interrupted. After Commit, successful or not, b is empty and can be reused. A fatal Pebble
+// error (failed WAL write or sync) returns an error wrapping ErrFailed, and every later Commit
+// fails the same way: nothing of a failed commit is acknowledged.
+func (l *Log) Commit(ctx context.Context, b *Batch) error {
+	if b.n == 0 {
+		return nil
+	}
+	n := b.n
+	if err := ctx.Err(); err != nil {
+		b.Reset()
+		return fmt.Errorf("wal: commit %d ops: %w", n, err)
+	}
+	err := l.apply(b.pb, l.wo)
+	if err != nil {
+		// A batch whose commit failed may be in any state (even mid-commit after a Pebble
+		// panic): abandon it to the GC rather than touch it again.
+		b.pb, b.n = nil, 0
+		return fmt.Errorf("wal: commit %d ops: %w", n, err)
+	}
+	b.Reset()
+	return nil
+}
+
+// apply commits pb, turning Pebble's fatal panics into a failed log.
+func (l *Log) apply(pb *pebble.Batch, wo *pebble.WriteOptions) (err error) {
+	if err := l.usable(); err != nil {
+		return err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			perr := fmt.Errorf("%w: %w", ErrFailed, store.PanicError(r))
+			l.failed.CompareAndSwap(nil, &perr)
+			l.log.Error("wal: commit failed; the log accepts no more writes until reopened", "err", perr)
+			err = perr
+		}
+	}()
+	if err := pb.Commit(wo); err != nil {
+		return store.MapError("pebble commit", err)
+	}
+	return nil
+}
+
+func (l *Log) nextGapSeq(r event.Rank) uint64 {
+	l.gapMu.Lock()
+	defer l.gapMu.Unlock()
+	seq, ok := l.gapSeq[r]
+	if !ok {
+		seq = 1
+		lo, hi := store.RankBounds(store.PrefixGap, r)
+		if it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi}); err == nil {
+			if it.Last() {
+				if _, s, ok := store.ParseGapKey(it.Key()); ok {
+					seq = s + 1
+				}
+			}
+			_ = it.Close()
+		}
+	}
+	l.gapSeq[r] = seq + 1
+	return seq
+}
+
+// First returns r's oldest retained log event id; 0 when the rank has no retained log events.
+func (l *Log) First(r event.Rank) (uint64, error) { return l.edge(r, true) }
+
+// Last returns r's newest log event id; 0 when the rank has no log events.
+func (l *Log) Last(r event.Rank) (uint64, error) { return l.edge(r, false) }
+
+func (l *Log) edge(r event.Rank, first bool) (uint64, error) {
+	if l.closed.Load() {
+		return 0, ErrClosed
+	}
+	lo, hi := store.RankLogBounds(r)
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return 0, store.MapError(fmt.Sprintf("wal: rank %v", r), err)
+	}
+	var ok bool
+	if first {
+		ok = it.First()
+	} else {
+		ok = it.Last()
+	}
+	var id uint64
+	if ok {
+		_, id, _ = store.ParseLogKey(it.Key())
+	}
+	if err := it.Close(); err != nil {
+		return 0, store.MapError(fmt.Sprintf("wal: rank %v", r), err)
+	}
+	return id, nil
+}
+
+// Range calls fn for r's log events with id ≥ fromID in id order, at most limit of them (≤ 0:
+// all). The event passed to fn (and its slices) is reused after fn returns: copy what you keep
+// (ev.Clone()). An error from fn stops the iteration and is returned as is; a corrupt record
+// returns an error wrapping ErrCorruption.
+func (l *Log) Range(r event.Rank, fromID uint64, limit int, fn func(ev *event.RouterEvent) error) error {
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	_, hi := store.RankLogBounds(r)
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: store.LogKey(r, fromID), UpperBound: hi})
+	if err != nil {
+		return store.MapError(fmt.Sprintf("wal: range rank %v", r), err)
+	}
+	var ev event.RouterEvent
+	n := 0
+	for valid := it.First(); valid && (limit <= 0 || n < limit); valid = it.Next() {
+		val, err := it.ValueAndErr()
+		if err == nil {
+			err = DecodeRecord(&ev, it.Key(), val)
+		} else {
+			err = store.MapError(fmt.Sprintf("wal: range rank %v", r), err)
+		}
+		if err == nil {
+			err = fn(&ev)
+		}
+		if err != nil {
+			_ = it.Close()
+			return err
+		}
+		n++
+	}
+	if err := it.Close(); err != nil {
+		return store.MapError(fmt.Sprintf("wal: range rank %v", r), err)
+	}
+	return nil
+}
+
+// Ranks returns every rank with a log, a snapshot or metadata (not removed), sorted.
+func (l *Log) Ranks() ([]event.Rank, error) {
+	if l.closed.Load() {
+		return nil, ErrClosed
+	}
+	var out []event.Rank
+	for _, p := range []byte{store.PrefixLog, store.PrefixRankMeta, store.PrefixSnapshot} {
+		lo, hi := store.PrefixBounds(p)
+		it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		if err != nil {
+			return nil, store.MapError("wal: ranks", err)
+		}
+		for valid := it.First(); valid; {
+			r, ok := store.ParseRankKey(it.Key())
+			if !ok {
+				valid = it.Next()
+				continue
+			}
+			out = append(out, r)
+			end := store.PrefixEnd(store.RankKey(p, r))
+			if end == nil {
+				break
+			}
+			valid = it.SeekGE(end)
+		}
+		if err := it.Close(); err != nil {
+			return nil, store.MapError("wal: ranks", err)
+		}
+	}
+	slices.SortFunc(out, func(a, b event.Rank) int {
+		if a == b {
+			return 0
+		}
+		if a.Less(b) {
+			return -1
+		}
+		return 1
+	})
+	return slices.Compact(out), nil
+}
+
+// get returns a copy of key's value; ok false when absent.
+func (l *Log) get(key []byte) ([]byte, bool, error) {
+	v, closer, err := l.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, store.MapError("wal: get", err)
+	}
+	out := bytes.Clone(v)
+	_ = closer.Close()
+	return out, true, nil
+}
+
+// RankMeta returns r's cursor, gap ledger, snapshot id and removal state.
+func (l *Log) RankMeta(r event.Rank) (RankMeta, error) {
+	if l.closed.Load() {
+		return RankMeta{}, ErrClosed
+	}
+	var m RankMeta
+	v, ok, err := l.get(store.MetaKey(r, metaCursor))
+	if err != nil {
+		return m, err
+	}
+	if ok {
+		if m.Cursor, err = decodeCursor(r, v); err != nil {
+			return m, fmt.Errorf("wal: rank %v: %w: %w", r, ErrCorruption, err)
+		}
+		m.HasCursor = true
+	}
+	if v, ok, err = l.get(store.MetaKey(r, metaSnapshotID)); err != nil {
+		return m, err
+	} else if ok {
+		if m.SnapshotID, err = decodeU64(r, v); err != nil {
+			return m, fmt.Errorf("wal: rank %v snapshot id: %w: %w", r, ErrCorruption, err)
+		}
+	}
+	if _, m.Removed, err = l.get(store.RankKey(store.PrefixTombstone, r)); err != nil {
+		return m, err
+	}
+	lo, hi := store.RankBounds(store.PrefixGap, r)
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return m, store.MapError("wal: gaps", err)
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		val, err := it.ValueAndErr()
+		var g Gap
+		if err == nil {
+			g, err = decodeGap(r, val)
+			if err != nil {
+				err = fmt.Errorf("wal: rank %v: %w: %w", r, ErrCorruption, err)
+			}
+		}
+		if err != nil {
+			_ = it.Close()
+			return m, err
+		}
+		m.Gaps = append(m.Gaps, g)
+	}
+	if err := it.Close(); err != nil {
+		return m, store.MapError("wal: gaps", err)
+	}
+	return m, nil
+}
+
+// Meta returns global metadata name; ok false when absent.
+func (l *Log) Meta(name string) ([]byte, bool, error) {
+	if l.closed.Load() {
+		return nil, false, ErrClosed
+	}
+	return l.get(store.GlobalKey(name))
+}
+
+// Metas returns every global metadata entry whose name starts with prefix.
+func (l *Log) Metas(prefix string) (map[string][]byte, error) {
+	if l.closed.Load() {
+		return nil, ErrClosed
+	}
+	lo := store.GlobalKey(prefix)
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: store.PrefixEnd(lo)})
+	if err != nil {
+		return nil, store.MapError("wal: metas", err)
+	}
+	out := map[string][]byte{}
+	for valid := it.First(); valid; valid = it.Next() {
+		val, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return nil, store.MapError("wal: metas", err)
+		}
+		name, _ := store.GlobalName(it.Key())
+		out[name] = bytes.Clone(val)
+	}
+	if err := it.Close(); err != nil {
+		return nil, store.MapError("wal: metas", err)
+	}
+	return out, nil
+}
+
+// WriteSnapshot stores r's state as of lastID (stored: its dump, Stored events in replay order),
+// then deletes the log up to lastID with one DeleteRange from the previous cut point. Durable
+// (synced) when it returns. lastID below the current cut returns ErrStaleSnapshot.
+func (l *Log) WriteSnapshot(ctx context.Context, r event.Rank, lastID uint64, stored []event.RouterEvent) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("wal: snapshot rank %v: %w", r, err)
+	}
+	if err := l.usable(); err != nil {
+		return err
+	}
+	cut := uint64(0)
+	if v, ok, err := l.get(store.MetaKey(r, metaCut)); err != nil {
+		return err
+	} else if ok {
+		if cut, err = decodeU64(r, v); err != nil {
+			return fmt.Errorf("wal: rank %v log cut: %w: %w", r, ErrCorruption, err)
+		}
+	}
+	newCut, ok := nextID(lastID)
+	if ok && newCut < cut {
+		return fmt.Errorf("wal: snapshot rank %v at %d: %w (cut %d)", r, lastID, ErrStaleSnapshot, cut)
+	}
+	pb := l.db.NewBatch()
+	defer pb.Close()
+	_ = pb.Set(store.RankKey(store.PrefixSnapshot, r), encodeSnapshot(r, lastID, stored), nil)
+	_ = pb.Set(store.MetaKey(r, metaSnapshotID), encodeU64(r, lastID), nil)
+	var end []byte
+	if ok {
+		end = store.LogKey(r, newCut)
+		_ = pb.Set(store.MetaKey(r, metaCut), encodeU64(r, newCut), nil)
+	} else {
+		_, end = store.RankLogBounds(r)
+	}
+	_ = pb.DeleteRange(store.LogKey(r, cut), end, nil)
+	if err := l.apply(pb, pebble.Sync); err != nil {
+		return fmt.Errorf("wal: snapshot rank %v at %d: %w", r, lastID, err)
+	}
+	return nil
+}
+
+// ReadSnapshot returns r's snapshot; ok false when it has none. A snapshot that fails its
+// checksum or does not parse returns an error wrapping ErrCorruption: report it and drop it
+// (DropSnapshot); the log is the truth.
+func (l *Log) ReadSnapshot(r event.Rank) (Snapshot, bool, error) {
+	if l.closed.Load() {
+		return Snapshot{}, false, ErrClosed
+	}
+	v, ok, err := l.get(store.RankKey(store.PrefixSnapshot, r))
+	if err != nil || !ok {
+		return Snapshot{}, false, err
+	}
+	s, err := decodeSnapshot(r, v)
+	if err != nil {
+		return Snapshot{}, false, fmt.Errorf("wal: rank %v: %w: %w", r, ErrCorruption, err)
+	}
+	return s, true, nil
+}
+
+// DropSnapshot deletes r's snapshot (the log cut stays: events below it are gone). Synced.
+func (l *Log) DropSnapshot(ctx context.Context, r event.Rank) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("wal: drop snapshot rank %v: %w", r, err)
+	}
+	pb := l.db.NewBatch()
+	defer pb.Close()
+	_ = pb.Delete(store.RankKey(store.PrefixSnapshot, r), nil)
+	_ = pb.Delete(store.MetaKey(r, metaSnapshotID), nil)
+	if err := l.apply(pb, pebble.Sync); err != nil {
+		return fmt.Errorf("wal: drop snapshot rank %v: %w", r, err)
+	}
+	return nil
+}
+
+func unixNano(n int64) time.Time { return time.Unix(0, n).UTC() }
