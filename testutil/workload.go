@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"math/rand/v2"
 	"os"
@@ -31,8 +32,9 @@ import (
 //     router's question before it routes the request: AfterEvent is the number of events emitted
 //     before the request's own events, so p(w) of the chosen worker is what find_matches answers
 //     at that point.
-//   - One Removed event per request names every block its LRU evicts, least recent (deepest)
-//     first; then one Stored event holds the blocks the worker lacked, in prompt order. A request
+//   - One Removed event per request names every block its LRU evicts, least recently used first
+//     (so each block is named after its cached children); then one Stored event holds the blocks
+//     the worker lacked, in prompt order, under the deepest block it held (or the root). A request
 //     whose blocks are all cached emits nothing; the worker's event ids stay contiguous from 1.
 //   - A worker caches at most CacheBlocks blocks of a prompt (its leading ones); the rest are
 //     neither stored nor counted as hits.
@@ -59,7 +61,7 @@ type WorkloadOptions struct {
 	Workers     int     // workers per copy of the trace; default 256
 	CacheBlocks int     // LRU capacity of each worker, in blocks; default 512
 	Speedup     float64 // trace time is divided by this; default 16
-	Seed        int64   // orders the workers for first-use tie-breaking; default 42
+	Seed        int64   // orders the workers for first-use tie-breaking; default (and 0) 42
 }
 
 // The defaults of WorkloadOptions (BENCH.md `kvindex bench` flags).
@@ -71,7 +73,7 @@ const (
 )
 
 func (o WorkloadOptions) withDefaults() (WorkloadOptions, error) {
-	if o.Workers < 0 || o.CacheBlocks < 0 || !(o.Speedup >= 0) || o.Speedup > 1e300 {
+	if o.Workers < 0 || o.CacheBlocks < 0 || !(o.Speedup >= 0) || math.IsInf(o.Speedup, 1) {
 		return o, fmt.Errorf("%w: %+v", ErrBadOptions, o)
 	}
 	if o.Workers == 0 {
