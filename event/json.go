@@ -34,6 +34,9 @@ type DecodeError struct {
 }
 
 func (e *DecodeError) Error() string {
+	if e.Index < 0 {
+		return e.Err.Error()
+	}
 	if e.Field == "" {
 		return fmt.Sprintf("event %d: %v", e.Index, e.Err)
 	}
