@@ -112,9 +112,11 @@ func toRanges(ids []uint64) []IDRange {
 	return out
 }
 
+// fataler is what checkDecision needs of *testing.T and *rapid.T.
+type fataler interface{ Fatalf(format string, args ...any) }
+
 // checkDecision asserts the invariants of doc.go after a decision.
-func checkDecision(t *testing.T, s *RankState, before Cursor, d Decision) {
-	t.Helper()
+func checkDecision(t fataler, s *RankState, before Cursor, d Decision) {
 	for i := 1; i < len(s.pending); i++ {
 		if s.pending[i-1].EventID >= s.pending[i].EventID {
 			t.Fatalf("pending not sorted/unique: %d then %d", s.pending[i-1].EventID, s.pending[i].EventID)
@@ -127,6 +129,9 @@ func checkDecision(t *testing.T, s *RankState, before Cursor, d Decision) {
 		if s.pending[i].Kind == event.KindCleared {
 			t.Fatalf("a Cleared is pending")
 		}
+	}
+	if !s.inflight && len(s.pending) > 0 {
+		t.Fatalf("%d events pending and no recovery in flight", len(s.pending))
 	}
 	if len(s.pending) > s.pendingCap {
 		t.Fatalf("pending %d above cap %d", len(s.pending), s.pendingCap)
