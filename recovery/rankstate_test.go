@@ -113,7 +113,9 @@ func toRanges(ids []uint64) []IDRange {
 }
 
 // fataler is what checkDecision needs of *testing.T and *rapid.T.
-type fataler interface{ Fatalf(format string, args ...any) }
+type fataler interface {
+	Fatalf(format string, args ...any)
+}
 
 // checkDecision asserts the invariants of doc.go after a decision.
 func checkDecision(t fataler, s *RankState, before Cursor, d Decision) {
