@@ -68,7 +68,8 @@
 //     counts as failed (ErrBadAnswer), so a broken upstream cannot loop the rank.
 //
 // Invariants (checked by the tests): the cursor never moves while a recovery is in flight;
-// pending is sorted, unique, every id above the cursor and never a Cleared; at most one fetch
+// pending is sorted, unique, every id above the cursor, never a Cleared, and empty unless a
+// recovery is in flight; at most one fetch
 // is in flight per rank; every event the driver applies has an id above the cursor it found,
 // except a new epoch's and a Cleared's (which reset); with a source and answers that succeed,
 // the rank's state ends equal to the upstream's.
