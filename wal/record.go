@@ -31,16 +31,12 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// keyCRC starts a checksum over the rank (and id) the key supplies, so a value moved under
-// another key fails its check.
-func keyCRC(r event.Rank, id uint64, withID bool) uint32 {
-	var kb [20]byte
+// rankCRC starts a checksum over the rank the key supplies, so a value moved under another
+// rank's key fails its check.
+func rankCRC(r event.Rank) uint32 {
+	var kb [12]byte
 	binary.BigEndian.PutUint64(kb[0:8], r.WorkerID)
 	binary.BigEndian.PutUint32(kb[8:12], r.DPRank)
-	if !withID {
-		return crc32.Update(0, castagnoli, kb[:12])
-	}
-	binary.BigEndian.PutUint64(kb[12:20], id)
 	return crc32.Update(0, castagnoli, kb[:])
 }
 
@@ -78,9 +74,13 @@ func uvarintLen(x uint64) int {
 // event id). It does not allocate when dst has room for RecordSize(ev) more bytes.
 func EncodeRecord(dst []byte, ev *event.RouterEvent) []byte {
 	start := len(dst)
-	dst = append(dst, recordVersion)
+	// The checksum starts with the key's rank and id. A stack array handed to crc32 escapes, so
+	// they are laid out in dst's spare room first and then overwritten by the value.
+	dst = store.AppendLogKey(dst, ev.Rank(), ev.EventID)
+	crc := crc32.Update(0, castagnoli, dst[start+1:])
+	dst = append(dst[:start], recordVersion)
 	dst = appendBody(dst, ev)
-	crc := crc32.Update(keyCRC(ev.Rank(), ev.EventID, true), castagnoli, dst[start:])
+	crc = crc32.Update(crc, castagnoli, dst[start:])
 	return binary.LittleEndian.AppendUint32(dst, crc)
 }
 
@@ -124,7 +124,7 @@ func DecodeRecord(ev *event.RouterEvent, key, val []byte) error {
 	}
 	body := val[:len(val)-crcLen]
 	want := binary.LittleEndian.Uint32(val[len(val)-crcLen:])
-	if got := crc32.Update(keyCRC(r, id, true), castagnoli, body); got != want {
+	if got := crc32.Update(crc32.Update(0, castagnoli, key[1:]), castagnoli, body); got != want {
 		return fmt.Errorf("wal: rank %v event %d: %w: record checksum %08x, want %08x", r, id, ErrCorruption, got, want)
 	}
 	if body[0] != recordVersion {
@@ -214,7 +214,7 @@ func encodeSnapshot(r event.Rank, lastID uint64, stored []event.RouterEvent) []b
 		dst = binary.AppendUvarint(dst, uint64(bodySize(ev)))
 		dst = appendBody(dst, ev)
 	}
-	crc := crc32.Update(keyCRC(r, 0, false), castagnoli, dst)
+	crc := crc32.Update(rankCRC(r), castagnoli, dst)
 	return binary.LittleEndian.AppendUint32(dst, crc)
 }
 
@@ -224,7 +224,7 @@ func decodeSnapshot(r event.Rank, val []byte) (Snapshot, error) {
 	}
 	body := val[:len(val)-crcLen]
 	want := binary.LittleEndian.Uint32(val[len(val)-crcLen:])
-	if got := crc32.Update(keyCRC(r, 0, false), castagnoli, body); got != want {
+	if got := crc32.Update(rankCRC(r), castagnoli, body); got != want {
 		return Snapshot{}, fmt.Errorf("snapshot checksum %08x, want %08x", got, want)
 	}
 	if body[0] != snapshotVersion {
@@ -270,7 +270,7 @@ func decodeSnapshot(r event.Rank, val []byte) (Snapshot, error) {
 func sealMeta(r event.Rank, payload []byte) []byte {
 	dst := make([]byte, 0, 1+len(payload)+crcLen)
 	dst = append(append(dst, metaVersion), payload...)
-	return binary.LittleEndian.AppendUint32(dst, crc32.Update(keyCRC(r, 0, false), castagnoli, dst))
+	return binary.LittleEndian.AppendUint32(dst, crc32.Update(rankCRC(r), castagnoli, dst))
 }
 
 func openMeta(r event.Rank, val []byte, payloadLen int) ([]byte, error) {
@@ -278,7 +278,7 @@ func openMeta(r event.Rank, val []byte, payloadLen int) ([]byte, error) {
 		return nil, fmt.Errorf("metadata of %d bytes, want %d", len(val), 1+payloadLen+crcLen)
 	}
 	body := val[:len(val)-crcLen]
-	if got, want := crc32.Update(keyCRC(r, 0, false), castagnoli, body), binary.LittleEndian.Uint32(val[len(body):]); got != want {
+	if got, want := crc32.Update(rankCRC(r), castagnoli, body), binary.LittleEndian.Uint32(val[len(body):]); got != want {
 		return nil, fmt.Errorf("metadata checksum %08x, want %08x", got, want)
 	}
 	if body[0] != metaVersion {
