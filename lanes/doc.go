@@ -12,16 +12,15 @@
 // the log's durability mode. If the commit fails, the cursor decisions of that batch are rolled
 // back, nothing is applied, and every submitter in the batch gets the error.
 //
-// Cursor rules for pushed events (SPEC §5, live-only, no recovery source):
-//
-//	Cleared, id ≤ last            → ignored (stale)
-//	Cleared, otherwise            → barrier: logged, applied, cursor = id, degraded cleared
-//	id 0 or 1 after a higher id   → publisher restart: the rank's log is reset (synthetic clear),
-//	                                the tree rank cleared, the event applied; a new epoch
-//	id ≤ last otherwise           → stale, ignored and counted
-//	id > last+1                   → gap: [last+1, id-1] recorded lost in the ledger, the rank reset
-//	                                (log and tree), the event applied, the rank marked degraded
-//	otherwise (or first sight)    → applied
+// Every live event of a rank goes through the rank's recovery.RankState (SPEC §5), owned by the
+// lane; its Decision is executed in order: cancel a fetch, reset the rank (log and tree), install
+// a TreeDump (a snapshot in the same batch), log+apply events, record lost/recovered gaps in the
+// ledger, start a fetch from the worker's recovery source. Without a source (Options.Source) a
+// gap is recorded lost, the rank reset and marked degraded; a publisher restart (id 0 or 1 after
+// a higher id) resets the rank and logs a synthetic Cleared; stale ids are ignored and counted.
+// Fetches run on their own goroutines (owned by the Pipeline, ended by Close) and hand their
+// answer back to the rank's lane. Live events buffered during a recovery count as accepted: their
+// durability is the recovery source's until the recovery applies them.
 //
 // Queues are bounded (QueueDepth requests per lane): Submit blocks while the lane is full until
 // its context ends, then returns ErrBusy. Flush is a FIFO barrier through every lane;

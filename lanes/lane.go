@@ -3,11 +3,13 @@ package lanes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/wal"
 )
 
@@ -75,6 +77,8 @@ func (ln *lane) control(o *op) {
 	case opRemoveRank:
 		removed, err := ln.removeRank(o.rank)
 		o.w.finish(Result{}, removed, err)
+	case opAnswer:
+		ln.answer(o)
 	}
 }
 
@@ -94,8 +98,13 @@ func (ln *lane) removeRank(r event.Rank) (int, error) {
 	}
 	ln.p.ix.RemoveRank(r)
 	rs.mu.Lock()
+	if rs.cancel != nil {
+		rs.cancel()
+		rs.cancel = nil
+	}
 	rs.last, rs.hasLast, rs.degraded, rs.logged, rs.lost, rs.recovered = 0, false, false, 0, 0, 0
-	rs.removed = true
+	rs.removed, rs.state = true, "live"
+	rs.st = recovery.NewRankState(r, recovery.Options{HasSource: ln.p.hasSource(r.WorkerID)})
 	rs.mu.Unlock()
 	ln.p.lg.Info("rank removed", "worker_id", r.WorkerID, "dp_rank", r.DPRank, "lane", ln.id)
 	return 1, nil
@@ -106,137 +115,262 @@ type stepKind uint8
 const (
 	stepApply stepKind = iota
 	stepReset
+	stepReplace
 )
 
 type step struct {
 	kind stepKind
-	ev   *event.RouterEvent
+	ev   event.RouterEvent // stepApply (a copy: Decision slices are scratch)
+	dump []event.RouterEvent
 	rank event.Rank
 }
 
 type saved struct {
 	rs                       *rankState
-	last, logged, lost       uint64
+	last, logged, lost, rec  uint64
 	hasLast, degraded, remvd bool
+	state                    string
 }
 
-// decide applies the live-only cursor rules to one event, recording what to log and apply.
-// It returns false when the event is ignored.
-func (ln *lane) decide(rs *rankState, ev *event.RouterEvent, b *wal.Batch, steps []step) ([]step, bool) {
-	id := ev.EventID
-	if rs.hasLast && id <= rs.last {
-		if ev.Kind != event.KindCleared && id <= 1 && rs.last > id {
-			// Publisher restart: a new epoch. The old log and tree state are dropped (the
-			// synthetic Cleared), then the new ids are accepted.
-			if f := ln.p.opts.Listener.Epoch; f != nil {
-				f(rs.rank, rs.last, id)
-			}
-			ln.p.lg.Info("publisher restart: new epoch", "worker_id", rs.rank.WorkerID, "dp_rank", rs.rank.DPRank, "event_id", id, "last_event_id", rs.last)
-			b.ResetRank(rs.rank)
-			steps = append(steps, step{kind: stepReset, rank: rs.rank})
-			rs.logged = 0
-		} else {
-			if f := ln.p.opts.Listener.Ignored; f != nil {
-				f(rs.rank, id)
-			}
-			return steps, false
+type fetchStart struct {
+	rs *rankState
+	fr recovery.FetchRequest
+}
+
+// batchState accumulates one lane commit: the wal batch, the tree steps to run after it, the
+// fetches to start, and what to roll back if it fails.
+type batchState struct {
+	b       *wal.Batch
+	steps   []step
+	fetches []fetchStart
+	undo    []saved
+	touched map[*rankState]bool
+}
+
+func (bs *batchState) touch(rs *rankState) {
+	if !bs.touched[rs] {
+		bs.touched[rs] = true
+		bs.undo = append(bs.undo, saved{rs: rs, last: rs.last, logged: rs.logged, lost: rs.lost, rec: rs.recovered,
+			hasLast: rs.hasLast, degraded: rs.degraded, remvd: rs.removed, state: rs.state})
+	}
+}
+
+// execute carries out one recovery.Decision for rs (SPEC §5): log what it says to log, queue the
+// tree steps and fetches. The cursor of every touched rank is written at commit.
+func (ln *lane) execute(rs *rankState, d recovery.Decision, bs *batchState) {
+	p := ln.p
+	r := rs.rank
+	if d.CancelFetch && rs.cancel != nil {
+		rs.cancel()
+		rs.cancel = nil
+	}
+	if d.NewEpoch {
+		p.lg.Info("publisher restart: new epoch", "worker_id", r.WorkerID, "dp_rank", r.DPRank, "last_event_id", rs.last)
+		if f := p.opts.Listener.Epoch; f != nil && len(d.Apply) > 0 {
+			f(r, rs.last, d.Apply[len(d.Apply)-1].EventID)
 		}
-	} else if rs.hasLast && id > rs.last+1 && ev.Kind != event.KindCleared {
-		from, to := rs.last+1, id-1
-		ln.p.lg.Warn("event id gap without a recovery source: rank reset and degraded",
-			"worker_id", rs.rank.WorkerID, "dp_rank", rs.rank.DPRank, "event_id", id, "lost_from", from, "lost_to", to)
-		if f := ln.p.opts.Listener.GapLost; f != nil {
-			f(rs.rank, from, to)
-		}
-		b.AddGap(rs.rank, wal.Gap{From: from, To: to, Outcome: wal.GapLost, At: time.Now()})
-		b.ResetRank(rs.rank)
-		steps = append(steps, step{kind: stepReset, rank: rs.rank})
-		rs.degraded = true
-		rs.lost++
+	}
+	if d.Reset {
+		bs.b.ResetRank(r)
+		bs.steps = append(bs.steps, step{kind: stepReset, rank: r})
 		rs.logged = 0
 	}
-	if ev.Kind == event.KindCleared {
-		rs.degraded = false
+	if d.Replace != nil {
+		dump := make([]event.RouterEvent, len(d.Replace.Events))
+		copy(dump, d.Replace.Events)
+		bs.b.InstallSnapshot(r, d.Replace.LastEventID, dump)
+		bs.steps = append(bs.steps, step{kind: stepReplace, rank: r, dump: dump})
+		rs.last, rs.hasLast, rs.logged = d.Replace.LastEventID, true, 0
 	}
-	b.Append(ev)
-	rs.last, rs.hasLast, rs.removed = id, true, false
-	rs.logged++
-	return append(steps, step{kind: stepApply, ev: ev, rank: rs.rank}), true
+	for i := range d.Apply {
+		ev := d.Apply[i]
+		bs.b.Append(&ev)
+		bs.steps = append(bs.steps, step{kind: stepApply, ev: ev, rank: r})
+		rs.last, rs.hasLast, rs.removed = ev.EventID, true, false
+		rs.logged++
+	}
+	now := time.Now()
+	for _, g := range d.Lost {
+		p.lg.Warn("event ids lost", "worker_id", r.WorkerID, "dp_rank", r.DPRank, "lost_from", g.First, "lost_to", g.Last)
+		bs.b.AddGap(r, wal.Gap{From: g.First, To: g.Last, Outcome: wal.GapLost, At: now})
+		rs.lost++
+		if f := p.opts.Listener.GapLost; f != nil {
+			f(r, g.First, g.Last)
+		}
+	}
+	for _, g := range d.Recovered {
+		p.lg.Info("gap recovered", "worker_id", r.WorkerID, "dp_rank", r.DPRank, "from", g.First, "to", g.Last)
+		bs.b.AddGap(r, wal.Gap{From: g.First, To: g.Last, Outcome: wal.GapRecovered, At: now})
+		rs.recovered++
+		if f := p.opts.Listener.Recovered; f != nil {
+			f(r, g.First, g.Last)
+		}
+	}
+	if d.Failure != nil {
+		p.lg.Warn("recovery failed", "worker_id", r.WorkerID, "dp_rank", r.DPRank, "err", d.Failure)
+	}
+	if d.Fetch != nil {
+		bs.fetches = append(bs.fetches, fetchStart{rs: rs, fr: *d.Fetch})
+	}
+	rs.degraded = d.Degraded
+	rs.state = rs.st.State()
+}
+
+func (ln *lane) newBatchState() *batchState {
+	ln.bat.Reset()
+	return &batchState{b: ln.bat, touched: map[*rankState]bool{}}
 }
 
 func (ln *lane) processEvents(batch []*op) {
 	p := ln.p
-	b := ln.bat
-	b.Reset()
-	var undo []saved
-	touched := map[*rankState]bool{}
-	var steps []step
+	bs := ln.newBatchState()
 	results := make([]Result, len(batch))
 	for i, o := range batch {
 		for j := range o.events {
 			ev := &o.events[j]
 			rs := p.state(ev.Rank())
 			rs.mu.Lock()
-			if !touched[rs] {
-				touched[rs] = true
-				undo = append(undo, saved{rs: rs, last: rs.last, logged: rs.logged, lost: rs.lost, hasLast: rs.hasLast, degraded: rs.degraded, remvd: rs.removed})
-			}
-			var ok bool
-			steps, ok = ln.decide(rs, ev, b, steps)
+			bs.touch(rs)
+			d := rs.st.OnLive(ev)
+			ln.execute(rs, d, bs)
 			rs.mu.Unlock()
-			if ok {
-				results[i].Accepted++
-			} else {
+			if d.Ignored > 0 {
 				results[i].Ignored++
+				if f := p.opts.Listener.Ignored; f != nil {
+					f(rs.rank, ev.EventID)
+				}
+			} else {
+				results[i].Accepted++
 			}
 		}
 	}
-	var err error
-	if b.Len() > 0 {
-		for rs := range touched {
-			rs.mu.Lock()
-			if rs.hasLast {
-				b.SetCursor(rs.rank, wal.Cursor{LastEventID: rs.last, Degraded: rs.degraded})
-			}
-			rs.mu.Unlock()
-		}
-		start := time.Now()
-		err = p.log.Commit(context.Background(), b)
-		if f := p.opts.Listener.Committed; f != nil {
-			f(ln.id, len(steps), time.Since(start), err)
-		}
-	}
-	if err != nil {
-		for _, s := range undo {
-			s.rs.mu.Lock()
-			s.rs.last, s.rs.logged, s.rs.lost, s.rs.hasLast, s.rs.degraded, s.rs.removed = s.last, s.logged, s.lost, s.hasLast, s.degraded, s.remvd
-			s.rs.mu.Unlock()
-		}
-		p.lg.Error("log commit failed; batch rejected", "lane", ln.id, "events", len(steps), "err", err)
-		for _, o := range batch {
-			o.w.finish(Result{}, 0, err)
-		}
-		return
-	}
-	for _, s := range steps {
-		switch s.kind {
-		case stepReset:
-			p.ix.ClearRank(s.rank)
-		case stepApply:
-			applyOne(p, s.ev)
-		}
-	}
+	err := ln.commit(bs)
 	for i, o := range batch {
-		o.w.finish(results[i], 0, nil)
+		if err != nil {
+			o.w.finish(Result{}, 0, err)
+		} else {
+			o.w.finish(results[i], 0, nil)
+		}
 	}
-	if p.opts.RetainEvents > 0 {
-		for rs := range touched {
-			if rs.logged > 2*p.opts.RetainEvents {
+	if err == nil && p.opts.RetainEvents > 0 {
+		for rs := range bs.touched {
+			if rs.logged > 2*p.opts.RetainEvents && !rs.st.Recovering() {
 				ln.retain(rs)
 				break // bounded work per step: at most one rank per batch
 			}
 		}
 	}
+}
+
+// answer applies a recovery answer on the rank's lane.
+func (ln *lane) answer(o *op) {
+	rs := ln.p.state(o.rank)
+	bs := ln.newBatchState()
+	rs.mu.Lock()
+	if rs.removed {
+		rs.mu.Unlock()
+		return // the rank was removed meanwhile: the answer is discarded
+	}
+	bs.touch(rs)
+	d := rs.st.OnAnswer(o.token, o.answer)
+	if !d.StaleAnswer {
+		rs.cancel = nil
+	}
+	ln.execute(rs, d, bs)
+	rs.mu.Unlock()
+	_ = ln.commit(bs)
+}
+
+// commit writes the batch (with the cursor of every touched rank), then runs the tree steps and
+// starts the fetches; on failure it rolls the ranks back to their last durable cursor.
+func (ln *lane) commit(bs *batchState) error {
+	p := ln.p
+	var err error
+	if bs.b.Len() > 0 || len(bs.fetches) > 0 {
+		for rs := range bs.touched {
+			rs.mu.Lock()
+			if rs.hasLast {
+				bs.b.SetCursor(rs.rank, wal.Cursor{LastEventID: rs.last, Degraded: rs.degraded})
+			}
+			rs.mu.Unlock()
+		}
+		start := time.Now()
+		err = p.log.Commit(context.Background(), bs.b)
+		if f := p.opts.Listener.Committed; f != nil {
+			f(ln.id, len(bs.steps), time.Since(start), err)
+		}
+	}
+	if err != nil {
+		for _, s := range bs.undo {
+			rs := s.rs
+			rs.mu.Lock()
+			rs.last, rs.logged, rs.lost, rs.recovered, rs.hasLast, rs.degraded, rs.removed, rs.state = s.last, s.logged, s.lost, s.rec, s.hasLast, s.degraded, s.remvd, s.state
+			// The decisions were not made durable: the rank restarts from its durable cursor.
+			if rs.cancel != nil {
+				rs.cancel()
+				rs.cancel = nil
+			}
+			opts := recovery.Options{HasSource: p.hasSource(rs.rank.WorkerID)}
+			if rs.hasLast {
+				rs.st = recovery.Restore(rs.rank, recovery.LiveCursor(rs.last), rs.degraded, opts)
+			} else {
+				rs.st = recovery.NewRankState(rs.rank, opts)
+			}
+			rs.mu.Unlock()
+		}
+		p.lg.Error("log commit failed; batch rejected", "lane", ln.id, "events", len(bs.steps), "err", err)
+		return err
+	}
+	for _, s := range bs.steps {
+		switch s.kind {
+		case stepReset:
+			p.ix.ClearRank(s.rank)
+		case stepReplace:
+			p.ix.ReplaceRank(s.rank, s.dump)
+		case stepApply:
+			applyOne(p, &s.ev)
+		}
+	}
+	for _, f := range bs.fetches {
+		p.startFetch(f.rs, f.fr)
+	}
+	return nil
+}
+
+// startFetch runs one recovery fetch in the background and hands its answer to the rank's lane.
+func (p *Pipeline) startFetch(rs *rankState, fr recovery.FetchRequest) {
+	url := ""
+	if p.opts.Source != nil {
+		url = p.opts.Source(rs.rank.WorkerID)
+	}
+	ctx, cancel := context.WithCancel(p.fetchCtx)
+	rs.cancel = cancel
+	p.fetchWG.Add(1)
+	go func() {
+		defer p.fetchWG.Done()
+		defer cancel()
+		var startID *uint64
+		if !fr.Full {
+			s := fr.Start
+			startID = &s
+		}
+		began := time.Now()
+		var ans recovery.Answer
+		var err error
+		if url == "" {
+			err = fmt.Errorf("worker %d has no recovery source", rs.rank.WorkerID)
+			ans = recovery.Answer{Kind: recovery.AnswerFailed, Err: err}
+		} else {
+			ans, err = p.opts.Fetcher.Fetch(ctx, url, rs.rank, startID, 0)
+		}
+		if f := p.opts.Listener.Fetch; f != nil {
+			f(rs.rank, fr.Full, time.Since(began), err)
+		}
+		if ctx.Err() != nil && p.fetchCtx.Err() != nil {
+			return // closing
+		}
+		_ = p.enqueue(p.fetchCtx, rs.lane, &op{kind: opAnswer, rank: rs.rank, token: fr.Token, answer: ans})
+	}()
 }
 
 // applyOne applies a logged event to the tree: device-tier events only (other tiers are logged

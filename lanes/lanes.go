@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/wal"
 )
 
@@ -33,6 +34,11 @@ type Options struct {
 	RetainEvents   uint64       // online retention: keep at least this many log events per rank; 0 keeps everything
 	Logger         *slog.Logger // default slog.Default()
 	Listener       Listener
+	// Source returns the recovery source (base URL of a kvindex serving the range route) of a
+	// worker, or "" for none. Default: no sources (gaps are recorded lost; SPEC §5).
+	Source func(workerID uint64) string
+	// Fetcher fetches ranges from sources; default recovery.NewFetcher with its defaults.
+	Fetcher *recovery.Fetcher
 }
 
 // Listener holds optional callbacks, called on lane goroutines (keep them cheap). Metrics and tests
@@ -50,6 +56,10 @@ type Listener struct {
 	Skipped func(r event.Rank, tier event.Tier)
 	// Snapshot is called after online retention folded a rank's log prefix into a snapshot.
 	Snapshot func(r event.Rank, upTo uint64, d time.Duration, err error)
+	// Recovered is called for each gap a recovery filled.
+	Recovered func(r event.Rank, from, to uint64)
+	// Fetch is called when a recovery fetch ends (err nil on success).
+	Fetch func(r event.Rank, full bool, d time.Duration, err error)
 }
 
 // Result counts what a Submit did.
@@ -65,6 +75,7 @@ type RankStatus struct {
 	Last      uint64 // newest logged event id (0 with HasLast false when none)
 	HasLast   bool
 	Degraded  bool
+	State     string // live, recovering or degraded
 	Lost      uint64 // gaps recorded lost
 	Recovered uint64 // gaps recorded recovered
 }
@@ -73,10 +84,15 @@ type rankState struct {
 	rank event.Rank
 	lane int
 
+	// st decides every live event and recovery answer; only the lane touches it.
+	st     *recovery.RankState
+	cancel context.CancelFunc // the recovery fetch in flight, if any; lane only
+
 	mu        sync.Mutex // guards the fields below against readers of Status; written only by the lane
 	last      uint64
 	hasLast   bool
 	degraded  bool
+	state     string
 	lost      uint64
 	recovered uint64
 	logged    uint64 // events logged since the last snapshot or reset (retention trigger)
@@ -90,6 +106,7 @@ const (
 	opBarrier
 	opRemoveRank
 	opDo
+	opAnswer
 )
 
 type op struct {
@@ -97,7 +114,9 @@ type op struct {
 	events []event.RouterEvent
 	rank   event.Rank
 	fn     func()
-	w      *waiter
+	w      *waiter // nil for internal ops (recovery answers)
+	token  uint64
+	answer recovery.Answer
 }
 
 // waiter collects the outcome of one request across lanes.
@@ -110,6 +129,9 @@ type waiter struct {
 }
 
 func (w *waiter) finish(res Result, removed int, err error) {
+	if w == nil {
+		return
+	}
 	w.mu.Lock()
 	w.res.Accepted += res.Accepted
 	w.res.Ignored += res.Ignored
@@ -135,6 +157,10 @@ type Pipeline struct {
 	closed atomic.Bool
 	wg     sync.WaitGroup
 	stop   chan struct{}
+
+	fetchCtx    context.Context // cancelled by Close: ends every recovery fetch
+	fetchCancel context.CancelFunc
+	fetchWG     sync.WaitGroup
 }
 
 type lane struct {
@@ -158,7 +184,11 @@ func New(log *wal.Log, ix *index.Index, opts Options) *Pipeline {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Fetcher == nil {
+		opts.Fetcher = recovery.NewFetcher(recovery.FetcherOptions{Logger: opts.Logger})
+	}
 	p := &Pipeline{opts: opts, log: log, ix: ix, lg: opts.Logger, ranks: map[event.Rank]*rankState{}, stop: make(chan struct{})}
+	p.fetchCtx, p.fetchCancel = context.WithCancel(context.Background())
 	for i := range opts.Lanes {
 		p.lanes = append(p.lanes, &lane{id: i, p: p, q: make(chan *op, opts.QueueDepth), bat: log.NewBatch()})
 	}
@@ -182,6 +212,8 @@ func (p *Pipeline) Close() {
 	if p.closed.Swap(true) {
 		return
 	}
+	p.fetchCancel()
+	p.fetchWG.Wait()
 	close(p.stop)
 	p.wg.Wait()
 }
@@ -209,11 +241,36 @@ func (p *Pipeline) state(r event.Rank) *rankState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if rs = p.ranks[r]; rs == nil {
-		rs = &rankState{rank: r, lane: p.next % len(p.lanes)}
+		rs = &rankState{rank: r, lane: p.next % len(p.lanes), state: "live",
+			st: recovery.NewRankState(r, recovery.Options{HasSource: p.hasSource(r.WorkerID)})}
 		p.next++
 		p.ranks[r] = rs
 	}
 	return rs
+}
+
+func (p *Pipeline) hasSource(workerID uint64) bool {
+	return p.opts.Source != nil && p.opts.Source(workerID) != ""
+}
+
+// SourceChanged tells every known rank of the worker (on its lane) whether it now has a
+// recovery source; call it after the worker's source was set or removed.
+func (p *Pipeline) SourceChanged(ctx context.Context, workerID uint64) error {
+	has := p.hasSource(workerID)
+	p.mu.RLock()
+	var targets []*rankState
+	for r, rs := range p.ranks {
+		if r.WorkerID == workerID {
+			targets = append(targets, rs)
+		}
+	}
+	p.mu.RUnlock()
+	for _, rs := range targets {
+		if err := p.Do(ctx, rs.rank, func() { rs.st.SetHasSource(has) }); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // LaneOf returns the lane a rank is assigned to, assigning one on first sight.
@@ -340,7 +397,7 @@ func (p *Pipeline) Status() []RankStatus {
 		rs.mu.Lock()
 		if !rs.removed && (rs.hasLast || rs.logged > 0) {
 			out = append(out, RankStatus{Rank: rs.rank, Lane: rs.lane, Last: rs.last, HasLast: rs.hasLast,
-				Degraded: rs.degraded, Lost: rs.lost, Recovered: rs.recovered})
+				Degraded: rs.degraded, State: rs.state, Lost: rs.lost, Recovered: rs.recovered})
 		}
 		rs.mu.Unlock()
 	}
@@ -424,6 +481,10 @@ func (p *Pipeline) replayRank(ctx context.Context, rs *rankState, events *atomic
 	} else if last, err := p.log.Last(rs.rank); err == nil && last > 0 {
 		rs.last, rs.hasLast = last, true
 	}
+	if rs.hasLast {
+		rs.st = recovery.Restore(rs.rank, recovery.LiveCursor(rs.last), rs.degraded, recovery.Options{HasSource: p.hasSource(rs.rank.WorkerID)})
+	}
+	rs.state = rs.st.State()
 	for _, g := range meta.Gaps {
 		switch g.Outcome {
 		case wal.GapLost:
@@ -452,5 +513,5 @@ func (p *Pipeline) RankStatus(r event.Rank) (RankStatus, bool) {
 	if rs.removed || !rs.hasLast {
 		return RankStatus{}, false
 	}
-	return RankStatus{Rank: rs.rank, Lane: rs.lane, Last: rs.last, HasLast: rs.hasLast, Degraded: rs.degraded, Lost: rs.lost, Recovered: rs.recovered}, true
+	return RankStatus{Rank: rs.rank, Lane: rs.lane, Last: rs.last, HasLast: rs.hasLast, Degraded: rs.degraded, State: rs.state, Lost: rs.lost, Recovered: rs.recovered}, true
 }

@@ -31,6 +31,8 @@ func (s *Server) Handler() http.Handler {
 	route("GET /v1/ranks/{worker_id}/{dp_rank}/events", true, s.rankEvents)
 	route("DELETE /v1/workers/{worker_id}", true, s.removeWorker)
 	route("DELETE /v1/workers/{worker_id}/ranks/{dp_rank}", true, s.removeRank)
+	route("PUT /v1/workers/{worker_id}/source", true, s.putSource)
+	route("DELETE /v1/workers/{worker_id}/source", true, s.deleteSource)
 	route("GET /v1/dump", true, s.dump)
 	route("POST /v1/flush", true, s.flush)
 	route("GET /healthz", false, func(w http.ResponseWriter, r *http.Request) {
@@ -294,9 +296,9 @@ func (s *Server) listRanks(w http.ResponseWriter, r *http.Request) {
 			s.submitError(w, err)
 			return
 		}
-		state := "live"
-		if st.Degraded {
-			state = "degraded"
+		state := st.State
+		if state == "" {
+			state = "live"
 		}
 		out = append(out, rankJSON{WorkerID: st.Rank.WorkerID, DPRank: st.Rank.DPRank, Blocks: s.ix.RankBlocks(st.Rank),
 			Lane: st.Lane, FirstEventID: first, LastEventID: st.Last, State: state, Gaps: gapsJSON{Recovered: st.Recovered, Lost: st.Lost}})

@@ -20,6 +20,7 @@ type metrics struct {
 	ignored      prometheus.Counter
 	skipped      *prometheus.CounterVec
 	gaps         *prometheus.CounterVec
+	fetches      *prometheus.CounterVec
 	epochs       prometheus.Counter
 	snapshots    *prometheus.CounterVec
 	findSec      prometheus.Histogram
@@ -43,6 +44,7 @@ func newMetrics(s *Server) *metrics {
 	m.skipped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_events_not_applied_total",
 		Help: "Logged events not applied to the device tree, by storage tier."}, []string{"storage_tier"})
 	m.gaps = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_gaps_total", Help: "Event id gaps by outcome."}, []string{"outcome"})
+	m.fetches = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_recovery_fetches_total", Help: "Recovery fetches from upstream sources by kind and result."}, []string{"kind", "result"})
 	m.epochs = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvindex_publisher_restarts_total", Help: "Publisher restarts (new epochs) seen."})
 	m.snapshots = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_retention_snapshots_total", Help: "Online retention snapshots by result."}, []string{"result"})
 	m.findSec = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvindex_find_matches_seconds",
@@ -53,7 +55,7 @@ func newMetrics(s *Server) *metrics {
 	m.replayEvents = prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvindex_replay_events", Help: "Events (snapshot + log) applied by the restart replay."})
 	m.replaySec = prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvindex_replay_seconds", Help: "Duration of the restart replay (0 until it finished)."})
 	m.panics = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvindex_http_panics_total", Help: "Panics recovered in request handlers."})
-	for _, c := range []prometheus.Collector{m.appendSec, m.commits, m.logged, m.ignored, m.skipped, m.gaps, m.epochs, m.snapshots,
+	for _, c := range []prometheus.Collector{m.appendSec, m.commits, m.logged, m.ignored, m.skipped, m.gaps, m.fetches, m.epochs, m.snapshots,
 		m.findSec, m.httpRequests, m.replayRanks, m.replayTotal, m.replayEvents, m.replaySec, m.panics} {
 		f(c)
 	}

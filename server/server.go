@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/lanes"
+	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/store"
 	"github.com/kvindex/kvindex/wal"
 )
@@ -27,6 +28,8 @@ type Config struct {
 	RetainEvents  uint64         // online retention per rank; default 100,000; 0 keeps everything
 	MaxBodyBytes  int64          // request body limit; default 64 MiB
 	SubmitTimeout time.Duration  // how long a request waits on a full lane before 503; default 10 s
+	Upstream      string         // default recovery source of every worker (base URL of a kvindex); "" none
+	FetchTimeout  time.Duration  // per-request timeout of recovery fetches; default 10 s
 	Logger        *slog.Logger   // default slog.Default()
 	FS            vfs.FS         // default the OS file system (tests pass a crashable MemFS)
 }
@@ -66,6 +69,7 @@ type Server struct {
 	m      *metrics
 	ready  atomic.Bool
 	status atomic.Value // string: what the replay is doing, for /readyz
+	srcs   *sources
 }
 
 // Open opens the data dir (store.ErrLocked when another process holds it, store.ErrFormatTooNew
@@ -88,7 +92,13 @@ func Open(cfg Config) (*Server, error) {
 		mode = "none"
 	}
 	s.m = newMetrics(s)
-	s.pipe = lanes.New(lg, s.ix, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, Logger: cfg.Logger, Listener: s.m.listener(mode)})
+	if s.srcs, err = loadSources(lg, cfg.Upstream); err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	fetcher := recovery.NewFetcher(recovery.FetcherOptions{RequestTimeout: cfg.FetchTimeout, Logger: cfg.Logger})
+	s.pipe = lanes.New(lg, s.ix, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, Logger: cfg.Logger,
+		Listener: s.m.listener(mode), Source: s.srcs.get, Fetcher: fetcher})
 	return s, nil
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/kvindex/kvindex/server"
 	"github.com/kvindex/kvindex/wal"
@@ -23,6 +24,8 @@ func serveCommand() *cli.Command {
 			&cli.IntFlag{Name: "lanes", Value: 0, Usage: "apply lanes (0 = GOMAXPROCS)", EnvVars: env("lanes")},
 			&cli.StringFlag{Name: "durability", Value: "sync", Usage: "sync: acknowledge after fsync (group commit); none: acknowledge after the memtable write — a crash or even a kill -9 may lose the newest acknowledged events", EnvVars: env("durability")},
 			&cli.Uint64Flag{Name: "retain-events", Value: server.DefaultRetainEvents, Usage: "keep at least this many log events per rank; older ones are folded into a snapshot online (0 = keep all)", EnvVars: env("retain-events")},
+			&cli.StringFlag{Name: "upstream", Usage: "default recovery source of every worker: base URL of a kvindex serving /v1/ranks/{w}/{r}/events (e.g. the one beside the workers); gaps are fetched from it instead of being lost", EnvVars: env("upstream")},
+			&cli.DurationFlag{Name: "fetch-timeout", Value: 10 * time.Second, Usage: "per-request timeout of recovery fetches (8 tries, backoff 200ms·2^n)", EnvVars: env("fetch-timeout")},
 			&cli.Int64Flag{Name: "max-body-bytes", Value: 64 << 20, Usage: "request body limit", EnvVars: env("max-body-bytes")},
 		},
 		Action: func(c *cli.Context) error {
@@ -47,6 +50,8 @@ func serveCommand() *cli.Command {
 				Durability:   dur,
 				RetainEvents: c.Uint64("retain-events"),
 				MaxBodyBytes: c.Int64("max-body-bytes"),
+				Upstream:     c.String("upstream"),
+				FetchTimeout: c.Duration("fetch-timeout"),
 				Logger:       slog.Default(),
 			})
 		},
