@@ -30,6 +30,7 @@ type Config struct {
 	SubmitTimeout time.Duration  // how long a request waits on a full lane before 503; default 10 s
 	Upstream      string         // default recovery source of every worker (base URL of a kvindex); "" none
 	FetchTimeout  time.Duration  // per-request timeout of recovery fetches; default 10 s
+	FetchBackoff  time.Duration  // first retry backoff of recovery fetches (doubling, 8 tries); default 200 ms
 	Logger        *slog.Logger   // default slog.Default()
 	FS            vfs.FS         // default the OS file system (tests pass a crashable MemFS)
 }
@@ -70,6 +71,7 @@ type Server struct {
 	ready  atomic.Bool
 	status atomic.Value // string: what the replay is doing, for /readyz
 	srcs   *sources
+	dumps  dumpCache // TreeDump cache of the range route (dumpcache.go)
 }
 
 // Open opens the data dir (store.ErrLocked when another process holds it, store.ErrFormatTooNew
@@ -96,7 +98,7 @@ func Open(cfg Config) (*Server, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	fetcher := recovery.NewFetcher(recovery.FetcherOptions{RequestTimeout: cfg.FetchTimeout, Logger: cfg.Logger})
+	fetcher := recovery.NewFetcher(recovery.FetcherOptions{RequestTimeout: cfg.FetchTimeout, BaseBackoff: cfg.FetchBackoff, Logger: cfg.Logger})
 	s.pipe = lanes.New(lg, s.ix, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, Logger: cfg.Logger,
 		Listener: s.m.listener(mode), Source: s.srcs.get, Fetcher: fetcher})
 	return s, nil

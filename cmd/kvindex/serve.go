@@ -26,6 +26,7 @@ func serveCommand() *cli.Command {
 			&cli.Uint64Flag{Name: "retain-events", Value: server.DefaultRetainEvents, Usage: "keep at least this many log events per rank; older ones are folded into a snapshot online (0 = keep all)", EnvVars: env("retain-events")},
 			&cli.StringFlag{Name: "upstream", Usage: "default recovery source of every worker: base URL of a kvindex serving /v1/ranks/{w}/{r}/events (e.g. the one beside the workers); gaps are fetched from it instead of being lost", EnvVars: env("upstream")},
 			&cli.DurationFlag{Name: "fetch-timeout", Value: 10 * time.Second, Usage: "per-request timeout of recovery fetches (8 tries, backoff 200ms·2^n)", EnvVars: env("fetch-timeout")},
+			&cli.DurationFlag{Name: "fetch-backoff", Value: 200 * time.Millisecond, Usage: "first retry backoff of a recovery fetch; doubles each try", EnvVars: env("fetch-backoff")},
 			&cli.Int64Flag{Name: "max-body-bytes", Value: 64 << 20, Usage: "request body limit", EnvVars: env("max-body-bytes")},
 		},
 		Action: func(c *cli.Context) error {
@@ -52,6 +53,7 @@ func serveCommand() *cli.Command {
 				MaxBodyBytes: c.Int64("max-body-bytes"),
 				Upstream:     c.String("upstream"),
 				FetchTimeout: c.Duration("fetch-timeout"),
+				FetchBackoff: c.Duration("fetch-backoff"),
 				Logger:       slog.Default(),
 			})
 		},
