@@ -62,6 +62,7 @@ func newMetrics(s *Server) *metrics {
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	f(&indexCollector{s: s})
+	f(&s.dumps)
 	return m
 }
 

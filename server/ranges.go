@@ -1,22 +1,32 @@
 package server
 
 import (
-	"bytes"
+	"errors"
 	"net/http"
 	"strconv"
 
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/recovery"
 )
 
-// rankEvents serves GET /v1/ranks/{worker_id}/{dp_rank}/events (SPEC §5 "Serving ranges"):
+// rankEvents serves GET /v1/ranks/{worker_id}/{dp_rank}/events (SPEC §5 "Serving ranges"),
+// answering exactly one of recovery's four wire shapes, by the first rule that applies:
 //
 //  1. start and end given, end < start → InvalidRange
 //  2. start absent                     → TreeDump (last_event_id = newest logged id or 0)
 //  3. no retained log events           → TreeDump
-//  4. start > newest                   → TooNew
+//  4. start > newest                   → TooNew (requested_end = end or newest)
 //  5. start < oldest retained          → TreeDump
-//  6. otherwise                        → Events from start to newest (end is not a cap), at most
-//     limit, last_event_id = id of the last event returned
+//  6. otherwise                        → Events from start to newest (end is not a cap)
+//
+// Events: when a device-tier Cleared lies in [start, newest], the answer starts at the last such
+// Cleared (what precedes it cannot matter to a consumer that applies the Cleared). With limit, at
+// most limit events come back and last_event_id is the id of the last one returned (start-1 when
+// none: limit=0). A Cleared of another tier is not applied to the tree, so it cuts nothing.
+//
+// TreeDumps come from the single-flight, cached builder in dumpcache.go. newest and oldest are
+// read on the rank's lane (consistent with its writes); the Events themselves are read after,
+// from one Pebble iterator, so the lane is not held for a long read.
 func (s *Server) rankEvents(w http.ResponseWriter, r *http.Request) {
 	wid, err := pathU64(r, "worker_id", 64)
 	if err != nil {
@@ -55,99 +65,127 @@ func (s *Server) rankEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if hasStart && hasEnd && end < start {
-		writeRaw(w, []byte(`{"InvalidRange":{"start_id":`+u(start)+`,"end_id":`+u(end)+`}}`))
+		s.writeAnswer(w, &recovery.Answer{Kind: recovery.AnswerInvalidRange, StartID: start, EndID: end})
 		return
 	}
-	var newest uint64
-	var known bool
-	var first uint64
-	if err := s.pipe.Do(r.Context(), rk, func() {
-		st, ok := s.pipe.RankStatus(rk)
-		known = ok
-		newest = st.Last
-		first, err = s.log.First(rk)
-	}); err != nil {
-		s.submitError(w, err)
+	if !hasStart {
+		s.serveTreeDump(w, r, rk)
 		return
+	}
+	var (
+		st        ruleStatus
+		oldest    uint64
+		hasOldest bool
+	)
+	if derr := s.pipe.Do(r.Context(), rk, func() {
+		st = s.rankStatus(rk)
+		err = s.log.Range(rk, 0, 1, func(ev *event.RouterEvent) error {
+			oldest, hasOldest = ev.EventID, true
+			return nil
+		})
+	}); derr != nil {
+		err = derr
 	}
 	if err != nil {
 		s.submitError(w, err)
 		return
 	}
-	treeDump := func() {
-		// The dump and its last_event_id are read together on the rank's lane.
-		var buf []byte
-		var last uint64
-		err := s.pipe.Do(r.Context(), rk, func() {
-			if st, ok := s.pipe.RankStatus(rk); ok {
-				last = st.Last
-			}
-			err = s.ix.DumpRank(rk, func(ev *event.RouterEvent) error {
-				if len(buf) > 0 {
-					buf = append(buf, ',')
-				}
-				buf = event.AppendJSON(buf, ev)
-				return nil
-			})
-		})
-		if err != nil {
-			s.submitError(w, err)
-			return
-		}
-		writeRaw(w, []byte(`{"TreeDump":{"events":[`+string(buf)+`],"last_event_id":`+u(last)+`}}`))
-	}
 	switch {
-	case !hasStart || !known || first == 0:
-		treeDump()
+	case !st.known || !hasOldest:
+		s.serveTreeDump(w, r, rk)
 		return
-	case start > newest:
-		reqEnd := newest
+	case start > st.last:
+		reqEnd := st.last
 		if hasEnd {
 			reqEnd = end
 		}
-		writeRaw(w, []byte(`{"TooNew":{"requested_start":`+u(start)+`,"requested_end":`+u(reqEnd)+`,"newest_available":`+u(newest)+`}}`))
+		s.writeAnswer(w, &recovery.Answer{Kind: recovery.AnswerTooNew, RequestedStart: start, RequestedEnd: reqEnd, NewestAvailable: st.last})
 		return
-	case start < first:
-		treeDump()
+	case start < oldest:
+		s.serveTreeDump(w, r, rk)
 		return
 	}
-	var buf bytes.Buffer
-	buf.WriteString(`{"Events":{"events":[`)
-	n, last := 0, uint64(0)
-	var line []byte
-	lim := 0
+	lim := -1 // no limit
 	if hasLimit {
-		lim = int(limit)
-		if lim == 0 {
-			lim = -1
-		}
+		lim = int(min(limit, uint64(1<<31)))
 	}
-	if lim >= 0 {
-		err = s.log.Range(rk, start, lim, func(ev *event.RouterEvent) error {
-			if n > 0 {
-				buf.WriteByte(',')
-			}
-			line = event.AppendJSON(line[:0], ev)
-			buf.Write(line)
-			n++
-			last = ev.EventID
-			return nil
-		})
-		if err != nil {
-			s.submitError(w, err)
-			return
-		}
+	evs, err := s.rangeEvents(rk, start, lim)
+	if err != nil {
+		s.submitError(w, err)
+		return
 	}
-	if n == 0 {
-		last = start - 1
+	// Nothing returned (limit=0): the answer covers nothing past start-1 (0 for start 0).
+	a := recovery.Answer{Kind: recovery.AnswerEvents, Events: evs, LastEventID: max(start, 1) - 1}
+	if len(evs) > 0 {
+		a.LastEventID = evs[len(evs)-1].EventID
 	}
-	buf.WriteString(`],"last_event_id":` + u(last) + `}}`)
-	writeRaw(w, buf.Bytes())
+	s.writeAnswer(w, &a)
 }
 
-func u(x uint64) string { return strconv.FormatUint(x, 10) }
+// rangeEvents reads rk's log from start: every event from the last device-tier Cleared seen
+// onwards, at most lim of them (lim < 0: no limit). Reading stops once lim events follow the last
+// Cleared seen, so a Cleared beyond that page is only skipped to by a later page.
+func (s *Server) rangeEvents(rk event.Rank, start uint64, lim int) ([]event.RouterEvent, error) {
+	if lim == 0 {
+		return nil, nil
+	}
+	var evs []event.RouterEvent
+	err := s.log.Range(rk, start, 0, func(ev *event.RouterEvent) error {
+		if ev.Kind == event.KindCleared && ev.Tier == event.TierDevice {
+			evs = evs[:0]
+		} else if lim > 0 && len(evs) == lim {
+			return errPageFull
+		}
+		evs = append(evs, ev.Clone())
+		return nil
+	})
+	if err != nil && !errors.Is(err, errPageFull) {
+		return nil, err
+	}
+	return evs, nil
+}
 
-func writeRaw(w http.ResponseWriter, b []byte) {
+// errPageFull stops a range read once a page is full.
+var errPageFull = errors.New("page full")
+
+// ruleStatus is what the range rules and the dump cache need of a rank's status.
+type ruleStatus struct {
+	known     bool
+	last      uint64
+	lost, rec uint64
+	degraded  bool
+}
+
+// rankStatus reads rk's status; call it on the rank's lane.
+func (s *Server) rankStatus(rk event.Rank) ruleStatus {
+	st, ok := s.pipe.RankStatus(rk)
+	if !ok {
+		return ruleStatus{}
+	}
+	return ruleStatus{known: true, last: st.Last, lost: st.Lost, rec: st.Recovered, degraded: st.Degraded}
+}
+
+func (s *Server) serveTreeDump(w http.ResponseWriter, r *http.Request, rk event.Rank) {
+	body, err := s.treeDump(r.Context(), rk)
+	if err != nil {
+		if errors.Is(err, ErrDumpCacheClosed) {
+			writeError(w, http.StatusServiceUnavailable, "shutting down")
+			return
+		}
+		s.submitError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body) // shared with other requests: never appended to
+}
+
+func (s *Server) writeAnswer(w http.ResponseWriter, a *recovery.Answer) {
+	b, err := recovery.AppendAnswerJSON(make([]byte, 0, 64+128*len(a.Events)), a)
+	if err != nil {
+		s.submitError(w, err)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(append(b, '\n'))

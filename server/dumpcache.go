@@ -1,0 +1,462 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/dgraph-io/ristretto/v2"
+	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/recovery"
+	"github.com/kvindex/kvindex/wal"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/zeebo/xxh3"
+)
+
+// DumpCacheOptions configure the TreeDump cache of the range route (SPEC §5 "Serving ranges").
+// Zero values take the documented defaults.
+type DumpCacheOptions struct {
+	// MaxCost bounds the encoded bytes of the cached TreeDump answers; default 256 MiB. Negative
+	// disables the cache (builds are still single-flight).
+	MaxCost int64
+	// AppendBudget is how many log events (counted since the entry's last full build) may be
+	// appended to a cached dump as a tail before it is rebuilt; default 4,096. Negative: never
+	// extend, rebuild on every change.
+	AppendBudget int
+	// NumCounters sizes ristretto's admission counters (about 10× the ranks expected to be
+	// cached); default 100,000.
+	NumCounters int64
+}
+
+// Defaults of DumpCacheOptions.
+const (
+	DefaultDumpCacheMaxCost      = 256 << 20
+	DefaultDumpCacheAppendBudget = 4096
+	DefaultDumpCacheNumCounters  = 100_000
+)
+
+func (o *DumpCacheOptions) defaults() {
+	if o.MaxCost == 0 {
+		o.MaxCost = DefaultDumpCacheMaxCost
+	}
+	if o.AppendBudget == 0 {
+		o.AppendBudget = DefaultDumpCacheAppendBudget
+	}
+	if o.NumCounters <= 0 {
+		o.NumCounters = DefaultDumpCacheNumCounters
+	}
+}
+
+// ErrDumpCacheClosed is returned by a TreeDump request after the cache was closed (the server is
+// shutting down).
+var ErrDumpCacheClosed = errors.New("server: dump cache closed")
+
+// dumpEntry is one rank's encoded TreeDump answer, immutable once built (readers share it).
+//
+// buf is the whole HTTP body, the wire shape of recovery.AppendAnswerJSON plus a newline:
+//
+//	{"TreeDump":{"events":[ev0,ev1,…,evN-1],"last_event_id":L}}\n
+//	                                      ^ bodyEnd (the ']' closing the events)
+//
+// Validity (checked on the rank's lane before the entry is served): the rank's cursor is still
+// last (or moved past it, for a tail), the lost/recovered gap counters and the degraded flag are
+// unchanged, and the log still holds event last with the same content (fp = xxh3 of its log
+// record). Any reset of the rank (gap, publisher restart, restore, removal) empties the log, so a
+// later event at id last is a different record unless it is byte-identical.
+type dumpEntry struct {
+	rank      event.Rank
+	last      uint64
+	lost, rec uint64
+	degraded  bool
+	fp        uint64
+	events    int // events in the dump (synthetic ids 0..events-1)
+	appended  int // log events covered by tails since the last full build
+	bodyEnd   int
+	buf       []byte
+}
+
+// outcome says how a TreeDump request was served.
+type outcome uint8
+
+const (
+	outcomeBuilt    outcome = iota // a full DumpRank
+	outcomeHit                     // the cached entry, unchanged
+	outcomeExtended                // the cached entry plus a Stored tail
+	outcomeUncached                // unknown rank or an empty log: built, not cacheable
+)
+
+// flight is one TreeDump computation shared by the concurrent requests for a rank.
+type flight struct {
+	done chan struct{}
+	e    *dumpEntry
+	how  outcome
+	err  error
+}
+
+// dumpCache owns the TreeDump cache (ristretto, keyed by rank) and the single-flight table. Its
+// zero value is usable with the default options; configure (before first use) sets others. The
+// ristretto cache, and with it its goroutine, is created on first use and stopped by close.
+//
+// Invariants: an entry in the cache came from a successful build or extension; a failed build
+// deletes the rank's entry; at most one flight per rank runs at a time.
+type dumpCache struct {
+	mu      sync.Mutex // guards the fields below
+	opts    DumpCacheOptions
+	started bool
+	closed  bool
+	c       *ristretto.Cache[string, *dumpEntry]
+	flights map[event.Rank]*flight
+
+	// testBuild, if set, runs on the lane before each full build; an error fails the build.
+	testBuild func(event.Rank) error
+
+	hits, misses, builds, extensions, shared atomic.Uint64
+}
+
+// configure sets the options; it has no effect once the cache was used.
+func (d *dumpCache) configure(o DumpCacheOptions) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.started {
+		d.opts = o
+	}
+}
+
+// cache returns the ristretto cache (nil when disabled), creating it on first use.
+func (d *dumpCache) cache() (*ristretto.Cache[string, *dumpEntry], error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrDumpCacheClosed
+	}
+	if !d.started {
+		d.started = true
+		d.opts.defaults()
+		d.flights = map[event.Rank]*flight{}
+		if d.opts.MaxCost > 0 {
+			c, err := ristretto.NewCache(&ristretto.Config[string, *dumpEntry]{
+				NumCounters:        d.opts.NumCounters,
+				MaxCost:            d.opts.MaxCost,
+				BufferItems:        64,
+				IgnoreInternalCost: true,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("server: creating the dump cache: %w", err)
+			}
+			d.c = c
+		}
+	}
+	return d.c, nil
+}
+
+// close stops the ristretto goroutine; later requests get ErrDumpCacheClosed.
+func (d *dumpCache) close() {
+	d.mu.Lock()
+	c := d.c
+	d.closed, d.c = true, nil
+	d.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+func cacheKey(r event.Rank) string {
+	var k [12]byte
+	binary.BigEndian.PutUint64(k[:8], r.WorkerID)
+	binary.BigEndian.PutUint32(k[8:], r.DPRank)
+	return string(k[:])
+}
+
+// put stores e, waiting for ristretto's buffers and retrying a dropped Set (STORAGE.md: Set is
+// best effort). It gives up after a few tries: the next request rebuilds.
+func put(c *ristretto.Cache[string, *dumpEntry], e *dumpEntry) {
+	k := cacheKey(e.rank)
+	for range 4 {
+		ok := c.Set(k, e, int64(len(e.buf)))
+		c.Wait()
+		if ok {
+			return
+		}
+	}
+}
+
+// treeDump returns rk's TreeDump answer (the whole body), single-flight: a request for a rank with
+// a flight in progress waits for that flight's answer instead of starting its own.
+func (s *Server) treeDump(ctx context.Context, rk event.Rank) ([]byte, error) {
+	d := &s.dumps
+	c, err := d.cache()
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	if f, ok := d.flights[rk]; ok {
+		d.mu.Unlock()
+		d.shared.Add(1)
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if f.err == nil {
+			d.count(f.how)
+			return f.e.buf, nil
+		}
+		return nil, f.err
+	}
+	f := &flight{done: make(chan struct{})}
+	d.flights[rk] = f
+	d.mu.Unlock()
+
+	// The flight outlives its first requester's cancellation (others may wait on it), bounded
+	// by the submit timeout for getting onto the lane.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.SubmitTimeout)
+	f.e, f.how, f.err = s.dumpFlight(fctx, c, rk)
+	cancel()
+	if c != nil {
+		switch {
+		case f.err != nil || f.how == outcomeUncached:
+			c.Del(cacheKey(rk))
+			c.Wait()
+		case f.how != outcomeHit:
+			put(c, f.e)
+		}
+	}
+	d.mu.Lock()
+	delete(d.flights, rk)
+	d.mu.Unlock()
+	close(f.done)
+	if f.err != nil {
+		return nil, f.err
+	}
+	d.count(f.how)
+	return f.e.buf, nil
+}
+
+func (d *dumpCache) count(how outcome) {
+	switch how {
+	case outcomeHit, outcomeExtended:
+		d.hits.Add(1)
+	default:
+		d.misses.Add(1)
+	}
+}
+
+// dumpFlight computes rk's answer: the cached entry if still valid, the entry plus a Stored tail
+// when that is safe, else a full build. Everything that decides is read on the rank's lane;
+// encoding happens after, off the lane.
+func (s *Server) dumpFlight(ctx context.Context, c *ristretto.Cache[string, *dumpEntry], rk event.Rank) (*dumpEntry, outcome, error) {
+	d := &s.dumps
+	var cached *dumpEntry
+	if c != nil {
+		cached, _ = c.Get(cacheKey(rk))
+	}
+	var (
+		st      ruleStatus
+		how     outcome
+		dumped  []event.RouterEvent // full build
+		tail    []event.RouterEvent // extension
+		fp      uint64
+		hasFP   bool
+		covered int
+		err     error
+	)
+	derr := s.pipe.Do(ctx, rk, func() {
+		st = s.rankStatus(rk)
+		if cached != nil && st.known && cached.last <= st.last && cached.lost == st.lost &&
+			cached.rec == st.rec && cached.degraded == st.degraded {
+			var ok bool
+			tail, fp, ok, err = s.readTail(rk, cached, st.last, d.appendBudget())
+			if err != nil {
+				return
+			}
+			if ok {
+				how, covered, hasFP = outcomeExtended, int(st.last-cached.last), true
+				if st.last == cached.last {
+					how = outcomeHit
+				}
+				return
+			}
+		}
+		how = outcomeBuilt
+		if d.testBuild != nil {
+			if err = d.testBuild(rk); err != nil {
+				return
+			}
+		}
+		err = s.ix.DumpRank(rk, func(ev *event.RouterEvent) error {
+			dumped = append(dumped, ev.Clone())
+			return nil
+		})
+		if err != nil || !st.known {
+			return
+		}
+		fp, hasFP, err = s.fingerprint(rk, st.last)
+	})
+	if derr != nil {
+		err = derr
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("tree dump of rank %v: %w", rk, err)
+	}
+	switch how {
+	case outcomeHit:
+		return cached, how, nil
+	case outcomeExtended:
+		d.extensions.Add(1)
+		return cached.extend(tail, st.last, fp, covered), how, nil
+	}
+	d.builds.Add(1)
+	e, err := newDumpEntry(rk, dumped, st, fp)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !st.known || !hasFP {
+		how = outcomeUncached
+	}
+	return e, how, nil
+}
+
+func (d *dumpCache) appendBudget() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.opts.AppendBudget
+}
+
+// errTailUnsafe stops a tail read that found something a Stored tail cannot express.
+var errTailUnsafe = errors.New("tail cannot extend the dump")
+
+// readTail reads rk's log from e.last to newest and returns the device-tier Stored events after
+// e.last, when appending them to e's dump replays to the rank's state; ok is false otherwise.
+//
+// Decision (SPEC §5 "extended with a safe tail"): only Stored tails extend a dump. A TreeDump is
+// applied with index.ReplaceRank, which applies Stored events and ignores every other kind, so a
+// Removed in the tail cannot be expressed (and DumpRank leaves blocks stranded by a mid-chain
+// Removed out, which a raw Removed could not reproduce): a device-tier Removed or any Cleared
+// forces a full rebuild, as do an id gap, a log that no longer holds e.last with the same record
+// (folded, reset, rewritten) and a tail longer than the budget. Events of other tiers are logged
+// but never applied to the tree, so they are skipped. A Stored event whose parent the dump does
+// not hold (a block stranded under a removed ancestor) is skipped by the consumer as it would be
+// left out of a fresh dump, so the extended dump scores like a fresh one.
+func (s *Server) readTail(rk event.Rank, e *dumpEntry, newest uint64, budget int) (tail []event.RouterEvent, fp uint64, ok bool, err error) {
+	if newest-e.last > uint64(max(budget-e.appended, 0)) {
+		return nil, 0, false, nil
+	}
+	want := e.last
+	var scratch []byte
+	err = s.log.Range(rk, e.last, int(newest-e.last)+1, func(ev *event.RouterEvent) error {
+		if ev.EventID != want {
+			return errTailUnsafe
+		}
+		want++
+		scratch = wal.EncodeRecord(scratch[:0], ev)
+		fp = xxh3.Hash(scratch)
+		if ev.EventID == e.last {
+			if fp != e.fp {
+				return errTailUnsafe
+			}
+			return nil
+		}
+		switch {
+		case ev.Tier != event.TierDevice && ev.Kind != event.KindCleared:
+		case ev.Kind == event.KindStored:
+			tail = append(tail, ev.Clone())
+		default:
+			return errTailUnsafe
+		}
+		return nil
+	})
+	if errors.Is(err, errTailUnsafe) {
+		return nil, 0, false, nil
+	}
+	if err != nil {
+		return nil, 0, false, err
+	}
+	return tail, fp, want == newest+1, nil
+}
+
+// fingerprint returns the xxh3 of rk's log record with id `id`; ok is false when the log does not
+// hold it (an empty log after a restore or a fold), which makes the dump uncacheable.
+func (s *Server) fingerprint(rk event.Rank, id uint64) (fp uint64, ok bool, err error) {
+	err = s.log.Range(rk, id, 1, func(ev *event.RouterEvent) error {
+		if ev.EventID == id {
+			fp, ok = xxh3.Hash(wal.EncodeRecord(nil, ev)), true
+		}
+		return nil
+	})
+	return fp, ok, err
+}
+
+func newDumpEntry(rk event.Rank, evs []event.RouterEvent, st ruleStatus, fp uint64) (*dumpEntry, error) {
+	e := &dumpEntry{rank: rk, last: st.last, lost: st.lost, rec: st.rec, degraded: st.degraded, fp: fp, events: len(evs)}
+	size := 64
+	for i := range evs {
+		size += 96 + 64*len(evs[i].Blocks)
+	}
+	buf, err := recovery.AppendAnswerJSON(make([]byte, 0, size), &recovery.Answer{Kind: recovery.AnswerTreeDump, Events: evs, LastEventID: st.last})
+	if err != nil {
+		return nil, err
+	}
+	e.bodyEnd = len(buf) - len(treeDumpSuffix(nil, st.last))
+	e.buf = append(buf, '\n')
+	return e, nil
+}
+
+// treeDumpSuffix appends what follows the events of a TreeDump answer (recovery's wire shape).
+func treeDumpSuffix(dst []byte, last uint64) []byte {
+	dst = append(dst, `],"last_event_id":`...)
+	dst = strconv.AppendUint(dst, last, 10)
+	return append(dst, "}}"...)
+}
+
+// extend returns a new entry: e's events, then tail renumbered to continue the dump's synthetic
+// ids, as of newest. e is not modified (other requests may be writing it out).
+func (e *dumpEntry) extend(tail []event.RouterEvent, newest, fp uint64, covered int) *dumpEntry {
+	n := *e
+	n.last, n.fp, n.appended = newest, fp, e.appended+covered
+	size := e.bodyEnd + 64
+	for i := range tail {
+		size += 96 + 64*len(tail[i].Blocks)
+	}
+	buf := append(make([]byte, 0, size), e.buf[:e.bodyEnd]...)
+	for i := range tail {
+		if n.events > 0 {
+			buf = append(buf, ',')
+		}
+		tail[i].EventID = uint64(n.events)
+		buf = event.AppendJSON(buf, &tail[i])
+		n.events++
+	}
+	n.bodyEnd = len(buf)
+	buf = treeDumpSuffix(buf, newest)
+	n.buf = append(buf, '\n')
+	return &n
+}
+
+// Collector: the dump cache's counters (registered in newMetrics).
+
+var (
+	descDumpHits   = prometheus.NewDesc("kvindex_dump_cache_hits_total", "TreeDump answers served from the cache (unchanged or extended with a Stored tail).", nil, nil)
+	descDumpMisses = prometheus.NewDesc("kvindex_dump_cache_misses_total", "TreeDump answers that needed a full build (shared builds counted per request).", nil, nil)
+	descDumpBuilds = prometheus.NewDesc("kvindex_dump_builds_total", "Full TreeDump builds (DumpRank runs).", nil, nil)
+	descDumpExt    = prometheus.NewDesc("kvindex_dump_cache_extensions_total", "Cached TreeDumps extended with a Stored tail instead of rebuilt.", nil, nil)
+	descDumpShared = prometheus.NewDesc("kvindex_dump_shared_total", "TreeDump requests that waited on another request's flight.", nil, nil)
+)
+
+func (d *dumpCache) Describe(ch chan<- *prometheus.Desc) {
+	for _, x := range []*prometheus.Desc{descDumpHits, descDumpMisses, descDumpBuilds, descDumpExt, descDumpShared} {
+		ch <- x
+	}
+}
+
+func (d *dumpCache) Collect(ch chan<- prometheus.Metric) {
+	for _, x := range []struct {
+		d *prometheus.Desc
+		v *atomic.Uint64
+	}{{descDumpHits, &d.hits}, {descDumpMisses, &d.misses}, {descDumpBuilds, &d.builds}, {descDumpExt, &d.extensions}, {descDumpShared, &d.shared}} {
+		ch <- prometheus.MustNewConstMetric(x.d, prometheus.CounterValue, float64(x.v.Load()))
+	}
+}
