@@ -1,0 +1,48 @@
+// Package offline holds the logic of kvindex's offline tools — `kvindex compact`, `export`,
+// `inspect` and `verify` — as functions that tests call directly and that cmd/kvindex wraps in
+// thin urfave/cli commands (STYLE habit 7). It is a package of its own because none of the
+// existing ones fits: store, wal, index and lanes are the building blocks these tools combine,
+// server is the online service, and the CLI package must stay a shell.
+//
+// Every function takes a context (cancellation stops it between ranks or every few thousand
+// records; a cancelled compact leaves the dir consistent), an io.Writer for its output and an
+// options struct. None of them runs while a server holds the data dir: store.Open takes the dir
+// lock in every mode, so each returns an error wrapping store.ErrLocked instead.
+//
+// # Invariants
+//
+//   - export, inspect and verify open the store read-only (store.Options.ReadOnly): they never
+//     write, not even to drop a corrupt snapshot (the server does that on its next start).
+//   - compact only writes through lanes.Fold (one synced, atomic Pebble batch per rank: the new
+//     snapshot, its id, the log cut and the DeleteRange of the folded prefix) and Pebble's own
+//     compaction. Killed at any moment, the dir opens and rebuilds the same tree and cursors:
+//     each rank is either folded or not. A rank whose snapshot is corrupt makes compact refuse
+//     before it changes anything (folding would bake the loss into a new snapshot).
+//
+// # Export ids (decided here: SPEC §5 is silent)
+//
+// `export --what events` writes each rank's retained log with its original ids. When the rank
+// has a snapshot at boundary B (every id ≤ B was folded into it) and the export starts at or
+// below B, the snapshot's n Stored events come first, numbered so that they end exactly at B:
+//
+//	snapshot events          log events (original ids)
+//	B-n+1, ..., B-1, B   |   B+1, B+2, ..., last
+//
+// They cannot collide with the log (whose ids are all > B), and replayed into an empty server
+// they form one contiguous run per rank, so the server's cursor rules apply every event (no gap
+// reset, nothing stale) and the cursor ends at the original last id: the worker's next live event
+// continues the stream. When the snapshot has more events than ids below its boundary
+// (n > B+1, possible for a small B since a dump splits chains at branches), the snapshot takes
+// ids 0..n-1 and every log event id of that rank is shifted by n-1-B to stay contiguous; the
+// shift is reported (ExportedRank.Shift, and on stderr by the CLI). `--what dump` writes the
+// rebuilt tree instead, synthetic ids from 0 per rank (index.DumpRank), like GET /v1/dump.
+//
+// # What verify can and cannot compare
+//
+// A snapshot replaces the log prefix it folds: lanes.Fold writes it and deletes that prefix in
+// one batch, so a snapshot and "the log it replaced" never coexist in a healthy dir. verify
+// therefore reports any log record at or below a snapshot's boundary as a problem, and checks
+// the snapshot on its own: it decodes, every event applies cleanly to an empty rank, and
+// dumping that rank gives the snapshot back (a snapshot is a dump, a fixed point of
+// dump→replay). Whether its content equals the deleted events cannot be known.
+package offline

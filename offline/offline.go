@@ -1,0 +1,147 @@
+package offline
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/store"
+	"github.com/kvindex/kvindex/wal"
+	"github.com/schollz/progressbar/v3"
+)
+
+// Errors returned by this package (besides the store's and wal's, which are wrapped as they
+// come: store.ErrLocked while a server holds the dir, store.ErrNoData, wal.ErrCorruption, ...).
+// Check them with errors.Is.
+var (
+	// ErrProblems: Verify found at least one problem (each is in VerifyReport.Problems and was
+	// written on its own line).
+	ErrProblems = errors.New("verify found problems")
+	// ErrInvalidOptions: an options struct holds a contradiction (for example From with a dump
+	// export, or a DP rank filter without a worker).
+	ErrInvalidOptions = errors.New("invalid options")
+)
+
+// Options are the settings every offline command shares. The zero value opens
+// "./kvindex-data" on the OS file system.
+type Options struct {
+	// DataDir is the data dir; default "./kvindex-data" (as `kvindex serve`).
+	DataDir string
+	// FS is the file system; default vfs.Default. Tests pass a (crashable) MemFS.
+	FS vfs.FS
+	// Logger receives progress and Pebble's log lines; default slog.Default().
+	Logger *slog.Logger
+	// Progress, when set, receives a progress bar for long runs (the CLI passes stderr when it
+	// is a terminal); default none.
+	Progress io.Writer
+}
+
+func (o *Options) defaults() {
+	if o.DataDir == "" {
+		o.DataDir = "./kvindex-data"
+	}
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// open opens the store (read-only unless write) and its log. The caller closes the store.
+func (o *Options) open(write bool) (*store.Store, *wal.Log, error) {
+	o.defaults()
+	st, err := store.Open(o.DataDir, store.Options{FS: o.FS, Logger: o.Logger, ReadOnly: !write})
+	if err != nil {
+		return nil, nil, err
+	}
+	lg, err := wal.Open(st, wal.Options{Logger: o.Logger})
+	if err != nil {
+		_ = st.Close()
+		return nil, nil, err
+	}
+	return st, lg, nil
+}
+
+// closeStore closes st, keeping the first error.
+func closeStore(st *store.Store, err *error) {
+	if cerr := st.Close(); cerr != nil && *err == nil {
+		*err = cerr
+	}
+}
+
+// bar is a progress bar that does nothing when no writer was given.
+type bar struct{ pb *progressbar.ProgressBar }
+
+func newBar(w io.Writer, total int64, what string) bar {
+	if w == nil {
+		return bar{}
+	}
+	return bar{pb: progressbar.NewOptions64(total,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription(what),
+		progressbar.OptionShowCount(),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionClearOnFinish(),
+	)}
+}
+
+func (b bar) add(n int) {
+	if b.pb != nil {
+		_ = b.pb.Add64(int64(n))
+	}
+}
+
+func (b bar) finish() {
+	if b.pb != nil {
+		_ = b.pb.Finish()
+	}
+}
+
+// plural writes "1 event", "2 events".
+func plural(n uint64, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
+
+// rankList returns the ranks of the log, skipping removed ranks.
+func rankList(l *wal.Log) ([]event.Rank, error) {
+	ranks, err := l.Ranks()
+	if err != nil {
+		return nil, fmt.Errorf("listing ranks: %w", err)
+	}
+	out := ranks[:0]
+	for _, r := range ranks {
+		m, err := l.RankMeta(r)
+		if err == nil && m.Removed {
+			continue
+		}
+		out = append(out, r) // a rank whose metadata is corrupt is kept: the caller reports it
+	}
+	return out, nil
+}
+
+// Filter selects ranks. The zero value selects every rank.
+type Filter struct {
+	Worker    uint64
+	HasWorker bool // only ranks of Worker
+	DP        uint32
+	HasDP     bool // only dp rank DP (requires HasWorker)
+}
+
+func (f Filter) match(r event.Rank) bool {
+	return (!f.HasWorker || r.WorkerID == f.Worker) && (!f.HasDP || r.DPRank == f.DP)
+}
+
+func (f Filter) check() error {
+	if f.HasDP && !f.HasWorker {
+		return fmt.Errorf("%w: a dp rank filter needs a worker id", ErrInvalidOptions)
+	}
+	return nil
+}
