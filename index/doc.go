@@ -39,16 +39,22 @@
 //
 // Invariants that make this safe:
 //
-//   - Each node has an RWMutex guarding its children, holders and dead flag. Writers lock a
-//     parent before its child and never hold more than that pair, so lock order follows depth
-//     and cannot cycle. Readers hold one node's read lock at a time, never a tree-wide lock.
+//   - Every linked node is in the child table, keyed by (parent, tokens hash) and striped over
+//     256 shards. A shard's mutex serializes the writers of its nodes: table slots, holder sets
+//     and dead flags. Readers take no lock: they load a shard's table, its slots and a node's
+//     holder set with atomic loads. A table slot goes nil → node → tombstone (→ node) and never
+//     back to nil; growing publishes a new table. Writers hold one shard lock at a time.
+//   - A holder set is immutable (sorted rank ids, one allocation) and replaced whole, so a reader
+//     sees a node's holders as before or after a change, never torn. How many block hashes of a
+//     rank map to one node is the rank's business (its writer-owned refs), not the node's.
 //   - A node a rank holds is linked: only the rank's own writer removes the rank from it, and a
-//     node is unlinked only when unheld and childless, under its parent's lock. Hence a writer's
-//     parent node (held, or the root) is alive while it attaches under it, and every node it
-//     releases has a live parent to lock.
-//   - An unlinked node is marked dead and never linked again; reclamation re-checks under the
-//     locks, so a child attached meanwhile or a concurrent reclaim is seen. A reader that reaches a
-//     node just unlinked finds it unheld and stops there.
+//     node is unlinked only when unheld and childless (kids, an atomic count of linked
+//     children), checked under its shard lock. Hence a writer's parent node (held, or the root)
+//     is alive while it attaches under it, and nobody else attaches under a node that nobody
+//     holds. A child's unlinking decrements its parent's kids; whoever brings kids to 0
+//     re-checks the parent under its shard lock.
+//   - An unlinked node is marked dead, its holder set is empty, and it is never linked again; a
+//     reader that reaches it (through an older table) finds it unheld and stops there.
 //   - Ranks are dense uint32 ids, never reused. id → rank is an immutable table swapped with an
 //     atomic.Pointer when a rank is added or removed; a rank's block count is an atomic.
 //

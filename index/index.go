@@ -125,7 +125,11 @@ type rankState struct {
 	rank   event.Rank
 	id     uint32
 	lookup map[uint64]*node // block_hash → node; writer-owned
-	blocks atomic.Uint64    // len(lookup), published for readers
+	// refs counts, per node, the block hashes of the rank there beyond the first (a rank may
+	// store two block hashes at one position; it holds the node until both are gone). Rarely
+	// non-empty; writer-owned.
+	refs   map[*node]uint32
+	blocks atomic.Uint64 // len(lookup), published for readers
 }
 
 // Index is the concurrent radix-tree index. See the package documentation for the concurrency
@@ -133,6 +137,10 @@ type rankState struct {
 type Index struct {
 	opts Options
 	root *node
+	tomb *node // marks a table slot whose node was unlinked
+
+	// shards is the child table: (parent, tokens hash) → node, for every linked node.
+	shards [numShards]shard
 
 	regMu  sync.RWMutex
 	byRank map[event.Rank]*rankState
@@ -154,6 +162,7 @@ func New(opts Options) *Index {
 	ix := &Index{
 		opts:   opts,
 		root:   &node{},
+		tomb:   &node{},
 		byRank: make(map[event.Rank]*rankState, opts.RankCapacity),
 	}
 	t := make([]*rankState, 0, opts.RankCapacity)
@@ -256,9 +265,11 @@ func (ix *Index) applyStored(r event.Rank, ev *event.RouterEvent) Result {
 	if rs == nil {
 		rs = ix.register(r)
 	}
+	var d deltas
 	for _, b := range ev.Blocks {
-		cur = ix.attach(rs, cur, b)
+		cur = ix.attach(rs, cur, b, &d)
 	}
+	ix.publish(rs, &d)
 	return Result{Status: StatusOK, Blocks: len(ev.Blocks)}
 }
 
@@ -271,6 +282,7 @@ func (ix *Index) applyRemoved(ev *event.RouterEvent) Result {
 		return Result{Status: StatusBlockNotFound, NotFound: len(ev.Removed)}
 	}
 	res := Result{}
+	var d deltas
 	for _, h := range ev.Removed {
 		n, ok := rs.lookup[h]
 		if !ok {
@@ -278,11 +290,11 @@ func (ix *Index) applyRemoved(ev *event.RouterEvent) Result {
 			continue
 		}
 		delete(rs.lookup, h)
-		rs.blocks.Add(^uint64(0))
-		ix.blocks.Add(-1)
-		ix.release(n, rs.id)
+		d.blocks--
+		ix.release(rs, n, &d)
 		res.Blocks++
 	}
+	ix.publish(rs, &d)
 	if res.NotFound > 0 {
 		res.Status = StatusBlockNotFound
 	}
@@ -297,12 +309,13 @@ func (ix *Index) ClearRank(r event.Rank) {
 }
 
 func (ix *Index) clearState(rs *rankState) {
+	d := deltas{blocks: -int64(len(rs.lookup))}
 	for _, n := range rs.lookup {
-		ix.release(n, rs.id)
+		ix.release(rs, n, &d)
 	}
-	ix.blocks.Add(-int64(len(rs.lookup)))
+	ix.publish(rs, &d)
 	rs.lookup = make(map[uint64]*node, ix.opts.LookupCapacity)
-	rs.blocks.Store(0)
+	rs.refs = nil
 }
 
 // RemoveRank drops every block of r and forgets r. It reports whether r was known.

@@ -19,8 +19,9 @@ func (ix *Index) FindMatches(localHashes []uint64, earlyExit bool) []Score {
 // tree path. With earlyExit, the walk stops as soon as exactly one rank is left: that rank scores
 // the depth reached so far, which may be less than it holds.
 //
-// It may run on any goroutine concurrently with writers; it holds at most one node's read lock
-// at a time and allocates nothing once dst has room for the answer.
+// It may run on any goroutine concurrently with writers; it takes no lock (each node's children
+// and holder set are read with atomic loads) and allocates nothing once dst has room for the
+// answer.
 func (ix *Index) FindMatchesInto(dst []Score, localHashes []uint64, earlyExit bool) []Score {
 	dst = dst[:0]
 	if len(localHashes) == 0 {
@@ -31,26 +32,21 @@ func (ix *Index) FindMatchesInto(dst []Score, localHashes []uint64, earlyExit bo
 	depth := 0
 	cur := ix.root
 	for i, h := range localHashes {
-		cur.mu.RLock()
-		child := cur.children[h]
-		cur.mu.RUnlock()
+		child := ix.child(cur, h)
 		if child == nil {
 			break
 		}
-		child.mu.RLock()
+		hs := child.holderIDs()
 		if i == 0 {
-			for _, hd := range child.holders {
-				active = append(active, hd.id)
-			}
+			active = append(active, hs...)
 		} else {
 			next := sc.next[:0]
-			hs := child.holders
 			j := 0
 			for _, id := range active {
-				for j < len(hs) && hs[j].id < id {
+				for j < len(hs) && hs[j] < id {
 					j++
 				}
-				if j < len(hs) && hs[j].id == id {
+				if j < len(hs) && hs[j] == id {
 					next = append(next, id)
 				} else {
 					dst = ix.appendScore(dst, id, uint32(depth))
@@ -59,7 +55,6 @@ func (ix *Index) FindMatchesInto(dst []Score, localHashes []uint64, earlyExit bo
 			sc.next = active
 			active = next
 		}
-		child.mu.RUnlock()
 		if len(active) == 0 {
 			break
 		}

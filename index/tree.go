@@ -1,149 +1,336 @@
 package index
 
 import (
-	"sort"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/kvindex/kvindex/event"
 )
 
-// holder records that a rank holds a node, and through how many of its block hashes (a rank may
-// store two block hashes with the same position; it holds the node until both are gone).
-type holder struct {
-	id   uint32 // dense rank id
-	refs uint32
-}
-
 // node is one tree position: the path of tokens hashes from the root. tokens and parent are
-// immutable; the rest is guarded by mu.
+// immutable. holders is read by anyone without a lock and replaced (never mutated) by writers
+// holding the node's shard lock; dead is guarded by that lock; kids is atomic (see doc.go).
+//
+// 32 bytes: tokens, parent, holders, kids, dead.
 type node struct {
-	tokens uint64
-	parent *node // nil for the root
-
-	mu       sync.RWMutex
-	children map[uint64]*node // tokens_hash → child; nil when empty
-	holders  []holder         // sorted by id; a node is held while len(holders) > 0
-	dead     bool             // unlinked from its parent; never linked again
+	tokens  uint64
+	parent  *node // nil for the root
+	holders atomic.Pointer[uint32]
+	kids    atomic.Int32 // linked children
+	dead    bool         // unlinked from the tree; never linked again
 }
 
-// find returns the index of id in holders, or where it would be inserted.
-func (n *node) find(id uint32) (int, bool) {
-	i := sort.Search(len(n.holders), func(i int) bool { return n.holders[i].id >= id })
-	return i, i < len(n.holders) && n.holders[i].id == id
-}
+// A holder set is an immutable, length-prefixed array of rank ids: word 0 is the count n, words
+// 1..n the ids ascending. The node points at word 0 (nil: no holder), so one set is one
+// allocation and a reader gets a consistent set with one atomic load.
+//
+//	holders ──► ┌───┬──────┬──────┬─────┬──────┐
+//	            │ n │ id 1 │ id 2 │ ... │ id n │   uint32 each
+//	            └───┴──────┴──────┴─────┴──────┘
 
-func (n *node) addHolder(id uint32) {
-	i, ok := n.find(id)
-	if ok {
-		n.holders[i].refs++
-		return
+// holderIDs returns n's holder ids, ascending. The slice must not be modified.
+func (n *node) holderIDs() []uint32 {
+	p := n.holders.Load()
+	if p == nil {
+		return nil
 	}
-	n.holders = append(n.holders, holder{})
-	copy(n.holders[i+1:], n.holders[i:])
-	n.holders[i] = holder{id: id, refs: 1}
+	return unsafe.Slice(p, int(*p)+1)[1:]
 }
 
+// heldBy reports whether rank id holds n.
+func (n *node) heldBy(id uint32) bool {
+	_, ok := searchID(n.holderIDs(), id)
+	return ok
+}
+
+// searchID returns the index of id in the ascending ids, or where it would be inserted.
+func searchID(ids []uint32, id uint32) (int, bool) {
+	lo, hi := 0, len(ids)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if ids[m] < id {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, lo < len(ids) && ids[lo] == id
+}
+
+// addHolder publishes n's holder set with id added. Caller holds n's shard lock; id is absent.
+func (n *node) addHolder(id uint32) {
+	old := n.holderIDs()
+	i, _ := searchID(old, id)
+	s := make([]uint32, len(old)+2)
+	s[0] = uint32(len(old) + 1)
+	copy(s[1:], old[:i])
+	s[1+i] = id
+	copy(s[2+i:], old[i:])
+	n.holders.Store(&s[0])
+}
+
+// dropHolder publishes n's holder set without id. Caller holds n's shard lock; id is present.
 func (n *node) dropHolder(id uint32) {
-	i, ok := n.find(id)
+	old := n.holderIDs()
+	i, ok := searchID(old, id)
 	if !ok {
 		panic("index: rank released a node it does not hold")
 	}
-	if n.holders[i].refs > 1 {
-		n.holders[i].refs--
+	if len(old) == 1 {
+		n.holders.Store(nil)
 		return
 	}
-	n.holders = append(n.holders[:i], n.holders[i+1:]...)
-	if len(n.holders) == 0 {
-		n.holders = nil
-	}
+	s := make([]uint32, len(old))
+	s[0] = uint32(len(old) - 1)
+	copy(s[1:], old[:i])
+	copy(s[1+i:], old[i+1:])
+	n.holders.Store(&s[0])
 }
 
 // reclaimable reports whether n can be unlinked: no rank holds it and it has no children.
-// Caller holds n.mu.
+// Caller holds n's shard lock.
 func (n *node) reclaimable() bool {
-	return !n.dead && len(n.holders) == 0 && len(n.children) == 0
+	return !n.dead && n.holders.Load() == nil && n.kids.Load() == 0
 }
 
-// unlink removes n from its parent. Caller holds p.mu and n.mu for writing.
-func (ix *Index) unlink(p, n *node) {
-	delete(p.children, n.tokens)
-	if len(p.children) == 0 {
-		p.children = nil
+// numShards is the number of child-table shards (a power of two).
+const numShards = 256
+
+// shard is one stripe of the child table: every node whose (parent, tokens) hashes to it. mu
+// serializes writers on the shard's nodes (table slots, holder sets, dead flags); readers load
+// tab and its slots with atomics and never take mu.
+type shard struct {
+	mu   sync.Mutex
+	tab  atomic.Pointer[table]
+	live int // linked nodes in tab; guarded by mu
+	used int // non-nil slots (live and tombstones); guarded by mu
+	_    [32]byte
+}
+
+// table is an open-addressing (linear probing) set of nodes keyed by (parent, tokens). A slot
+// goes nil → node → tombstone (→ node again, reused by an insert) and never back to nil, so a
+// reader's probe sequence is never cut short; growing builds a new table (dropping tombstones)
+// and swaps it in, so a reader on the old table sees the tree as before the swap.
+type table struct {
+	mask  uint64
+	slots []atomic.Pointer[node]
+}
+
+// childHash hashes a child's key (parent node, tokens hash). Nodes are heap objects that never
+// move, so the parent's address identifies it.
+func childHash(parent *node, tokens uint64) uint64 {
+	h := uint64(uintptr(unsafe.Pointer(parent)))*0x9e3779b97f4a7c15 ^ tokens
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
+}
+
+func (ix *Index) shardOf(h uint64) *shard { return &ix.shards[h>>(64-8)] }
+
+// child returns the linked child of parent with tokens hash tok, or nil. It takes no lock: it
+// may run concurrently with writers (see table).
+func (ix *Index) child(parent *node, tok uint64) *node {
+	h := childHash(parent, tok)
+	t := ix.shardOf(h).tab.Load()
+	if t == nil {
+		return nil
 	}
-	n.dead = true
-	ix.nodes.Add(-1)
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		n := t.slots[i].Load()
+		if n == nil {
+			return nil
+		}
+		if n != ix.tomb && n.parent == parent && n.tokens == tok {
+			return n
+		}
+	}
 }
 
-// attach makes rank rs hold block b under cur (a node rs holds, or the root) and returns b's node.
-// A block hash rs already holds elsewhere moves to the new position.
-func (ix *Index) attach(rs *rankState, cur *node, b event.Block) *node {
-	old := rs.lookup[b.BlockHash]
-	cur.mu.Lock()
-	child := cur.children[b.TokensHash]
+// find is child for a caller holding the shard's lock.
+func (s *shard) find(tomb, parent *node, tok uint64, h uint64) *node {
+	t := s.tab.Load()
+	if t == nil {
+		return nil
+	}
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		n := t.slots[i].Load()
+		if n == nil {
+			return nil
+		}
+		if n != tomb && n.parent == parent && n.tokens == tok {
+			return n
+		}
+	}
+}
+
+// insert links n (absent) into the shard. Caller holds s.mu. The table is kept at most 3/4
+// full, tombstones included, so every probe sequence ends at a nil slot.
+func (s *shard) insert(tomb, n *node, h uint64) {
+	t := s.tab.Load()
+	if t == nil || 4*(s.used+1) > 3*len(t.slots) {
+		t = s.rebuild(tomb, t)
+	}
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		switch c := t.slots[i].Load(); c {
+		case nil:
+			s.used++
+			fallthrough
+		case tomb:
+			t.slots[i].Store(n)
+			s.live++
+			return
+		}
+	}
+}
+
+// rebuild publishes a fresh table sized for twice the live nodes (at least 8 slots) holding
+// the live nodes of old. Caller holds s.mu.
+func (s *shard) rebuild(tomb *node, old *table) *table {
+	size := 8
+	for size < 2*(s.live+1) {
+		size *= 2
+	}
+	t := &table{mask: uint64(size - 1), slots: make([]atomic.Pointer[node], size)}
+	if old != nil {
+		for i := range old.slots {
+			n := old.slots[i].Load()
+			if n == nil || n == tomb {
+				continue
+			}
+			for j := childHash(n.parent, n.tokens) & t.mask; ; j = (j + 1) & t.mask {
+				if t.slots[j].Load() == nil {
+					t.slots[j].Store(n)
+					break
+				}
+			}
+		}
+	}
+	s.used = s.live
+	s.tab.Store(t)
+	return t
+}
+
+// remove unlinks n from the shard. Caller holds s.mu; n is linked.
+func (s *shard) remove(tomb, n *node, h uint64) {
+	t := s.tab.Load()
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		if t.slots[i].Load() == n {
+			t.slots[i].Store(tomb)
+			s.live--
+			return
+		}
+	}
+}
+
+// attach makes rank rs hold block b under cur (a node rs holds, or the root) and returns b's node
+// and whether it was created. A block hash rs already holds elsewhere moves to the new position.
+func (ix *Index) attach(rs *rankState, cur *node, b event.Block, d *deltas) *node {
+	old, had := rs.lookup[b.BlockHash]
+	if had {
+		if c := ix.child(cur, b.TokensHash); c == old {
+			return c // idempotent re-store: old is held by rs, hence linked
+		}
+	}
+	h := childHash(cur, b.TokensHash)
+	s := ix.shardOf(h)
+	s.mu.Lock()
+	child := s.find(ix.tomb, cur, b.TokensHash, h)
 	if child == nil {
 		child = &node{tokens: b.TokensHash, parent: cur}
-		if cur.children == nil {
-			cur.children = make(map[uint64]*node, 1)
+		child.addHolder(rs.id)
+		s.insert(ix.tomb, child, h)
+		// cur cannot be reclaimed meanwhile: rs holds it (or it is the root).
+		cur.kids.Add(1)
+		d.nodes++
+	} else if child.heldBy(rs.id) {
+		if rs.refs == nil {
+			rs.refs = make(map[*node]uint32)
 		}
-		cur.children[b.TokensHash] = child
-		ix.nodes.Add(1)
-	} else if child == old {
-		cur.mu.Unlock()
-		return child // idempotent re-store
+		rs.refs[child]++ // a second block hash of rs at this position
+	} else {
+		child.addHolder(rs.id)
 	}
-	child.mu.Lock()
-	child.addHolder(rs.id)
-	child.mu.Unlock()
-	cur.mu.Unlock()
+	s.mu.Unlock()
 
 	rs.lookup[b.BlockHash] = child
-	if old != nil {
-		ix.release(old, rs.id)
+	if had {
+		ix.release(rs, old, d)
 	} else {
-		rs.blocks.Add(1)
-		ix.blocks.Add(1)
+		d.blocks++
 	}
 	return child
 }
 
-// release drops one reference of rank id on n, unlinking n (and then its ancestors) when nobody
-// holds it and it has no children.
-//
-// n's parent stays linked throughout: n is linked under it until we unlink n ourselves.
-func (ix *Index) release(n *node, id uint32) {
-	p := n.parent
-	p.mu.Lock()
-	n.mu.Lock()
-	n.dropHolder(id)
-	unlinked := false
-	if n.reclaimable() {
-		ix.unlink(p, n)
-		unlinked = true
+// release drops one of rank rs's block hashes at n. When it was the last, rs leaves n, and n
+// (then its ancestors) is unlinked when nobody holds it and it has no children.
+func (ix *Index) release(rs *rankState, n *node, d *deltas) {
+	if c, ok := rs.refs[n]; ok {
+		if c > 1 {
+			rs.refs[n] = c - 1
+		} else {
+			delete(rs.refs, n)
+		}
+		return
 	}
-	n.mu.Unlock()
-	p.mu.Unlock()
+	h := childHash(n.parent, n.tokens)
+	s := ix.shardOf(h)
+	s.mu.Lock()
+	n.dropHolder(rs.id)
+	unlinked := n.reclaimable()
 	if unlinked {
-		ix.reclaimUp(p)
+		s.remove(ix.tomb, n, h)
+		n.dead = true
+	}
+	s.mu.Unlock()
+	if unlinked {
+		d.nodes--
+		ix.reclaimUp(n.parent, d)
 	}
 }
 
-// reclaimUp unlinks n and its ancestors for as long as they are reclaimable. Each step locks a
-// parent and its child (in that order) afresh: between steps a writer may have attached a child
-// under n, or another writer may have reclaimed it, and the re-check sees both.
-func (ix *Index) reclaimUp(n *node) {
+// reclaimUp records that a child of n was unlinked, then unlinks n and its ancestors for as long
+// as they are reclaimable. Each step re-checks under the node's shard lock: meanwhile a writer
+// holding n may have attached a child (n is then held, hence not reclaimable), or another
+// writer's reclaim may have unlinked n (dead).
+func (ix *Index) reclaimUp(n *node, d *deltas) {
 	for n != ix.root {
-		p := n.parent
-		p.mu.Lock()
-		n.mu.Lock()
+		if n.kids.Add(-1) != 0 {
+			return
+		}
+		h := childHash(n.parent, n.tokens)
+		s := ix.shardOf(h)
+		s.mu.Lock()
 		ok := n.reclaimable()
 		if ok {
-			ix.unlink(p, n)
+			s.remove(ix.tomb, n, h)
+			n.dead = true
 		}
-		n.mu.Unlock()
-		p.mu.Unlock()
+		s.mu.Unlock()
 		if !ok {
 			return
 		}
-		n = p
+		d.nodes--
+		n = n.parent
 	}
+	n.kids.Add(-1)
+}
+
+// deltas accumulates an event's changes to the index-wide counters, published once per event.
+type deltas struct {
+	nodes, blocks int64
+}
+
+func (ix *Index) publish(rs *rankState, d *deltas) {
+	if d.nodes != 0 {
+		ix.nodes.Add(d.nodes)
+	}
+	if d.blocks != 0 {
+		ix.blocks.Add(d.blocks)
+		rs.blocks.Add(uint64(d.blocks))
+	}
+	*d = deltas{}
 }
