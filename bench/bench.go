@@ -1,0 +1,577 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/server"
+	"github.com/kvindex/kvindex/store"
+	"github.com/kvindex/kvindex/testutil"
+	"github.com/kvindex/kvindex/wal"
+	"github.com/schollz/progressbar/v3"
+)
+
+// Sentinels.
+var (
+	// ErrOptions is returned by Run and LoadGen for invalid options (a usage error).
+	ErrOptions = errors.New("bad bench options")
+	// ErrIngest is returned when the pipeline did not accept every event of the stream (some were
+	// ignored as stale or duplicate): the stream or the pipeline is wrong, the numbers would lie.
+	ErrIngest = errors.New("ingest did not accept the whole stream")
+	// ErrDataDirInUse is returned when Options.DataDir already holds benchmark data.
+	ErrDataDirInUse = errors.New("data dir not empty")
+)
+
+// Options configure Run. Zero values take the documented defaults (BENCH.md's flag defaults).
+type Options struct {
+	// The workload: exactly one of Requests (an already loaded trace), TracePath (a Mooncake
+	// JSONL trace) or WorkloadDir (events.ndjson + queries.ndjson) is set.
+	Requests    []testutil.Request
+	TracePath   string
+	WorkloadDir string
+	// Scale is the number of disjoint trace copies; default 1. Ignored with WorkloadDir.
+	Scale int
+	// Workload shapes the generator (workers 256, cache blocks 512, speedup 16, seed 42).
+	Workload testutil.WorkloadOptions
+	// Producers is the number of concurrent submitters; default 16.
+	Producers int
+	// Batch is the number of events per Submit (and per commit in the Pebble ceiling); default 1.
+	Batch int
+	// Durability is the sync mode of the pipeline and of the Pebble ceiling; default wal.Sync.
+	Durability wal.Durability
+	// Lanes is the pipeline's lane count; default GOMAXPROCS (as `kvindex serve`).
+	Lanes int
+	// DataDir holds the two stores (DataDir/kvindex, DataDir/pebble-ceiling) and is kept after
+	// the run; default a temporary dir, removed after.
+	DataDir string
+	// LoadedMax bounds the loaded query phase of stage 3; default 30 s.
+	LoadedMax time.Duration
+	// Logger receives stage logs; default slog.Default(). Pebble and the server log through it.
+	Logger *slog.Logger
+	// Progress, when set, shows progress bars there (the CLI passes stderr on a terminal).
+	Progress io.Writer
+}
+
+func (o Options) withDefaults() (Options, error) {
+	n := 0
+	for _, set := range []bool{o.Requests != nil, o.TracePath != "", o.WorkloadDir != ""} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return o, fmt.Errorf("%w: give exactly one of a trace or a workload dir", ErrOptions)
+	}
+	if o.Scale < 0 || o.Producers < 0 || o.Batch < 0 || o.Lanes < 0 || o.LoadedMax < 0 {
+		return o, fmt.Errorf("%w: negative scale, producers, batch, lanes or loaded max", ErrOptions)
+	}
+	if o.Scale == 0 {
+		o.Scale = 1
+	}
+	if o.Producers == 0 {
+		o.Producers = 16
+	}
+	if o.Batch == 0 {
+		o.Batch = 1
+	}
+	if o.LoadedMax == 0 {
+		o.LoadedMax = 30 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, nil
+}
+
+// run is the state of one Run.
+type run struct {
+	o      Options
+	lg     *slog.Logger
+	wl     *testutil.Workload
+	parts  [][]event.RouterEvent // the stream split by producer
+	rep    *Report
+	dir    string // the kvindex data dir
+	ceil   string // the Pebble ceiling dir
+	ingest float64
+}
+
+// LoadWorkload returns the workload o describes (BENCH.md stage 1).
+func LoadWorkload(o Options) (*testutil.Workload, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if o.WorkloadDir != "" {
+		return testutil.ReadWorkloadDir(o.WorkloadDir)
+	}
+	reqs := o.Requests
+	if reqs == nil {
+		if reqs, err = testutil.LoadTraceFile(o.TracePath); err != nil {
+			return nil, err
+		}
+	}
+	return testutil.Generate(reqs, o.Scale, o.Workload)
+}
+
+// Run performs the benchmark of BENCH.md and returns the metrics measured. On a failure after
+// some stages ran, the report holds what was measured and the error says what failed (a
+// *MismatchError for scores that changed across the restart).
+func Run(ctx context.Context, o Options) (*Report, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	r := &run{o: o, lg: o.Logger, rep: &Report{}}
+	start := time.Now()
+	r.lg.Info("bench: stage 1: workload")
+	if r.wl, err = LoadWorkload(o); err != nil {
+		return nil, fmt.Errorf("bench: workload: %w", err)
+	}
+	r.parts = partition(r.wl.Events, o.Producers)
+	r.rep.add(MetricEvents, float64(len(r.wl.Events)), UnitCount)
+	r.rep.add(MetricBlocks, float64(r.wl.Blocks), UnitCount)
+	r.rep.add(MetricRoutingHitRatio, r.wl.RoutingHitRatio, UnitRatio)
+	r.lg.Info("bench: workload ready", "events", len(r.wl.Events), "blocks", r.wl.Blocks,
+		"queries", len(r.wl.Queries), "took", time.Since(start).Round(time.Millisecond))
+
+	base := o.DataDir
+	if base == "" {
+		if base, err = os.MkdirTemp("", "kvindex-bench-"); err != nil {
+			return nil, fmt.Errorf("bench: temp dir: %w", err)
+		}
+		defer os.RemoveAll(base)
+	}
+	r.dir, r.ceil = filepath.Join(base, "kvindex"), filepath.Join(base, "pebble-ceiling")
+	for _, d := range []string{r.dir, r.ceil} {
+		if ents, err := os.ReadDir(d); err == nil && len(ents) > 0 {
+			return nil, fmt.Errorf("bench: %w: %s (give an empty --data-dir)", ErrDataDirInUse, d)
+		}
+	}
+	if err := r.pipelineStages(ctx); err != nil {
+		return r.rep, err
+	}
+	if err := r.memoryBaseline(ctx); err != nil {
+		return r.rep, err
+	}
+	if err := r.pebbleCeiling(ctx); err != nil {
+		return r.rep, err
+	}
+	if c, ok := r.rep.Get(MetricPebbleCeilingEventsPS); ok && c > 0 {
+		r.rep.add(MetricIngestVsCeiling, r.ingest/c, UnitRatio)
+	}
+	r.lg.Info("bench: done", "took", time.Since(start).Round(time.Millisecond))
+	return r.rep, nil
+}
+
+func (r *run) serverConfig() server.Config {
+	return server.Config{
+		DataDir:      r.dir,
+		Durability:   r.o.Durability,
+		Lanes:        r.o.Lanes,
+		RetainEvents: server.DefaultRetainEvents,
+		Logger:       r.lg,
+	}
+}
+
+// pipelineStages runs stages 2–4 on one data dir.
+func (r *run) pipelineStages(ctx context.Context) error {
+	s, err := server.Open(r.serverConfig())
+	if err != nil {
+		return fmt.Errorf("bench: open: %w", err)
+	}
+	defer func() {
+		if s != nil {
+			_ = s.Close()
+		}
+	}()
+	if err := s.Recover(ctx); err != nil {
+		return fmt.Errorf("bench: recover: %w", err)
+	}
+
+	// Stage 2: ingest.
+	r.lg.Info("bench: stage 2: ingest through the pipeline", "producers", r.o.Producers, "batch", r.o.Batch, "durability", r.o.Durability.String())
+	var accepted, ignored atomic.Int64
+	submit := func(ctx context.Context, evs []event.RouterEvent) error {
+		res, err := s.Pipeline().Submit(ctx, evs)
+		accepted.Add(int64(res.Accepted))
+		ignored.Add(int64(res.Ignored))
+		return err
+	}
+	took, err := r.drive(ctx, "ingest", r.parts, 0, nil, submit)
+	if err != nil {
+		return fmt.Errorf("bench: ingest: %w", err)
+	}
+	if int(accepted.Load()) != len(r.wl.Events) {
+		return fmt.Errorf("bench: %w: %d of %d events accepted, %d ignored", ErrIngest, accepted.Load(), len(r.wl.Events), ignored.Load())
+	}
+	r.ingest = float64(len(r.wl.Events)) / took.Seconds()
+	r.rep.add(MetricIngestEventsPerS, r.ingest, UnitRate)
+	r.rep.add(MetricIngestBlocksPerS, float64(r.wl.Blocks)/took.Seconds(), UnitRate)
+	r.rep.add(MetricIndexEntries, float64(s.Index().Blocks()), UnitCount)
+	r.lg.Info("bench: ingest done", "events_per_s", int(r.ingest), "took", took.Round(time.Millisecond))
+
+	// The log's size on disk: flush the memtable so the records are in sstables, then ask Pebble
+	// for the bytes of the 'L' key range.
+	db := s.Store().DB()
+	if err := db.Flush(); err != nil {
+		return fmt.Errorf("bench: flush: %w", err)
+	}
+	lo, hi := store.PrefixBounds(store.PrefixLog)
+	walBytes, err := db.EstimateDiskUsage(lo, hi)
+	if err != nil {
+		return fmt.Errorf("bench: disk usage: %w", err)
+	}
+	if len(r.wl.Events) > 0 {
+		r.rep.add(MetricWALBytesPerEvent, float64(walBytes)/float64(len(r.wl.Events)), UnitBytes)
+	}
+
+	// Stage 3: queries, idle then under half-rate ingest.
+	qs := nonEmpty(r.wl.Queries)
+	r.lg.Info("bench: stage 3: find_matches", "queries", len(qs))
+	lat := make([]time.Duration, 0, len(qs))
+	var dst []index.Score
+	for i, qi := range qs {
+		if i%4096 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		t := time.Now()
+		dst = s.Index().FindMatchesInto(dst, r.wl.Queries[qi].BlockHashes, false)
+		lat = append(lat, time.Since(t))
+	}
+	slices.Sort(lat)
+	r.rep.add(MetricQueries, float64(len(qs)), UnitCount)
+	r.rep.add(MetricFindMatchesP50, float64(Percentile(lat, 0.50)), UnitNS)
+	r.rep.add(MetricFindMatchesP99, float64(Percentile(lat, 0.99)), UnitNS)
+	r.rep.add(MetricFindMatchesP999, float64(Percentile(lat, 0.999)), UnitNS)
+	if err := r.loadedQueries(ctx, s, qs, submit); err != nil {
+		return err
+	}
+
+	// Stage 4: restart and compare every query.
+	r.lg.Info("bench: stage 4: restart")
+	before := s.Index()
+	if err := s.Close(); err != nil {
+		s = nil
+		return fmt.Errorf("bench: close before restart: %w", err)
+	}
+	s = nil
+	t0 := time.Now()
+	s2, err := server.Open(r.serverConfig())
+	if err != nil {
+		return fmt.Errorf("bench: reopen: %w", err)
+	}
+	s = s2
+	if err := s.Recover(ctx); err != nil {
+		return fmt.Errorf("bench: restart replay: %w", err)
+	}
+	restart := time.Since(t0)
+	r.rep.add(MetricRestartSeconds, restart.Seconds(), UnitSec)
+	r.rep.add(MetricRestartBlocksPerS, float64(s.Index().Blocks())/restart.Seconds(), UnitRate)
+	r.lg.Info("bench: restarted", "blocks", s.Index().Blocks(), "took", restart.Round(time.Millisecond))
+	if err := compareAll(ctx, r.wl.Queries, qs, before, s.Index()); err != nil {
+		return err
+	}
+	r.lg.Info("bench: every query scores the same after the restart", "queries", len(qs))
+	return nil
+}
+
+// compareAll asks every query of qs of both indexes and returns the first mismatch.
+func compareAll(ctx context.Context, queries []testutil.Query, qs []int, before, after *index.Index) error {
+	var a, b []index.Score
+	for i, qi := range qs {
+		if i%4096 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		h := queries[qi].BlockHashes
+		b = before.FindMatchesInto(b, h, false)
+		a = after.FindMatchesInto(a, h, false)
+		if err := CompareScores(qi, h, b, a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loadedQueries times queries in a closed loop while a shifted copy of the stream is ingested at
+// half of stage 2's rate, until that copy is in or LoadedMax has passed.
+func (r *run) loadedQueries(ctx context.Context, s *server.Server, qs []int, submit submitFunc) error {
+	if len(qs) == 0 || len(r.wl.Events) == 0 {
+		return nil
+	}
+	rate := r.ingest / 2
+	r.lg.Info("bench: stage 3: find_matches under load", "ingest_events_per_s", int(rate), "max", r.o.LoadedMax)
+	load := partition(shiftWorkers(r.wl.Events), r.o.Producers)
+	lctx, cancel := context.WithTimeout(ctx, r.o.LoadedMax)
+	defer cancel()
+	done := make(chan struct{})
+	var lat []time.Duration
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // the querier: owned here, stopped by done
+		defer wg.Done()
+		var dst []index.Score
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			t := time.Now()
+			dst = s.Index().FindMatchesInto(dst, r.wl.Queries[qs[i%len(qs)]].BlockHashes, false)
+			lat = append(lat, time.Since(t))
+		}
+	}()
+	var sent atomic.Int64
+	took, err := r.drive(lctx, "loaded ingest", load, rate, &sent, submit)
+	close(done)
+	wg.Wait()
+	if err != nil && !(errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil) {
+		return fmt.Errorf("bench: loaded ingest: %w", err)
+	}
+	slices.Sort(lat)
+	r.rep.add(MetricFindMatchesLoadedP99, float64(Percentile(lat, 0.99)), UnitNS)
+	r.rep.add(MetricLoadedQueries, float64(len(lat)), UnitCount)
+	r.rep.add(MetricLoadedIngestEventsPS, float64(sent.Load())/took.Seconds(), UnitRate)
+	// Let the lanes finish what the deadline cut off, so the restart sees a quiet pipeline.
+	return s.Pipeline().Flush(ctx)
+}
+
+// memoryBaseline is baseline (a): the same producer split applied to a fresh index, no log. The
+// heap the index holds is measured here, where nothing else is allocating.
+func (r *run) memoryBaseline(ctx context.Context) error {
+	r.lg.Info("bench: stage 5a: in-memory apply baseline")
+	heap0 := liveHeap()
+	ix := index.New(index.Options{})
+	apply := func(_ context.Context, evs []event.RouterEvent) error {
+		for i := range evs {
+			ix.Apply(&evs[i])
+		}
+		return nil
+	}
+	// Batches of 256 here: Apply takes one event at a time either way; this only keeps the
+	// progress and cancellation checks off the per-event path.
+	took, err := r.driveBatch(ctx, "memory apply", r.parts, 256, 0, nil, apply)
+	if err != nil {
+		return fmt.Errorf("bench: memory baseline: %w", err)
+	}
+	r.rep.add(MetricMemoryIngestBlocksPerS, float64(r.wl.Blocks)/took.Seconds(), UnitRate)
+	r.rep.add(MetricMemoryIngestEventsPS, float64(len(r.wl.Events))/took.Seconds(), UnitRate)
+	if n := ix.Blocks(); n > 0 {
+		r.rep.add(MetricHeapBytesPerBlock, (float64(liveHeap())-float64(heap0))/float64(n), UnitBytes)
+	}
+	runtime.KeepAlive(ix)
+	return nil
+}
+
+// liveHeap returns HeapAlloc after two collections (the first runs finalizers and empties
+// sync.Pools' primary caches; the second frees what they held).
+func liveHeap() uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// pebbleCeiling is baseline (b): the same log keys and record values, the same batching,
+// producers and sync mode, committed straight to a fresh Pebble store.
+func (r *run) pebbleCeiling(ctx context.Context) error {
+	r.lg.Info("bench: stage 5b: raw Pebble ceiling")
+	st, err := store.Open(r.ceil, store.Options{Logger: r.lg})
+	if err != nil {
+		return fmt.Errorf("bench: pebble ceiling: %w", err)
+	}
+	defer st.Close()
+	wo := pebble.Sync
+	if r.o.Durability == wal.NoSync {
+		wo = pebble.NoSync
+	}
+	db := st.DB()
+	var batches sync.Pool
+	commit := func(_ context.Context, evs []event.RouterEvent) error {
+		c, _ := batches.Get().(*ceilingBatch)
+		if c == nil {
+			c = &ceilingBatch{b: db.NewBatch()}
+		}
+		for i := range evs {
+			c.key = store.AppendLogKey(c.key[:0], evs[i].Rank(), evs[i].EventID)
+			c.val = wal.EncodeRecord(c.val[:0], &evs[i])
+			if err := c.b.Set(c.key, c.val, nil); err != nil {
+				return err
+			}
+		}
+		err := c.b.Commit(wo)
+		c.b.Reset()
+		batches.Put(c)
+		return err
+	}
+	took, err := r.drive(ctx, "pebble ceiling", r.parts, 0, nil, commit)
+	if err != nil {
+		return fmt.Errorf("bench: pebble ceiling: %w", err)
+	}
+	r.rep.add(MetricPebbleCeilingEventsPS, float64(len(r.wl.Events))/took.Seconds(), UnitRate)
+	return nil
+}
+
+type ceilingBatch struct {
+	b        *pebble.Batch
+	key, val []byte
+}
+
+// submitFunc hands one batch of a producer's events to the system measured.
+type submitFunc func(ctx context.Context, evs []event.RouterEvent) error
+
+func (r *run) drive(ctx context.Context, what string, parts [][]event.RouterEvent, rate float64, sent *atomic.Int64, fn submitFunc) (time.Duration, error) {
+	return r.driveBatch(ctx, what, parts, r.o.Batch, rate, sent, fn)
+}
+
+// driveBatch runs one producer goroutine per part, each handing its events to fn in order,
+// batch at a time, paced to rate events/s in total when rate > 0. It returns the wall time from
+// the start until every producer finished, and the first error (which stops the others).
+func (r *run) driveBatch(ctx context.Context, what string, parts [][]event.RouterEvent, batch int, rate float64, sent *atomic.Int64, fn submitFunc) (time.Duration, error) {
+	total := 0
+	for _, p := range parts {
+		total += len(p)
+	}
+	bar := r.bar(what, total)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		errMu sync.Mutex
+		first error
+	)
+	perProducer := rate / float64(max(len(parts), 1))
+	start := time.Now()
+	for _, part := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; n < len(part); n += batch {
+				if perProducer > 0 {
+					due := start.Add(time.Duration(float64(n) / perProducer * float64(time.Second)))
+					if err := sleepUntil(ctx, due); err != nil {
+						errMu.Lock()
+						first = cmpErr(first, err)
+						errMu.Unlock()
+						return
+					}
+				}
+				evs := part[n:min(n+batch, len(part))]
+				if err := fn(ctx, evs); err != nil {
+					errMu.Lock()
+					first = cmpErr(first, err)
+					errMu.Unlock()
+					cancel()
+					return
+				}
+				if sent != nil {
+					sent.Add(int64(len(evs)))
+				}
+				if bar != nil {
+					_ = bar.Add(len(evs))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	if first == nil {
+		first = ctx.Err() // the caller's ctx: cancel above only runs after an error
+	}
+	return took, first
+}
+
+// cmpErr keeps the first error, preferring a real one over a cancellation it caused.
+func cmpErr(first, err error) error {
+	if first == nil || (errors.Is(first, context.Canceled) && !errors.Is(err, context.Canceled)) {
+		return err
+	}
+	return first
+}
+
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *run) bar(what string, total int) *progressbar.ProgressBar {
+	if r.o.Progress == nil {
+		return nil
+	}
+	return progressbar.NewOptions64(int64(total),
+		progressbar.OptionSetWriter(r.o.Progress),
+		progressbar.OptionSetDescription(what),
+		progressbar.OptionShowCount(),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionClearOnFinish(),
+	)
+}
+
+// partition splits evs by producer: the i-th rank to appear belongs to producer i % n; each
+// producer's events keep stream order.
+func partition(evs []event.RouterEvent, n int) [][]event.RouterEvent {
+	owner := map[event.Rank]int{}
+	parts := make([][]event.RouterEvent, n)
+	for i := range evs {
+		rk := evs[i].Rank()
+		p, ok := owner[rk]
+		if !ok {
+			p = len(owner) % n
+			owner[rk] = p
+		}
+		parts[p] = append(parts[p], evs[i])
+	}
+	return slices.DeleteFunc(parts, func(p []event.RouterEvent) bool { return len(p) == 0 })
+}
+
+// shiftWorkers returns a copy of evs whose worker ids start past the largest one in evs (block
+// slices are shared: they are never written).
+func shiftWorkers(evs []event.RouterEvent) []event.RouterEvent {
+	var top uint64
+	for i := range evs {
+		top = max(top, evs[i].WorkerID)
+	}
+	out := slices.Clone(evs)
+	for i := range out {
+		out[i].WorkerID += top + 1
+	}
+	return out
+}
+
+// nonEmpty returns the indexes of the queries that name at least one block.
+func nonEmpty(qs []testutil.Query) []int {
+	out := make([]int, 0, len(qs))
+	for i := range qs {
+		if len(qs[i].BlockHashes) > 0 {
+			out = append(out, i)
+		}
+	}
+	return out
+}

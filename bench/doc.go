@@ -1,0 +1,37 @@
+// Package bench is the benchmark harness library behind `kvindex bench` and `kvindex loadgen`
+// (shared contract: BENCH.md). It is its own package because nothing existing fits: the index,
+// lanes, wal and server packages are the things measured, and the CLI must stay a thin shell
+// (STYLE.md §7) whose logic tests can call directly.
+//
+// # What Run does, in order
+//
+//  1. Workload: generated once from a Mooncake trace (testutil.Generate) or read from a workload
+//     dir (testutil.ReadWorkloadDir); not timed.
+//  2. Ingest: the whole stream through the real pipeline (server.Open + Recover, then
+//     Pipeline().Submit: cursor → log → lane → tree) by Producers goroutines. Rank number i in
+//     order of first appearance belongs to producer i % Producers, which submits that rank's
+//     events in stream order, Batch events per Submit.
+//  3. Queries: FindMatches for every non-empty query on the final index, each call timed alone;
+//     then again, in one closed-loop querier, while a second copy of the stream (worker ids
+//     shifted past every worker of the first, so none of it is stale) is ingested the same way,
+//     rate-limited to half of the events/s stage 2 reached.
+//  4. Restart: Close, then Open + Recover on the same data dir, timed until ready. Every query is
+//     then answered by the index from before the restart and by the rebuilt one: any difference
+//     fails the run with ErrScoresDiffer and the first mismatch.
+//  5. Baselines on the same events: (a) a fresh in-memory index.Index fed by the same producer
+//     split, no log (also where heap bytes per entry are measured); (b) the raw Pebble ceiling:
+//     the same log keys and wal.EncodeRecord values, Batch records per commit, the same
+//     producers and sync mode, on a fresh store, nothing else.
+//
+// # Invariants
+//
+//   - One data path: stage 2 and the loaded part of stage 3 use the same server pipeline as
+//     `kvindex serve`; no stage writes to the index or the log any other way.
+//   - Nothing is asserted about time: Run reports metrics (Report), it never fails because a
+//     number is slow. It fails for wrong answers (ErrScoresDiffer), wrong ingest (ErrIngest) and
+//     errors of the parts it drives.
+//   - Every goroutine Run or LoadGen starts is stopped before it returns, including on error or
+//     cancellation; temporary data dirs are removed.
+//
+// Metric names and units are part of the contract (tools read them): see the Metric* constants.
+package bench

@@ -1,0 +1,116 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/server"
+	"github.com/kvindex/kvindex/testutil"
+	"github.com/kvindex/kvindex/wal"
+)
+
+func TestCheckTarget(t *testing.T) {
+	for _, tc := range []struct {
+		target string
+		remote bool
+		want   error
+	}{
+		{"http://127.0.0.1:7070", false, nil},
+		{"http://127.8.9.10:1", false, nil},
+		{"http://localhost:7070/", false, nil},
+		{"http://[::1]:7070", false, nil},
+		{"http://10.0.0.1:7070", false, ErrRemoteTarget},
+		{"http://192.168.1.5:7070", false, ErrRemoteTarget},
+		{"http://example.com", false, ErrRemoteTarget},
+		{"http://10.0.0.1:7070", true, nil},
+		{"127.0.0.1:7070", false, ErrOptions},
+		{"ftp://127.0.0.1", false, ErrOptions},
+	} {
+		_, err := CheckTarget(tc.target, tc.remote)
+		if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
+			t.Errorf("CheckTarget(%q, %v) = %v, want %v", tc.target, tc.remote, err, tc.want)
+		}
+	}
+}
+
+// TestLoadGenAgainstAServer posts a small workload to an in-process server over HTTP and checks
+// that every event arrived (the server's index equals one built in memory from the same stream).
+func TestLoadGenAgainstAServer(t *testing.T) {
+	s, err := server.Open(server.Config{DataDir: t.TempDir(), Durability: wal.NoSync, Lanes: 2, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	defer hs.Close()
+
+	reqs := smallTrace(t, 80)
+	wopts := testutil.WorkloadOptions{Workers: 6}
+	rep, err := LoadGen(context.Background(), LoadOptions{
+		Target: hs.URL, Requests: reqs, Workload: wopts, Clients: 3, Batch: 5,
+		Duration: time.Minute, Logger: quiet(), HTTPClient: hs.Client(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl, err := testutil.Generate(reqs, 1, wopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]float64{
+		MetricLoadEvents: float64(len(wl.Events)), MetricLoadAccepted: float64(len(wl.Events)), MetricLoadIgnored: 0,
+	} {
+		if got, _ := rep.Get(name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	for _, name := range []string{MetricLoadEventsPerS, MetricLoadSeconds, MetricLoadFindP999} {
+		if v, ok := rep.Get(name); !ok || !(v > 0) {
+			t.Errorf("%s = %v (present %v), want > 0", name, v, ok)
+		}
+	}
+	ref := index.New(index.Options{})
+	for i := range wl.Events {
+		ref.Apply(&wl.Events[i])
+	}
+	if err := compareAll(context.Background(), wl.Queries, nonEmpty(wl.Queries), ref, s.Index()); err != nil {
+		t.Fatalf("server index differs from the stream: %v", err)
+	}
+}
+
+func TestLoadGenMaxEvents(t *testing.T) {
+	s, err := server.Open(server.Config{DataDir: t.TempDir(), Durability: wal.NoSync, Lanes: 1, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	defer hs.Close()
+	rep, err := LoadGen(context.Background(), LoadOptions{
+		Target: hs.URL, Requests: smallTrace(t, 80), Workload: testutil.WorkloadOptions{Workers: 6},
+		MaxEvents: 17, Rate: 2000, Logger: quiet(), HTTPClient: hs.Client(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := rep.Get(MetricLoadAccepted); got != 17 {
+		t.Fatalf("accepted %v, want 17", got)
+	}
+}
+
+func TestLoadGenRefusesRemote(t *testing.T) {
+	_, err := LoadGen(context.Background(), LoadOptions{Target: "http://10.1.2.3:7070", Requests: smallTrace(t, 3)})
+	if !errors.Is(err, ErrRemoteTarget) {
+		t.Fatalf("err = %v, want ErrRemoteTarget", err)
+	}
+}
