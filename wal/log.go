@@ -113,7 +113,7 @@ type RankMeta struct {
 	HasCursor  bool
 	Gaps       []Gap  // in the order they were added
 	SnapshotID uint64 // LastEventID of the rank's snapshot; 0 none
-	Removed    bool   // a RemoveRank tombstone is present (cleared by SetCursor and ResetRank)
+	Removed    bool   // RemoveRank was the last word: a tombstone and no log, snapshot or cursor since
 }
 
 // Snapshot is a rank's state as of LastEventID: its dump, Stored events in replay order.
@@ -199,11 +199,11 @@ func (b *Batch) Append(ev *event.RouterEvent) {
 	b.n++
 }
 
-// SetCursor writes r's cursor (and clears a removal tombstone: the rank is back).
+// SetCursor writes r's cursor.
 func (b *Batch) SetCursor(r event.Rank, c Cursor) {
-	pb := b.pebble()
-	_ = pb.Set(store.MetaKey(r, metaCursor), encodeCursor(r, c), nil)
-	_ = pb.Delete(store.RankKey(store.PrefixTombstone, r), nil)
+	b.key = append(store.AppendRankKey(b.key[:0], store.PrefixRankMeta, r), metaCursor)
+	b.val = appendCursor(b.val[:0], r, c)
+	_ = b.pebble().Set(b.key, b.val, nil)
 	b.n++
 }
 
@@ -214,7 +214,7 @@ func (b *Batch) AddGap(r event.Rank, g Gap) {
 	b.n++
 }
 
-// ResetRank deletes r's whole log and snapshot (keeps cursor and gaps; clears a tombstone).
+// ResetRank deletes r's whole log and snapshot (keeps cursor and gaps; drops a tombstone).
 // Appends to r later in the same batch survive.
 func (b *Batch) ResetRank(r event.Rank) {
 	pb := b.pebble()
@@ -481,8 +481,20 @@ func (l *Log) RankMeta(r event.Rank) (RankMeta, error) {
 			return m, fmt.Errorf("wal: rank %v snapshot id: %w: %w", r, ErrCorruption, err)
 		}
 	}
-	if _, m.Removed, err = l.get(store.RankKey(store.PrefixTombstone, r)); err != nil {
+	_, tomb, err := l.get(store.RankKey(store.PrefixTombstone, r))
+	if err != nil {
 		return m, err
+	}
+	if tomb && !m.HasCursor {
+		_, snap, err := l.get(store.RankKey(store.PrefixSnapshot, r))
+		if err != nil {
+			return m, err
+		}
+		last, err := l.Last(r)
+		if err != nil {
+			return m, err
+		}
+		m.Removed = !snap && last == 0
 	}
 	lo, hi := store.RankBounds(store.PrefixGap, r)
 	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})

@@ -34,10 +34,8 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // rankCRC starts a checksum over the rank the key supplies, so a value moved under another
 // rank's key fails its check.
 func rankCRC(r event.Rank) uint32 {
-	var kb [12]byte
-	binary.BigEndian.PutUint64(kb[0:8], r.WorkerID)
-	binary.BigEndian.PutUint32(kb[8:12], r.DPRank)
-	return crc32.Update(0, castagnoli, kb[:])
+	kb := store.RankKey(0, r) // prefix | worker BE | dp BE
+	return crc32.Update(0, castagnoli, kb[1:])
 }
 
 // RecordSize returns the encoded size of ev's log record.
@@ -268,9 +266,14 @@ func decodeSnapshot(r event.Rank, val []byte) (Snapshot, error) {
 // Small metadata values: version | payload | crc32c (over the rank and the bytes before it).
 
 func sealMeta(r event.Rank, payload []byte) []byte {
-	dst := make([]byte, 0, 1+len(payload)+crcLen)
+	return appendMeta(make([]byte, 0, 1+len(payload)+crcLen), r, payload)
+}
+
+// appendMeta appends the framed payload to dst.
+func appendMeta(dst []byte, r event.Rank, payload []byte) []byte {
+	start := len(dst)
 	dst = append(append(dst, metaVersion), payload...)
-	return binary.LittleEndian.AppendUint32(dst, crc32.Update(rankCRC(r), castagnoli, dst))
+	return binary.LittleEndian.AppendUint32(dst, crc32.Update(rankCRC(r), castagnoli, dst[start:]))
 }
 
 func openMeta(r event.Rank, val []byte, payloadLen int) ([]byte, error) {
@@ -287,14 +290,23 @@ func openMeta(r event.Rank, val []byte, payloadLen int) ([]byte, error) {
 	return body[1:], nil
 }
 
-func encodeCursor(r event.Rank, c Cursor) []byte {
-	var p [13]byte
-	binary.LittleEndian.PutUint64(p[0:8], c.LastEventID)
+func encodeCursor(r event.Rank, c Cursor) []byte { return appendCursor(nil, r, c) }
+
+// appendCursor appends the cursor value to dst; the payload is laid out in dst's spare room
+// (a stack array handed to crc32 would escape).
+func appendCursor(dst []byte, r event.Rank, c Cursor) []byte {
+	start := len(dst)
+	dst = binary.LittleEndian.AppendUint64(dst, c.LastEventID)
+	var flags byte
 	if c.Degraded {
-		p[8] = flagDegraded
+		flags = flagDegraded
 	}
-	binary.LittleEndian.PutUint32(p[9:13], c.Epoch)
-	return sealMeta(r, p[:])
+	dst = binary.LittleEndian.AppendUint32(append(dst, flags), c.Epoch)
+	// Shift the payload right by one byte for the version, then seal.
+	dst = append(dst, 0)
+	copy(dst[start+1:], dst[start:len(dst)-1])
+	dst[start] = metaVersion
+	return binary.LittleEndian.AppendUint32(dst, crc32.Update(rankCRC(r), castagnoli, dst[start:]))
 }
 
 func decodeCursor(r event.Rank, val []byte) (Cursor, error) {
