@@ -390,3 +390,21 @@ func TestDumpCacheMetricsAndClose(t *testing.T) {
 		t.Errorf("after close: got %d, want 503", code)
 	}
 }
+
+// A publisher restart that climbs back to the cached id leaves the cursor, the gap counters and
+// the degraded flag as they were: only the record at that id tells the histories apart.
+func TestTreeDumpCacheEpochSameID(t *testing.T) {
+	s, url := rangeServer(t, Config{}, DumpCacheOptions{})
+	post(t, url, chain(1), chain(2), chain(3))
+	getAnswer(t, url, "")
+	post(t, url, event.Stored(rk1, 1, nil, event.Block{BlockHash: 11, TokensHash: 11}),
+		event.Stored(rk1, 2, nil, event.Block{BlockHash: 12, TokensHash: 12}),
+		event.Stored(rk1, 3, nil, event.Block{BlockHash: 13, TokensHash: 13}))
+	a := getAnswer(t, url, "")
+	if got := s.dumps.builds.Load(); got != 2 {
+		t.Errorf("builds = %d, want 2 (the cached dump of the old epoch must not be served)", got)
+	}
+	if got, want := dumpBlocks(a.Events), serverBlocks(t, s); !slices.Equal(got, want) {
+		t.Errorf("dump replays to %v, server holds %v", got, want)
+	}
+}
