@@ -73,6 +73,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		ExitErrHandler: func(*cli.Context, error) {}, // run() prints and picks the exit code
 		Commands: []*cli.Command{
 			serveCommand(),
+			benchCommand(),
+			loadgenCommand(),
 		},
 	}
 	app.Before = func(c *cli.Context) error {

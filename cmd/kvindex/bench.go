@@ -1,0 +1,137 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/kvindex/kvindex/bench"
+	"github.com/kvindex/kvindex/testutil"
+	"github.com/kvindex/kvindex/wal"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+)
+
+// workloadFlags are the generator flags bench and loadgen share (BENCH.md defaults).
+func workloadFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "trace", Usage: "Mooncake JSONL trace to generate the workload from", EnvVars: env("trace")},
+		&cli.IntFlag{Name: "scale", Value: 1, Usage: "disjoint copies of the trace (hash ids offset per copy), each on its own workers", EnvVars: env("scale")},
+		&cli.IntFlag{Name: "workers", Value: testutil.DefaultWorkers, Usage: "simulated workers per copy", EnvVars: env("workers")},
+		&cli.IntFlag{Name: "cache-blocks", Value: testutil.DefaultCacheBlocks, Usage: "LRU capacity of each simulated worker, in blocks", EnvVars: env("cache-blocks")},
+		&cli.Float64Flag{Name: "speedup", Value: testutil.DefaultSpeedup, Usage: "trace time is divided by this", EnvVars: env("speedup")},
+		&cli.Int64Flag{Name: "seed", Value: testutil.DefaultSeed, Usage: "seed of the workers' tie-breaking order", EnvVars: env("seed")},
+	}
+}
+
+func workloadOptions(c *cli.Context) testutil.WorkloadOptions {
+	return testutil.WorkloadOptions{
+		Workers:     c.Int("workers"),
+		CacheBlocks: c.Int("cache-blocks"),
+		Speedup:     c.Float64("speedup"),
+		Seed:        c.Int64("seed"),
+	}
+}
+
+// progressWriter returns stderr when it is a terminal (progress bars), else nil (quiet in pipes).
+func progressWriter(stderr io.Writer) io.Writer {
+	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return f
+	}
+	return nil
+}
+
+func writeReport(w io.Writer, rep *bench.Report, asJSON bool) error {
+	if asJSON {
+		return rep.WriteJSON(w)
+	}
+	return rep.WriteTable(w)
+}
+
+func benchCommand() *cli.Command {
+	flags := append(workloadFlags(),
+		&cli.StringFlag{Name: "workload", Usage: "a workload dir (events.ndjson + queries.ndjson) instead of --trace", EnvVars: env("workload")},
+		&cli.IntFlag{Name: "producers", Value: 16, Usage: "concurrent producers, each owning a set of ranks", EnvVars: env("producers")},
+		&cli.IntFlag{Name: "batch", Value: 1, Usage: "events per append (Submit, and commit in the Pebble ceiling)", EnvVars: env("batch")},
+		&cli.StringFlag{Name: "durability", Value: "sync", Usage: "sync or none, for the pipeline and the Pebble ceiling", EnvVars: env("durability")},
+		&cli.IntFlag{Name: "lanes", Value: 0, Usage: "pipeline lanes (0 = GOMAXPROCS, as serve)", EnvVars: env("lanes")},
+		&cli.StringFlag{Name: "data-dir", Usage: "where the stores go, kept after the run (default: a temp dir, removed after)", EnvVars: env("bench-data-dir")},
+		&cli.DurationFlag{Name: "loaded-max", Value: 0, Usage: "bound of the under-load query phase (0 = 30s)", EnvVars: env("loaded-max")},
+		&cli.BoolFlag{Name: "json", Usage: "one JSON object per metric and line instead of the table", EnvVars: env("json")},
+		&cli.StringFlag{Name: "markdown", Usage: "also write the results table into this markdown file (its section for this configuration is replaced)", EnvVars: env("markdown")},
+	)
+	return &cli.Command{
+		Name:  "bench",
+		Usage: "the trace-driven benchmark with its baselines in the same run (BENCH.md)",
+		Flags: flags,
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("bench takes no arguments, got %q", c.Args().Slice())
+			}
+			if (c.String("trace") == "") == (c.String("workload") == "") {
+				return usagef("give exactly one of --trace FILE or --workload DIR")
+			}
+			dur, err := wal.ParseDurability(c.String("durability"))
+			if err != nil {
+				return usageError{err}
+			}
+			for _, name := range []string{"scale", "workers", "cache-blocks", "producers", "batch"} {
+				if c.Int(name) <= 0 {
+					return usagef("--%s must be > 0", name)
+				}
+			}
+			o := bench.Options{
+				TracePath:   c.String("trace"),
+				WorkloadDir: c.String("workload"),
+				Scale:       c.Int("scale"),
+				Workload:    workloadOptions(c),
+				Producers:   c.Int("producers"),
+				Batch:       c.Int("batch"),
+				Durability:  dur,
+				Lanes:       c.Int("lanes"),
+				DataDir:     c.String("data-dir"),
+				LoadedMax:   c.Duration("loaded-max"),
+				Logger:      slog.Default(),
+				Progress:    progressWriter(c.App.ErrWriter),
+			}
+			rep, runErr := bench.Run(c.Context, o)
+			if errors.Is(runErr, bench.ErrOptions) {
+				return usageError{runErr}
+			}
+			if rep != nil {
+				if err := writeReport(c.App.Writer, rep, c.Bool("json")); err != nil {
+					return err
+				}
+				if path := c.String("markdown"); path != "" && runErr == nil {
+					key := fmt.Sprintf("scale %d, producers %d, batch %d, durability %s", o.Scale, o.Producers, o.Batch, dur)
+					sec := bench.Markdown(key, benchCommandLine(c, dur), bench.ThisMachine(), rep)
+					if err := bench.UpdateMarkdown(path, key, sec); err != nil {
+						return err
+					}
+				}
+			}
+			return runErr
+		},
+	}
+}
+
+// benchCommandLine is the command that reproduces a run, for the results file.
+func benchCommandLine(c *cli.Context, dur wal.Durability) string {
+	var b strings.Builder
+	b.WriteString("kvindex bench")
+	if t := c.String("trace"); t != "" {
+		fmt.Fprintf(&b, " --trace %s --scale %d", t, c.Int("scale"))
+	} else {
+		fmt.Fprintf(&b, " --workload %s", c.String("workload"))
+	}
+	for _, name := range []string{"workers", "cache-blocks", "speedup", "seed"} {
+		if c.IsSet(name) {
+			fmt.Fprintf(&b, " --%s %v", name, c.Value(name))
+		}
+	}
+	fmt.Fprintf(&b, " --producers %d --batch %d --durability %s", c.Int("producers"), c.Int("batch"), dur)
+	return b.String()
+}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"errors"
+	"log/slog"
+
+	"github.com/kvindex/kvindex/bench"
+	"github.com/urfave/cli/v2"
+)
+
+func loadgenCommand() *cli.Command {
+	flags := append(workloadFlags(),
+		&cli.StringFlag{Name: "target", Required: true, Usage: "base URL of a running kvindex serve (loopback only unless --allow-remote)", EnvVars: env("target")},
+		&cli.BoolFlag{Name: "allow-remote", Usage: "permit a target that is not a loopback address", EnvVars: env("allow-remote")},
+		&cli.Float64Flag{Name: "rate", Usage: "events per second over all clients (0 = as fast as the server answers)", EnvVars: env("rate")},
+		&cli.IntFlag{Name: "clients", Value: 4, Usage: "concurrent posting clients, each owning a set of ranks", EnvVars: env("clients")},
+		&cli.IntFlag{Name: "batch", Value: 64, Usage: "events per POST /v1/events", EnvVars: env("batch")},
+		&cli.DurationFlag{Name: "duration", Value: bench.DefaultLoadDuration, Usage: "stop after this long", EnvVars: env("duration")},
+		&cli.IntFlag{Name: "max-events", Usage: "post at most the stream's first N events (0 = all)", EnvVars: env("max-events")},
+		&cli.BoolFlag{Name: "json", Usage: "one JSON object per metric and line instead of the table", EnvVars: env("json")},
+	)
+	return &cli.Command{
+		Name:  "loadgen",
+		Usage: "post the generated workload to a running server over HTTP and measure it",
+		Flags: flags,
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("loadgen takes no arguments, got %q", c.Args().Slice())
+			}
+			if c.String("trace") == "" {
+				return usagef("--trace FILE is required")
+			}
+			for _, name := range []string{"scale", "workers", "cache-blocks", "clients", "batch"} {
+				if c.Int(name) <= 0 {
+					return usagef("--%s must be > 0", name)
+				}
+			}
+			if c.Duration("duration") <= 0 || c.Float64("rate") < 0 || c.Int("max-events") < 0 {
+				return usagef("--duration must be > 0, --rate and --max-events ≥ 0")
+			}
+			rep, err := bench.LoadGen(c.Context, bench.LoadOptions{
+				Target:      c.String("target"),
+				AllowRemote: c.Bool("allow-remote"),
+				TracePath:   c.String("trace"),
+				Scale:       c.Int("scale"),
+				Workload:    workloadOptions(c),
+				Rate:        c.Float64("rate"),
+				Clients:     c.Int("clients"),
+				Batch:       c.Int("batch"),
+				Duration:    c.Duration("duration"),
+				MaxEvents:   c.Int("max-events"),
+				Logger:      slog.Default(),
+			})
+			if errors.Is(err, bench.ErrOptions) || errors.Is(err, bench.ErrRemoteTarget) {
+				return usageError{err}
+			}
+			if err != nil {
+				return err
+			}
+			return writeReport(c.App.Writer, rep, c.Bool("json"))
+		},
+	}
+}
