@@ -73,6 +73,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		ExitErrHandler: func(*cli.Context, error) {}, // run() prints and picks the exit code
 		Commands: []*cli.Command{
 			serveCommand(),
+			compactCommand(), exportCommand(), inspectCommand(), verifyCommand(),
 			benchCommand(),
 			loadgenCommand(),
 		},

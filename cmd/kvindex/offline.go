@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/kvindex/kvindex/offline"
+	"github.com/kvindex/kvindex/store"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+)
+
+// The offline commands (compact, export, inspect, verify) are thin shells over package offline.
+
+// offlineOptions reads the shared flags. Progress bars go to stderr only when it is a terminal.
+func offlineOptions(c *cli.Context) (offline.Options, error) {
+	if c.NArg() > 0 {
+		return offline.Options{}, usagef("%s takes no arguments, got %q", c.Command.Name, c.Args().Slice())
+	}
+	o := offline.Options{DataDir: c.String("data-dir"), Logger: slog.Default()}
+	if f, ok := c.App.ErrWriter.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		o.Progress = f
+	}
+	return o, nil
+}
+
+// offlineErr turns a library error into the CLI's: a clear line for a locked dir.
+func offlineErr(cmd string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, store.ErrLocked) {
+		return fmt.Errorf("%s: refusing while a server holds the data dir (stop it first): %w", cmd, err)
+	}
+	return fmt.Errorf("%s: %w", cmd, err)
+}
+
+func compactCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "compact",
+		Usage: "offline: fold each rank's log into a snapshot at its newest event, delete the folded log, compact Pebble",
+		Flags: []cli.Flag{dataDirFlag()},
+		Action: func(c *cli.Context) error {
+			o, err := offlineOptions(c)
+			if err != nil {
+				return err
+			}
+			_, err = offline.Compact(c.Context, c.App.Writer, offline.CompactOptions{Options: o})
+			return offlineErr("compact", err)
+		},
+	}
+}
+
+func exportCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "export",
+		Usage: "offline, read-only: the log as RouterEvent NDJSON (events, original ids) or the rebuilt tree (dump)",
+		Flags: []cli.Flag{
+			dataDirFlag(),
+			&cli.StringFlag{Name: "what", Value: "events", Usage: "events: the retained log, each rank's snapshot first; dump: the rebuilt tree, ids from 0 per rank", EnvVars: env("what")},
+			&cli.Uint64Flag{Name: "worker-id", Usage: "only this worker's ranks", EnvVars: env("worker-id")},
+			&cli.UintFlag{Name: "dp-rank", Usage: "only this dp rank (with --worker-id)", EnvVars: env("dp-rank")},
+			&cli.Uint64Flag{Name: "from", Usage: "events only: skip log events below this id (a snapshot at or above it is still written)", EnvVars: env("from")},
+			&cli.StringFlag{Name: "out", Usage: "write to this file (replaced atomically when done) instead of stdout", EnvVars: env("out")},
+		},
+		Action: func(c *cli.Context) error {
+			o, err := offlineOptions(c)
+			if err != nil {
+				return err
+			}
+			what, err := offline.ParseWhat(c.String("what"))
+			if err != nil {
+				return usagef("--what %q: want events or dump", c.String("what"))
+			}
+			if c.IsSet("dp-rank") && !c.IsSet("worker-id") {
+				return usagef("--dp-rank needs --worker-id")
+			}
+			if c.IsSet("from") && what == offline.WhatDump {
+				return usagef("--from applies to --what events only")
+			}
+			if c.Uint("dp-rank") > 1<<32-1 {
+				return usagef("--dp-rank %d is above 2^32-1", c.Uint("dp-rank"))
+			}
+			eo := offline.ExportOptions{Options: o, What: what, From: c.Uint64("from"),
+				Filter: offline.Filter{Worker: c.Uint64("worker-id"), HasWorker: c.IsSet("worker-id"), DP: uint32(c.Uint("dp-rank")), HasDP: c.IsSet("dp-rank")}}
+			res, err := exportTo(c, c.String("out"), eo)
+			if err != nil {
+				return offlineErr("export", err)
+			}
+			for _, r := range res.Ranks {
+				fmt.Fprintln(c.App.ErrWriter, r.Note())
+			}
+			fmt.Fprintf(c.App.ErrWriter, "exported %d events of %d ranks\n", res.Events, len(res.Ranks))
+			return nil
+		},
+	}
+}
+
+// exportTo runs the export into stdout, or into FILE.tmp renamed to FILE once complete.
+func exportTo(c *cli.Context, path string, eo offline.ExportOptions) (offline.ExportResult, error) {
+	if path == "" {
+		bw := bufio.NewWriterSize(c.App.Writer, 1<<16)
+		res, err := offline.Export(c.Context, bw, eo)
+		if ferr := bw.Flush(); err == nil && ferr != nil {
+			err = ferr
+		}
+		return res, err
+	}
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return offline.ExportResult{}, err
+	}
+	bw := bufio.NewWriterSize(f, 1<<16)
+	res, err := offline.Export(c.Context, bw, eo)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return res, err
+}
+
+func inspectCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "inspect",
+		Usage: "offline, read-only: format version, ranks (log span, snapshot, cursor, gap ledger), disk bytes, Pebble summary",
+		Flags: []cli.Flag{
+			dataDirFlag(),
+			&cli.BoolFlag{Name: "json", Usage: "write the report as JSON", EnvVars: env("json")},
+		},
+		Action: func(c *cli.Context) error {
+			o, err := offlineOptions(c)
+			if err != nil {
+				return err
+			}
+			_, err = offline.Inspect(c.Context, c.App.Writer, offline.InspectOptions{Options: o, JSON: c.Bool("json")})
+			return offlineErr("inspect", err)
+		},
+	}
+}
+
+func verifyCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "verify",
+		Usage: "offline, read-only: rebuild every rank from snapshot + log and check checksums, ids and tree invariants; exit 1 listing each problem",
+		Flags: []cli.Flag{dataDirFlag()},
+		Action: func(c *cli.Context) error {
+			o, err := offlineOptions(c)
+			if err != nil {
+				return err
+			}
+			_, err = offline.Verify(c.Context, c.App.Writer, offline.VerifyOptions{Options: o})
+			return offlineErr("verify", err)
+		},
+	}
+}
