@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -306,6 +307,27 @@ func (s *Store) DiskUsage() uint64 { return s.db.Metrics().DiskSpaceUsage() }
 
 // Metrics returns Pebble's metrics (for /metrics and inspect).
 func (s *Store) Metrics() *pebble.Metrics { return s.db.Metrics() }
+
+// Checkpoint writes a consistent copy of the store into dest (a new dir) with hard links where
+// possible, after flushing the WAL: an online backup that does not stall writes.
+func (s *Store) Checkpoint(dest string) error {
+	if err := s.db.Checkpoint(dest, pebble.WithFlushedWAL()); err != nil {
+		return mapPebbleErr(fmt.Sprintf("checkpoint %s to %s", s.dir, dest), err)
+	}
+	return nil
+}
+
+// CompactAll flushes the memtable and compacts the whole keyspace, so space freed by
+// DeleteRange returns to the filesystem (offline `kvindex compact`).
+func (s *Store) CompactAll(ctx context.Context) error {
+	if err := s.db.Flush(); err != nil {
+		return mapPebbleErr(fmt.Sprintf("compact %s: flush", s.dir), err)
+	}
+	if err := s.db.Compact(ctx, []byte{0}, []byte{0xff}, true); err != nil {
+		return mapPebbleErr(fmt.Sprintf("compact %s", s.dir), err)
+	}
+	return nil
+}
 
 // Close closes Pebble and releases the lock. Close after a fatal Pebble error still releases
 // the lock and reports the error.

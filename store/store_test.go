@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"testing"
@@ -380,4 +381,57 @@ func TestKeyOrderProperty(t *testing.T) {
 			t.Fatalf("ParseLogKey(%x) = %v %d %v", ka, gr, gid, ok)
 		}
 	})
+}
+
+// Space freed by a DeleteRange comes back after CompactAll; a checkpoint opens as a store.
+func TestCompactAllAndCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir+"/data", Options{Logger: quietLogger(), MemTableSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := event.Rank{WorkerID: 1}
+	rng := rand.New(rand.NewPCG(1, 2))
+	val := make([]byte, 512)
+	b := s.DB().NewBatch()
+	for i := range 20_000 {
+		for j := range val {
+			val[j] = byte(rng.Uint32())
+		}
+		_ = b.Set(LogKey(r, uint64(i)), val, nil) // incompressible, so sizes are meaningful
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CompactAll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	lo, hi := RankLogBounds(r)
+	full, err := s.DB().EstimateDiskUsage(lo, hi)
+	if err != nil || full < 1<<20 {
+		t.Fatalf("estimated usage %d, %v", full, err)
+	}
+	if err := s.Checkpoint(dir + "/backup"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DB().DeleteRange(lo, hi, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CompactAll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := s.DB().EstimateDiskUsage(lo, hi); after >= full/10 || s.DiskUsage() == 0 {
+		t.Errorf("disk usage %d after deleting everything, %d before", after, full)
+	}
+	c, err := Open(dir+"/backup", Options{Logger: quietLogger(), ReadOnly: true})
+	if err != nil {
+		t.Fatalf("open checkpoint: %v", err)
+	}
+	defer c.Close()
+	if _, closer, err := c.DB().Get(LogKey(r, 19_999)); err != nil {
+		t.Errorf("checkpoint lacks the last key: %v", err)
+	} else {
+		closer.Close()
+	}
 }

@@ -558,7 +558,8 @@ func (l *Log) Metas(prefix string) (map[string][]byte, error) {
 
 // WriteSnapshot stores r's state as of lastID (stored: its dump, Stored events in replay order),
 // then deletes the log up to lastID with one DeleteRange from the previous cut point. Durable
-// (synced) when it returns. lastID below the current cut returns ErrStaleSnapshot.
+// (synced) when it returns. lastID below the current cut returns ErrStaleSnapshot. Not safe to
+// call concurrently for the same rank (the rank's lane owns its snapshots).
 func (l *Log) WriteSnapshot(ctx context.Context, r event.Rank, lastID uint64, stored []event.RouterEvent) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("wal: snapshot rank %v: %w", r, err)
