@@ -5,6 +5,7 @@ import "slices"
 // matchScratch holds a query's working sets; pooled so that steady-state queries do not allocate.
 type matchScratch struct {
 	active, next []uint32
+	groups       []int // start of each group of equal scores in dst, ascending scores
 }
 
 // FindMatches scores every rank against a query of local block hashes (tokens hashes, from the
@@ -27,8 +28,10 @@ func (ix *Index) FindMatchesInto(dst []Score, localHashes []uint64, earlyExit bo
 	if len(localHashes) == 0 {
 		return dst
 	}
+	t := *ix.table.Load()
 	sc := ix.scratch.Get().(*matchScratch)
 	active := sc.active[:0]
+	groups := sc.groups[:0]
 	depth := 0
 	cur := ix.root
 	for i, h := range localHashes {
@@ -40,6 +43,8 @@ func (ix *Index) FindMatchesInto(dst []Score, localHashes []uint64, earlyExit bo
 		if i == 0 {
 			active = append(active, hs...)
 		} else {
+			// The ranks that leave here score depth: one group, in rank id order.
+			groups = append(groups, len(dst))
 			next := sc.next[:0]
 			j := 0
 			for _, id := range active {
@@ -49,7 +54,7 @@ func (ix *Index) FindMatchesInto(dst []Score, localHashes []uint64, earlyExit bo
 				if j < len(hs) && hs[j] == id {
 					next = append(next, id)
 				} else {
-					dst = ix.appendScore(dst, id, uint32(depth))
+					dst = appendScore(dst, t, id, uint32(depth))
 				}
 			}
 			sc.next = active
@@ -64,23 +69,38 @@ func (ix *Index) FindMatchesInto(dst []Score, localHashes []uint64, earlyExit bo
 		}
 		cur = child
 	}
+	groups = append(groups, len(dst))
 	for _, id := range active {
-		dst = ix.appendScore(dst, id, uint32(depth))
+		dst = appendScore(dst, t, id, uint32(depth))
 	}
-	sc.active = active[:0]
+	groups = append(groups, len(dst))
+	orderScores(dst, groups)
+	sc.active, sc.groups = active[:0], groups[:0]
 	ix.scratch.Put(sc)
-	slices.SortFunc(dst, cmpScore)
 	return dst
 }
 
-// appendScore resolves a rank id and appends its score. An id whose rank was removed while the
-// query ran is skipped.
-func (ix *Index) appendScore(dst []Score, id, score uint32) []Score {
-	if score == 0 {
-		return dst
+// orderScores sorts dst, made of groups of equal scores with ascending scores (group k is
+// dst[groups[k]:groups[k+1]]), by cmpScore: each group by rank, then the groups in reverse. Rank
+// ids are mostly assigned in rank order, so a group is usually sorted already.
+func orderScores(dst []Score, groups []int) {
+	for k := 0; k+1 < len(groups); k++ {
+		g := dst[groups[k]:groups[k+1]]
+		if !slices.IsSortedFunc(g, cmpScore) {
+			slices.SortFunc(g, cmpScore)
+		}
 	}
-	t := *ix.table.Load()
-	if int(id) >= len(t) || t[id] == nil {
+	slices.Reverse(dst)
+	n := len(dst)
+	for k := 0; k+1 < len(groups); k++ {
+		slices.Reverse(dst[n-groups[k+1] : n-groups[k]])
+	}
+}
+
+// appendScore resolves a rank id in the rank table t and appends its score. An id whose rank
+// was removed while the query ran is skipped, and so is a rank added after t was loaded.
+func appendScore(dst []Score, t []*rankState, id, score uint32) []Score {
+	if score == 0 || int(id) >= len(t) || t[id] == nil {
 		return dst
 	}
 	rs := t[id]
