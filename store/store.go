@@ -176,6 +176,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	db, err := pebble.Open(dir, po)
 	if err != nil {
+		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) {
+			// Pebble's own LOCK is held (by a tool that bypassed kvindex.lock).
+			return nil, fmt.Errorf("%w: data dir %s is in use by another process (Pebble LOCK): %w", ErrLocked, dir, err)
+		}
 		return nil, mapPebbleErr(fmt.Sprintf("open %s", dir), err)
 	}
 	s.db = db
@@ -359,9 +363,6 @@ func mapPebbleErr(context string, err error) error {
 	}
 	if pebble.IsCorruptionError(err) {
 		return fmt.Errorf("%s: %w: %w", context, ErrCorruption, err)
-	}
-	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) && strings.Contains(err.Error(), "LOCK") {
-		return fmt.Errorf("%s: %w: %w", context, ErrLocked, err)
 	}
 	return fmt.Errorf("%s: %w", context, err)
 }

@@ -149,7 +149,8 @@ func Open(st *store.Store, opts Options) (*Log, error) {
 	return &Log{st: st, db: st.DB(), log: opts.Logger, wo: wo, gapSeq: map[event.Rank]uint64{}}, nil
 }
 
-// Close marks the log closed: later calls return ErrClosed. It does not close the store.
+// Close marks the log closed: later calls return ErrClosed. It does not wait for commits in
+// flight (stop the writers first) and does not close the store.
 func (l *Log) Close() error {
 	l.closed.Store(true)
 	return nil
