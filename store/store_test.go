@@ -435,3 +435,21 @@ func TestCompactAllAndCheckpoint(t *testing.T) {
 		closer.Close()
 	}
 }
+
+// A process that holds Pebble's own LOCK (a Pebble tool bypassing kvindex.lock) also makes Open
+// fail with ErrLocked.
+func TestPebbleLockHeld(t *testing.T) {
+	fs := vfs.NewMem()
+	s := mustOpen(t, fs, Options{})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lk, err := pebble.LockDirectory("data", fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	if _, err := openMem(t, fs, Options{}); !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "Pebble LOCK") {
+		t.Fatalf("open with Pebble's LOCK held: %v, want ErrLocked", err)
+	}
+}
