@@ -20,19 +20,20 @@ import (
 
 // Config configures a Server. Zero values take the documented defaults.
 type Config struct {
-	DataDir       string         // default "./kvindex-data"
-	Listen        string         // default "127.0.0.1:7070" (Run only)
-	BlockSize     int            // tokens per block for find_matches_for_request; default 16
-	Lanes         int            // default GOMAXPROCS
-	Durability    wal.Durability // default wal.Sync
-	RetainEvents  uint64         // online retention per rank; default 100,000; 0 keeps everything
-	MaxBodyBytes  int64          // request body limit; default 64 MiB
-	SubmitTimeout time.Duration  // how long a request waits on a full lane before 503; default 10 s
-	Upstream      string         // default recovery source of every worker (base URL of a kvindex); "" none
-	FetchTimeout  time.Duration  // per-request timeout of recovery fetches; default 10 s
-	FetchBackoff  time.Duration  // first retry backoff of recovery fetches (doubling, 8 tries); default 200 ms
-	Logger        *slog.Logger   // default slog.Default()
-	FS            vfs.FS         // default the OS file system (tests pass a crashable MemFS)
+	DataDir       string           // default "./kvindex-data"
+	Listen        string           // default "127.0.0.1:7070" (Run only)
+	BlockSize     int              // tokens per block for find_matches_for_request; default 16
+	Lanes         int              // default GOMAXPROCS
+	Durability    wal.Durability   // default wal.Sync
+	RetainEvents  uint64           // online retention per rank; default 100,000; 0 keeps everything
+	MaxBodyBytes  int64            // request body limit; default 64 MiB
+	SubmitTimeout time.Duration    // how long a request waits on a full lane before 503; default 10 s
+	Upstream      string           // default recovery source of every worker (base URL of a kvindex); "" none
+	FetchTimeout  time.Duration    // per-request timeout of recovery fetches; default 10 s
+	FetchBackoff  time.Duration    // first retry backoff of recovery fetches (doubling, 8 tries); default 200 ms
+	Logger        *slog.Logger     // default slog.Default()
+	FS            vfs.FS           // default the OS file system (tests pass a crashable MemFS)
+	DumpCache     DumpCacheOptions // the TreeDump cache of the range route; defaults in DumpCacheOptions
 }
 
 // DefaultRetainEvents is the default of Config.RetainEvents (SPEC §4).
@@ -93,6 +94,7 @@ func Open(cfg Config) (*Server, error) {
 	if cfg.Durability == wal.NoSync {
 		mode = "none"
 	}
+	s.dumps.configure(cfg.DumpCache)
 	s.m = newMetrics(s)
 	if s.srcs, err = loadSources(lg, cfg.Upstream); err != nil {
 		_ = st.Close()
@@ -137,6 +139,7 @@ func (s *Server) Recover(ctx context.Context) error {
 func (s *Server) Close() error {
 	s.ready.Store(false)
 	s.pipe.Close()
+	s.dumps.close()
 	return s.st.Close()
 }
 
