@@ -230,3 +230,7 @@ func scores(ix *index.Index, queries [][]uint64) string {
 	}
 	return b.String()
 }
+
+var errCanceled = context.Canceled
+
+func contextWithCancel() (context.Context, context.CancelFunc) { return context.WithCancel(bg) }
