@@ -27,8 +27,8 @@ func (ix *Index) DumpRank(r event.Rank, fn func(ev *event.RouterEvent) error) er
 	if rs == nil {
 		return nil
 	}
-	hashes := make(map[*node][]uint64, len(rs.lookup))
-	for h, n := range rs.lookup {
+	hashes := make(map[*node][]uint64, rs.lookup.len())
+	for h, n := range rs.lookup.all() {
 		hashes[n] = append(hashes[n], h)
 	}
 	kids := make(map[*node][]*node, len(hashes))

@@ -124,7 +124,7 @@ func (c Counts) Get(k event.Kind, s Status) uint64 {
 type rankState struct {
 	rank   event.Rank
 	id     uint32
-	lookup map[uint64]*node // block_hash → node; writer-owned
+	lookup lookup // block_hash → node; writer-owned
 	// refs counts, per node, the block hashes of the rank there beyond the first (a rank may
 	// store two block hashes at one position; it holds the node until both are gone). Rarely
 	// non-empty; writer-owned.
@@ -191,7 +191,7 @@ func (ix *Index) register(r event.Rank) *rankState {
 	if rs := ix.byRank[r]; rs != nil {
 		return rs
 	}
-	rs := &rankState{rank: r, id: ix.nextID, lookup: make(map[uint64]*node, ix.opts.LookupCapacity)}
+	rs := &rankState{rank: r, id: ix.nextID, lookup: newLookup(ix.opts.LookupCapacity)}
 	ix.nextID++
 	old := *ix.table.Load()
 	t := make([]*rankState, len(old), max(2*len(old), 16))
@@ -256,7 +256,7 @@ func (ix *Index) applyStored(r event.Rank, ev *event.RouterEvent) Result {
 		if rs == nil {
 			return Result{Status: StatusParentNotFound}
 		}
-		p, ok := rs.lookup[ev.ParentHash]
+		p, ok := rs.lookup.get(ev.ParentHash)
 		if !ok {
 			return Result{Status: StatusParentNotFound}
 		}
@@ -284,12 +284,11 @@ func (ix *Index) applyRemoved(ev *event.RouterEvent) Result {
 	res := Result{}
 	var d deltas
 	for _, h := range ev.Removed {
-		n, ok := rs.lookup[h]
+		n, ok := rs.lookup.del(h)
 		if !ok {
 			res.NotFound++
 			continue
 		}
-		delete(rs.lookup, h)
 		d.blocks--
 		ix.release(rs, n, &d)
 		res.Blocks++
@@ -309,12 +308,12 @@ func (ix *Index) ClearRank(r event.Rank) {
 }
 
 func (ix *Index) clearState(rs *rankState) {
-	d := deltas{blocks: -int64(len(rs.lookup))}
-	for _, n := range rs.lookup {
+	d := deltas{blocks: -int64(rs.lookup.len())}
+	for _, n := range rs.lookup.all() {
 		ix.release(rs, n, &d)
 	}
 	ix.publish(rs, &d)
-	rs.lookup = make(map[uint64]*node, ix.opts.LookupCapacity)
+	rs.lookup = newLookup(ix.opts.LookupCapacity)
 	rs.refs = nil
 }
 

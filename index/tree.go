@@ -229,7 +229,7 @@ func (s *shard) remove(tomb, n *node, h uint64) {
 // attach makes rank rs hold block b under cur (a node rs holds, or the root) and returns b's node
 // and whether it was created. A block hash rs already holds elsewhere moves to the new position.
 func (ix *Index) attach(rs *rankState, cur *node, b event.Block, d *deltas) *node {
-	old, had := rs.lookup[b.BlockHash]
+	old, had := rs.lookup.get(b.BlockHash)
 	if had {
 		if c := ix.child(cur, b.TokensHash); c == old {
 			return c // idempotent re-store: old is held by rs, hence linked
@@ -256,7 +256,7 @@ func (ix *Index) attach(rs *rankState, cur *node, b event.Block, d *deltas) *nod
 	}
 	s.mu.Unlock()
 
-	rs.lookup[b.BlockHash] = child
+	rs.lookup.put(b.BlockHash, child)
 	if had {
 		ix.release(rs, old, d)
 	} else {
