@@ -387,6 +387,12 @@ func applyOne(p *Pipeline, ev *event.RouterEvent) index.Result {
 
 var errStop = errors.New("stop")
 
+// ErrNotFoldable is returned by Fold when the rank's state at the cut point holds blocks that a
+// dump cannot express (blocks left below a removed mid-chain block: held, but not reachable from
+// the root through the rank's own blocks). Folding would drop them, and a later re-store of the
+// missing block would then score differently than the log says; the log is kept instead.
+var ErrNotFoldable = errors.New("lanes: rank holds blocks a snapshot cannot express")
+
 // retain folds the rank's log prefix older than the newest RetainEvents events into a snapshot.
 // The snapshot state is rebuilt from the previous snapshot and the log in a scratch index (the
 // live tree is ahead of the cut point), then written, and the prefix is deleted by the log.
@@ -402,6 +408,12 @@ func (ln *lane) retain(rs *rankState) {
 		rs.logged = p.opts.RetainEvents
 		rs.mu.Unlock()
 		p.lg.Info("retention: log prefix folded into a snapshot", "worker_id", rs.rank.WorkerID, "dp_rank", rs.rank.DPRank, "lane", ln.id, "up_to", upTo, "took", time.Since(start))
+	} else if errors.Is(err, ErrNotFoldable) {
+		// Try again after another RetainEvents events (a Cleared or re-store usually ends it).
+		rs.mu.Lock()
+		rs.logged = p.opts.RetainEvents
+		rs.mu.Unlock()
+		p.lg.Info("retention postponed", "worker_id", rs.rank.WorkerID, "dp_rank", rs.rank.DPRank, "reason", err)
 	} else {
 		p.lg.Error("retention failed", "worker_id", rs.rank.WorkerID, "dp_rank", rs.rank.DPRank, "err", err)
 	}
@@ -419,11 +431,16 @@ func Fold(ctx context.Context, log *wal.Log, r event.Rank, upTo uint64) error {
 		return err
 	}
 	var stored []event.RouterEvent
+	blocks := 0
 	if err := scratch.DumpRank(r, func(ev *event.RouterEvent) error {
 		stored = append(stored, ev.Clone())
+		blocks += len(ev.Blocks)
 		return nil
 	}); err != nil {
 		return err
+	}
+	if held := scratch.RankBlocks(r); uint64(blocks) != held {
+		return fmt.Errorf("%w: rank %v at event %d holds %d blocks, %d reachable", ErrNotFoldable, r, upTo, held, blocks)
 	}
 	return log.WriteSnapshot(ctx, r, upTo, stored)
 }
