@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/store"
 	"github.com/kvindex/kvindex/wal"
@@ -106,6 +107,15 @@ func Compact(ctx context.Context, w io.Writer, opts CompactOptions) (res Compact
 			pb.add(1)
 			continue
 		}
+		ok, held, reachable, err := foldable(ctx, l, r)
+		if err != nil {
+			return res, fmt.Errorf("compact: rank %v: %w", r, err)
+		}
+		if !ok {
+			fmt.Fprintf(w, "rank %v: kept its log: it holds %d blocks, only %d reachable from the root (stranded under a removed block), which a snapshot cannot express\n", r, held, reachable)
+			pb.add(1)
+			continue
+		}
 		if err := lanes.Fold(ctx, l, r, last); err != nil {
 			return res, fmt.Errorf("compact: rank %v: %w", r, err)
 		}
@@ -118,6 +128,9 @@ func Compact(ctx context.Context, w io.Writer, opts CompactOptions) (res Compact
 		pb.add(1)
 	}
 	pb.finish()
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("compact: before the Pebble compaction: %w", err)
+	}
 	if f := opts.Listener.Compacting; f != nil {
 		f()
 	}
@@ -137,6 +150,22 @@ func Compact(ctx context.Context, w io.Writer, opts CompactOptions) (res Compact
 	fmt.Fprintf(w, "folded %d of %d ranks, %d events\n", res.Folded, res.Ranks, res.EventsFolded)
 	fmt.Fprintf(w, "data dir: %d bytes before, %d bytes after\n", res.BytesBefore, res.BytesAfter)
 	return res, nil
+}
+
+// foldable reports whether r's state (snapshot + whole log) can be written as a snapshot: a
+// dump holds only the blocks reachable from the root, so a rank holding stranded blocks (below a
+// removed mid-chain block) must keep its log (lanes.Fold refuses it too).
+func foldable(ctx context.Context, l *wal.Log, r event.Rank) (ok bool, held, reachable uint64, err error) {
+	ix := index.New(index.Options{RankCapacity: 1})
+	if _, err := lanes.ReplayRank(ctx, l, ix, r, 0, nil); err != nil {
+		return false, 0, 0, err
+	}
+	err = ix.DumpRank(r, func(ev *event.RouterEvent) error {
+		reachable += uint64(len(ev.Blocks))
+		return nil
+	})
+	held = ix.RankBlocks(r)
+	return held == reachable, held, reachable, err
 }
 
 func snapshotWords(id uint64) string {

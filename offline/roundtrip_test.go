@@ -55,12 +55,16 @@ func randomDir(t testing.TB, fs vfs.FS, seed uint64) {
 				t.Fatal(err)
 			}
 			id++
-			if rng.IntN(25) == 0 {
+			if rng.IntN(25) == 0 && id > 8 {
 				var upTo uint64
 				if err := s.pipe.Do(bg, r, func() {
-					upTo = id - 1 - uint64(rng.IntN(5))
-					if err := lanes.Fold(bg, s.log, r, upTo); err != nil {
-						t.Error(err)
+					// Fold at the newest event, when the rank holds no stranded blocks (which a
+					// snapshot cannot express: lanes keeps the log then).
+					upTo = id - 1
+					if ok, _, _, err := foldable(bg, s.log, r); err == nil && ok {
+						if err := lanes.Fold(bg, s.log, r, upTo); err != nil {
+							t.Error(err)
+						}
 					}
 				}); err != nil {
 					t.Fatal(err)
