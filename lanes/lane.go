@@ -226,6 +226,9 @@ func (ln *lane) processEvents(batch []*op) {
 	bs := ln.newBatchState()
 	results := make([]Result, len(batch))
 	for i, o := range batch {
+		for _, m := range o.meta {
+			bs.b.SetMeta(m.Name, m.Value)
+		}
 		for j := range o.events {
 			ev := &o.events[j]
 			rs := p.state(ev.Rank())

@@ -117,6 +117,13 @@ type op struct {
 	w      *waiter // nil for internal ops (recovery answers)
 	token  uint64
 	answer recovery.Answer
+	meta   []Meta // global metadata written in the same log batch as events
+}
+
+// Meta is a global metadata entry (wal.Batch.SetMeta) written atomically with a Submit's events.
+type Meta struct {
+	Name  string
+	Value []byte
 }
 
 // waiter collects the outcome of one request across lanes.
@@ -300,6 +307,13 @@ func (p *Pipeline) enqueue(ctx context.Context, lane int, o *op) error {
 // lanes are committed by different lanes: on a storage error some lanes' parts may be durable
 // while the call returns the error (each lane's log and tree stay consistent).
 func (p *Pipeline) Submit(ctx context.Context, evs []event.RouterEvent) (Result, error) {
+	return p.SubmitWithMeta(ctx, evs)
+}
+
+// SubmitWithMeta is Submit that also writes global metadata entries in the same log batch as the
+// events of every lane they touch (a source's read position, say, kept atomic with the events it
+// delivered: when all events are of one rank the write is atomic with them).
+func (p *Pipeline) SubmitWithMeta(ctx context.Context, evs []event.RouterEvent, meta ...Meta) (Result, error) {
 	if len(evs) == 0 {
 		return Result{}, nil
 	}
@@ -315,7 +329,7 @@ func (p *Pipeline) Submit(ctx context.Context, evs []event.RouterEvent) (Result,
 	w := &waiter{}
 	w.wg.Add(len(used))
 	for _, l := range used {
-		if err := p.enqueue(ctx, l, &op{kind: opEvents, events: perLane[l], w: w}); err != nil {
+		if err := p.enqueue(ctx, l, &op{kind: opEvents, events: perLane[l], w: w, meta: meta}); err != nil {
 			w.finish(Result{}, 0, err)
 		}
 	}
