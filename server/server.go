@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -111,8 +112,11 @@ func Open(cfg Config) (*Server, error) {
 func (s *Server) Recover(ctx context.Context) error {
 	start := time.Now()
 	s.status.Store("replaying the log")
+	var mu sync.Mutex // the callback runs on every replaying lane
 	last := time.Now()
 	err := s.pipe.Replay(ctx, func(done, total int, events uint64) {
+		mu.Lock()
+		defer mu.Unlock()
 		s.m.replayRanks.Set(float64(done))
 		s.m.replayTotal.Set(float64(total))
 		s.m.replayEvents.Set(float64(events))
