@@ -58,6 +58,19 @@
 //   - Ranks are dense uint32 ids, never reused. id → rank is an immutable table swapped with an
 //     atomic.Pointer when a rank is added or removed; a rank's block count is an atomic.
 //
+// # Memory
+//
+// What one (rank, block) entry costs, so that changes can be weighed (BenchmarkHeapBytesPerEntry):
+//
+//	node          32 B   tokens, parent, holder set pointer, child count, dead; shared by its holders
+//	holder set    4·(holders+1) B rounded up to a size class (8 B for one holder); one allocation
+//	child table   one 8-byte slot per node, tables between 3/8 and 3/4 full
+//	rank lookup   one 16-byte slot per entry, tables at most 4/5 full
+//
+// A node held by one rank thus costs about 32 + 8 + 16 + 27 B; shared by k ranks, its share is
+// about (32 + 4·(k+1) + 16)/k + 27 B. Tables grow by doubling and do not shrink (a churned shard
+// keeps its peak size until its next rebuild; a cleared rank starts a fresh lookup).
+//
 // A reader sees each node's state as of its visit; a query racing a writer may see a mix of
 // before and after, never a torn holder set.
 package index
