@@ -13,7 +13,23 @@ import (
 	"github.com/kvindex/kvindex/wal"
 )
 
+// run is the lane's decider: it takes ops in FIFO order, makes the cursor decisions of each
+// batch, writes them into a log batch and hands it to Pebble's commit pipeline without waiting;
+// the lane's applier (applyLoop) waits for each commit in order, then applies and acknowledges.
+// So a lane keeps several commits in flight (they share fsyncs with each other and with the other
+// lanes), while per rank everything still happens in one order. Control ops (barriers, Do,
+// removals, retention) first drain the pipeline, then run with nothing in flight.
 func (ln *lane) run() {
+	ln.inflight = make(chan *pending, pipelineDepth)
+	applierDone := make(chan struct{})
+	go func() {
+		defer close(applierDone)
+		ln.applyLoop()
+	}()
+	defer func() {
+		close(ln.inflight)
+		<-applierDone
+	}()
 	var held *op // a non-event op read while gathering a batch
 	for {
 		var o *op
@@ -23,7 +39,7 @@ func (ln *lane) run() {
 			select {
 			case o = <-ln.q:
 			case <-ln.p.stop:
-				ln.drain()
+				ln.drainQueue()
 				return
 			}
 		}
@@ -51,8 +67,42 @@ func (ln *lane) run() {
 	}
 }
 
-// drain finishes what is queued at Close so no submitter waits forever.
-func (ln *lane) drain() {
+// pipelineDepth bounds the commits a lane keeps in flight.
+const pipelineDepth = 8
+
+// pending is one launched commit (or, with marker set, a drain marker).
+type pending struct {
+	bs      *batchState
+	ops     []*op
+	results []Result
+	done    chan struct{} // closed when the commit returned
+	err     error
+	marker  chan struct{} // drain marker: closed by the applier when everything before it is applied
+}
+
+// applyLoop is the lane's applier: for each launched batch, in order, it waits for the commit,
+// then applies the tree steps, starts the fetches and acknowledges the submitters.
+func (ln *lane) applyLoop() {
+	for pd := range ln.inflight {
+		if pd.marker != nil {
+			close(pd.marker)
+			continue
+		}
+		<-pd.done
+		ln.finishCommit(pd)
+	}
+}
+
+// drainPipeline returns once every launched batch is applied and acknowledged.
+func (ln *lane) drainPipeline() {
+	m := &pending{marker: make(chan struct{})}
+	ln.inflight <- m
+	<-m.marker
+	ln.restoreFailed()
+}
+
+// drainQueue finishes what is queued at Close so no submitter waits forever.
+func (ln *lane) drainQueue() {
 	for {
 		select {
 		case o := <-ln.q:
@@ -62,12 +112,16 @@ func (ln *lane) drain() {
 				ln.control(o)
 			}
 		default:
+			ln.drainPipeline()
 			return
 		}
 	}
 }
 
 func (ln *lane) control(o *op) {
+	if o.kind != opAnswer {
+		ln.drainPipeline()
+	}
 	switch o.kind {
 	case opBarrier:
 		o.w.finish(Result{}, 0, nil)
@@ -90,8 +144,11 @@ func (ln *lane) removeRank(r event.Rank) (int, error) {
 	if !known && ln.p.ix.RankBlocks(r) == 0 {
 		return 0, nil
 	}
-	b := ln.bat
-	b.Reset()
+	if err := ln.failure(); err != nil {
+		return 0, err
+	}
+	b := ln.p.log.NewBatch()
+	defer b.Close()
 	b.RemoveRank(r)
 	if err := ln.p.log.Commit(context.Background(), b); err != nil {
 		return 0, err
@@ -217,12 +274,17 @@ func (ln *lane) execute(rs *rankState, d recovery.Decision, bs *batchState) {
 }
 
 func (ln *lane) newBatchState() *batchState {
-	ln.bat.Reset()
-	return &batchState{b: ln.bat, touched: map[*rankState]bool{}}
+	return &batchState{b: ln.p.log.NewBatch(), touched: map[*rankState]bool{}}
 }
 
 func (ln *lane) processEvents(batch []*op) {
 	p := ln.p
+	if err := ln.failure(); err != nil {
+		for _, o := range batch {
+			o.w.finish(Result{}, 0, err)
+		}
+		return
+	}
 	bs := ln.newBatchState()
 	results := make([]Result, len(batch))
 	for i, o := range batch {
@@ -247,18 +309,14 @@ func (ln *lane) processEvents(batch []*op) {
 			}
 		}
 	}
-	err := ln.commit(bs)
-	for i, o := range batch {
-		if err != nil {
-			o.w.finish(Result{}, 0, err)
-		} else {
-			o.w.finish(results[i], 0, nil)
-		}
-	}
-	if err == nil && p.opts.RetainEvents > 0 {
+	ln.launch(&pending{bs: bs, ops: batch, results: results})
+	if p.opts.RetainEvents > 0 {
 		for rs := range bs.touched {
 			if rs.logged > 2*p.opts.RetainEvents && !rs.st.Recovering() {
-				ln.retain(rs)
+				ln.drainPipeline()
+				if ln.failure() == nil {
+					ln.retain(rs)
+				}
 				break // bounded work per step: at most one rank per batch
 			}
 		}
@@ -267,11 +325,15 @@ func (ln *lane) processEvents(batch []*op) {
 
 // answer applies a recovery answer on the rank's lane.
 func (ln *lane) answer(o *op) {
+	if ln.failure() != nil {
+		return
+	}
 	rs := ln.p.state(o.rank)
 	bs := ln.newBatchState()
 	rs.mu.Lock()
 	if rs.removed {
 		rs.mu.Unlock()
+		bs.b.Close()
 		return // the rank was removed meanwhile: the answer is discarded
 	}
 	bs.touch(rs)
@@ -281,50 +343,58 @@ func (ln *lane) answer(o *op) {
 	}
 	ln.execute(rs, d, bs)
 	rs.mu.Unlock()
-	_ = ln.commit(bs)
+	ln.launch(&pending{bs: bs})
 }
 
-// commit writes the batch (with the cursor of every touched rank), then runs the tree steps and
-// starts the fetches; on failure it rolls the ranks back to their last durable cursor.
-func (ln *lane) commit(bs *batchState) error {
-	p := ln.p
-	var err error
-	if bs.b.Len() > 0 || len(bs.fetches) > 0 {
-		for rs := range bs.touched {
-			rs.mu.Lock()
-			if rs.hasLast {
-				bs.b.SetCursor(rs.rank, wal.Cursor{LastEventID: rs.last, Degraded: rs.degraded})
-			}
-			rs.mu.Unlock()
+// launch writes the cursor of every touched rank into the batch and starts its commit; the
+// applier finishes it in order.
+func (ln *lane) launch(pd *pending) {
+	bs := pd.bs
+	for rs := range bs.touched {
+		rs.mu.Lock()
+		if rs.hasLast {
+			bs.b.SetCursor(rs.rank, wal.Cursor{LastEventID: rs.last, Degraded: rs.degraded})
 		}
+		rs.mu.Unlock()
+	}
+	pd.done = make(chan struct{})
+	if bs.b.Len() == 0 {
+		close(pd.done)
+	} else {
 		start := time.Now()
-		err = p.log.Commit(context.Background(), bs.b)
-		if f := p.opts.Listener.Committed; f != nil {
-			f(ln.id, len(bs.steps), time.Since(start), err)
-		}
-	}
-	if err != nil {
-		for _, s := range bs.undo {
-			rs := s.rs
-			rs.mu.Lock()
-			rs.last, rs.logged, rs.lost, rs.recovered, rs.hasLast, rs.degraded, rs.removed, rs.state = s.last, s.logged, s.lost, s.rec, s.hasLast, s.degraded, s.remvd, s.state
-			// The decisions were not made durable: the rank restarts from its durable cursor.
-			if rs.cancel != nil {
-				rs.cancel()
-				rs.cancel = nil
+		go func() {
+			pd.err = ln.p.log.Commit(context.Background(), bs.b)
+			if f := ln.p.opts.Listener.Committed; f != nil {
+				f(ln.id, len(bs.steps), time.Since(start), pd.err)
 			}
-			opts := recovery.Options{HasSource: p.hasSource(rs.rank.WorkerID)}
-			if rs.hasLast {
-				rs.st = recovery.Restore(rs.rank, recovery.LiveCursor(rs.last), rs.degraded, opts)
-			} else {
-				rs.st = recovery.NewRankState(rs.rank, opts)
-			}
-			rs.mu.Unlock()
-		}
-		p.lg.Error("log commit failed; batch rejected", "lane", ln.id, "events", len(bs.steps), "err", err)
-		return err
+			close(pd.done)
+		}()
 	}
-	for _, s := range bs.steps {
+	ln.inflight <- pd
+}
+
+// finishCommit runs on the applier once pd's commit returned: apply, start fetches, acknowledge.
+// A failed commit applies nothing; the lane then refuses further writes (the log is unusable
+// until the store is reopened) and the decider restores the touched ranks (restoreFailed).
+func (ln *lane) finishCommit(pd *pending) {
+	p := ln.p
+	bs := pd.bs
+	defer bs.b.Close()
+	if pd.err != nil {
+		ln.failMu.Lock()
+		if ln.failErr == nil {
+			ln.failErr = pd.err
+			p.lg.Error("log commit failed; the lane refuses writes until restart", "lane", ln.id, "events", len(bs.steps), "err", pd.err)
+		}
+		ln.failed = append(ln.failed, bs)
+		ln.failMu.Unlock()
+		for _, o := range pd.ops {
+			o.w.finish(Result{}, 0, pd.err)
+		}
+		return
+	}
+	for i := range bs.steps {
+		s := &bs.steps[i]
 		switch s.kind {
 		case stepReset:
 			p.ix.ClearRank(s.rank)
@@ -337,7 +407,51 @@ func (ln *lane) commit(bs *batchState) error {
 	for _, f := range bs.fetches {
 		p.startFetch(f.rs, f.fr)
 	}
-	return nil
+	for i, o := range pd.ops {
+		o.w.finish(pd.results[i], 0, nil)
+	}
+}
+
+// failure returns the first commit error of the lane, if any.
+func (ln *lane) failure() error {
+	ln.failMu.Lock()
+	defer ln.failMu.Unlock()
+	return ln.failErr
+}
+
+// restoreFailed (decider, pipeline drained) rolls the ranks of failed batches back to their last
+// durable cursor: the first failed batch that touched a rank holds its durable values.
+func (ln *lane) restoreFailed() {
+	ln.failMu.Lock()
+	failed := ln.failed
+	ln.failed = nil
+	ln.failMu.Unlock()
+	p := ln.p
+	for _, bs := range failed {
+		for _, s := range bs.undo {
+			rs := s.rs
+			if ln.restored[rs] {
+				continue
+			}
+			if ln.restored == nil {
+				ln.restored = map[*rankState]bool{}
+			}
+			ln.restored[rs] = true
+			rs.mu.Lock()
+			rs.last, rs.logged, rs.lost, rs.recovered, rs.hasLast, rs.degraded, rs.removed, rs.state = s.last, s.logged, s.lost, s.rec, s.hasLast, s.degraded, s.remvd, s.state
+			if rs.cancel != nil {
+				rs.cancel()
+				rs.cancel = nil
+			}
+			opts := recovery.Options{HasSource: p.hasSource(rs.rank.WorkerID)}
+			if rs.hasLast {
+				rs.st = recovery.Restore(rs.rank, recovery.LiveCursor(rs.last), rs.degraded, opts)
+			} else {
+				rs.st = recovery.NewRankState(rs.rank, opts)
+			}
+			rs.mu.Unlock()
+		}
+	}
 }
 
 // startFetch runs one recovery fetch in the background and hands its answer to the rank's lane.
@@ -347,7 +461,9 @@ func (p *Pipeline) startFetch(rs *rankState, fr recovery.FetchRequest) {
 		url = p.opts.Source(rs.rank.WorkerID)
 	}
 	ctx, cancel := context.WithCancel(p.fetchCtx)
+	rs.mu.Lock()
 	rs.cancel = cancel
+	rs.mu.Unlock()
 	p.fetchWG.Add(1)
 	go func() {
 		defer p.fetchWG.Done()

@@ -171,10 +171,15 @@ type Pipeline struct {
 }
 
 type lane struct {
-	id  int
-	p   *Pipeline
-	q   chan *op
-	bat *wal.Batch
+	id       int
+	p        *Pipeline
+	q        chan *op
+	inflight chan *pending // launched commits, in order, for the applier
+
+	failMu   sync.Mutex
+	failErr  error         // the first commit error: the lane refuses writes after it
+	failed   []*batchState // failed batches whose ranks the decider must restore
+	restored map[*rankState]bool
 }
 
 // New builds a pipeline; call Replay (optional) and then Start.
@@ -197,7 +202,7 @@ func New(log *wal.Log, ix *index.Index, opts Options) *Pipeline {
 	p := &Pipeline{opts: opts, log: log, ix: ix, lg: opts.Logger, ranks: map[event.Rank]*rankState{}, stop: make(chan struct{})}
 	p.fetchCtx, p.fetchCancel = context.WithCancel(context.Background())
 	for i := range opts.Lanes {
-		p.lanes = append(p.lanes, &lane{id: i, p: p, q: make(chan *op, opts.QueueDepth), bat: log.NewBatch()})
+		p.lanes = append(p.lanes, &lane{id: i, p: p, q: make(chan *op, opts.QueueDepth)})
 	}
 	return p
 }
@@ -219,10 +224,10 @@ func (p *Pipeline) Close() {
 	if p.closed.Swap(true) {
 		return
 	}
-	p.fetchCancel()
-	p.fetchWG.Wait()
+	p.fetchCancel() // fetches started from now on end at once
 	close(p.stop)
 	p.wg.Wait()
+	p.fetchWG.Wait()
 }
 
 // Lanes returns the number of lanes.
