@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/kvindex/kvindex/bench"
@@ -62,6 +63,7 @@ func benchCommand() *cli.Command {
 		&cli.DurationFlag{Name: "loaded-max", Value: 0, Usage: "bound of the under-load query phase (0 = 30s)", EnvVars: env("loaded-max")},
 		&cli.BoolFlag{Name: "json", Usage: "one JSON object per metric and line instead of the table", EnvVars: env("json")},
 		&cli.StringFlag{Name: "markdown", Usage: "also write the results table into this markdown file (its section for this configuration is replaced)", EnvVars: env("markdown")},
+		&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the whole run to this file (go tool pprof)", EnvVars: env("cpuprofile")},
 	)
 	return &cli.Command{
 		Name:  "bench",
@@ -96,6 +98,17 @@ func benchCommand() *cli.Command {
 				LoadedMax:   c.Duration("loaded-max"),
 				Logger:      slog.Default(),
 				Progress:    progressWriter(c.App.ErrWriter),
+			}
+			if path := c.String("cpuprofile"); path != "" {
+				f, err := os.Create(path)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
 			}
 			rep, runErr := bench.Run(c.Context, o)
 			if errors.Is(runErr, bench.ErrOptions) {
