@@ -69,6 +69,8 @@ type LoadOptions struct {
 	Duration time.Duration
 	// MaxEvents bounds the events posted (the stream's first MaxEvents); 0 (default) is all.
 	MaxEvents int
+	// Msgpack posts the event batches as msgpack (application/msgpack) instead of JSON.
+	Msgpack bool
 	// HTTPClient is used for the requests; default a client with a 30 s timeout.
 	HTTPClient *http.Client
 	// Logger; default slog.Default().
@@ -169,12 +171,22 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 					}
 				}
 				batch := part[n:min(n+o.Batch, len(part))]
-				body = appendBatchJSON(body[:0], batch)
+				ctype := "application/json"
+				if o.Msgpack {
+					ctype = "application/msgpack"
+					var err error
+					if body, err = event.AppendMsgpackBatch(body[:0], batch); err != nil {
+						fail(err)
+						return
+					}
+				} else {
+					body = appendBatchJSON(body[:0], batch)
+				}
 				var res struct {
 					Accepted int `json:"accepted"`
 					Ignored  int `json:"ignored"`
 				}
-				if err := postJSON(ctx, hc, base+"/v1/events", body, &res); err != nil {
+				if err := post(ctx, hc, base+"/v1/events", ctype, body, &res); err != nil {
 					if ctx.Err() == nil {
 						fail(err)
 					}
@@ -261,13 +273,18 @@ func appendQueryBody(dst []byte, hashes []uint64) []byte {
 	return append(dst, `],"early_exit":false}`...)
 }
 
-// postJSON posts body and decodes a 200 answer into out; another status is an ErrHTTP.
+// postJSON posts a JSON body and decodes a 200 answer into out; another status is an ErrHTTP.
 func postJSON(ctx context.Context, hc *http.Client, url string, body []byte, out any) error {
+	return post(ctx, hc, url, "application/json", body, out)
+}
+
+// post posts body with the content type and decodes a 200 answer into out.
+func post(ctx context.Context, hc *http.Client, url, ctype string, body []byte, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", ctype)
 	resp, err := hc.Do(req)
 	if err != nil {
 		return err

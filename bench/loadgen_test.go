@@ -40,6 +40,12 @@ func TestCheckTarget(t *testing.T) {
 // TestLoadGenAgainstAServer posts a small workload to an in-process server over HTTP and checks
 // that every event arrived (the server's index equals one built in memory from the same stream).
 func TestLoadGenAgainstAServer(t *testing.T) {
+	for _, mp := range []bool{false, true} {
+		t.Run(map[bool]string{false: "json", true: "msgpack"}[mp], func(t *testing.T) { loadGenAgainstAServer(t, mp) })
+	}
+}
+
+func loadGenAgainstAServer(t *testing.T, msgpack bool) {
 	s, err := server.Open(server.Config{DataDir: t.TempDir(), Durability: wal.NoSync, Lanes: 2, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +60,7 @@ func TestLoadGenAgainstAServer(t *testing.T) {
 	reqs := smallTrace(t, 80)
 	wopts := testutil.WorkloadOptions{Workers: 6}
 	rep, err := LoadGen(context.Background(), LoadOptions{
-		Target: hs.URL, Requests: reqs, Workload: wopts, Clients: 3, Batch: 5,
+		Target: hs.URL, Requests: reqs, Workload: wopts, Clients: 3, Batch: 5, Msgpack: msgpack,
 		Duration: time.Minute, Logger: quiet(), HTTPClient: hs.Client(),
 	})
 	if err != nil {

@@ -18,6 +18,7 @@ func loadgenCommand() *cli.Command {
 		&cli.DurationFlag{Name: "duration", Value: bench.DefaultLoadDuration, Usage: "stop after this long", EnvVars: env("duration")},
 		&cli.IntFlag{Name: "max-events", Usage: "post at most the stream's first N events (0 = all)", EnvVars: env("max-events")},
 		&cli.BoolFlag{Name: "json", Usage: "one JSON object per metric and line instead of the table", EnvVars: env("json")},
+		&cli.StringFlag{Name: "format", Value: "json", Usage: "encoding of the event batches: json or msgpack", EnvVars: env("format")},
 	)
 	return &cli.Command{
 		Name:  "loadgen",
@@ -38,7 +39,11 @@ func loadgenCommand() *cli.Command {
 			if c.Duration("duration") <= 0 || c.Float64("rate") < 0 || c.Int("max-events") < 0 {
 				return usagef("--duration must be > 0, --rate and --max-events ≥ 0")
 			}
+			if f := c.String("format"); f != "json" && f != "msgpack" {
+				return usagef("--format %q: want json or msgpack", f)
+			}
 			rep, err := bench.LoadGen(c.Context, bench.LoadOptions{
+				Msgpack:     c.String("format") == "msgpack",
 				Target:      c.String("target"),
 				AllowRemote: c.Bool("allow-remote"),
 				TracePath:   c.String("trace"),
