@@ -1,0 +1,95 @@
+package vllm
+
+import (
+	"strings"
+
+	"github.com/kvindex/kvindex/event"
+	"github.com/zeebo/xxh3"
+)
+
+// TierOf maps a vLLM medium to a storage tier: "" (absent/nil), "GPU" and "cuda" are the device
+// tier the tree indexes; "CPU" is host_pinned; "DISK" is disk; any other medium is external.
+// Case is ignored.
+func TierOf(medium string) event.Tier {
+	switch {
+	case mediumIsDevice(medium):
+		return event.TierDevice
+	case strings.EqualFold(medium, "CPU"):
+		return event.TierHostPinned
+	case strings.EqualFold(medium, "DISK"):
+		return event.TierDisk
+	}
+	return event.TierExternal
+}
+
+// Counts says what a conversion dropped or marked.
+type Counts struct {
+	Rejected  int // BlockStored events rejected (bad block size, token count, hash count)
+	OffDevice int // events converted with a non-device tier (logged, counted, not in the device tree)
+}
+
+// Convert appends the RouterEvents of b for rank, numbered from firstID upward (kvindex assigns
+// ids contiguously per rank). A BlockStored whose block size is 0, whose token count is not a
+// multiple of the block size or whose block count differs from its hash count is rejected
+// (counted, no event, no id used). tokens_hash is kvindex's own block hash of each block's
+// token_ids under the batch's lora_name (SPEC §2); block_hash is the engine hash. extra_keys
+// (multimodal/cache-salt keys) are not hashed in: such blocks match only queries hashed the same
+// way, which is the engine's own behaviour for plain token queries.
+func Convert(dst []event.RouterEvent, b *Batch, rank event.Rank, firstID uint64) ([]event.RouterEvent, Counts) {
+	var c Counts
+	id := firstID
+	for i := range b.Events {
+		ev := &b.Events[i]
+		var out event.RouterEvent
+		switch ev.Kind {
+		case BlockStored:
+			bs := ev.BlockSize
+			if bs <= 0 || len(ev.TokenIDs)%bs != 0 || len(ev.TokenIDs)/bs != len(ev.BlockHashes) {
+				c.Rejected++
+				continue
+			}
+			local := event.BlockHashes(ev.TokenIDs, bs, ev.LoraName, "")
+			blocks := make([]event.Block, len(local))
+			for j := range local {
+				blocks[j] = event.Block{BlockHash: ev.BlockHashes[j], TokensHash: local[j]}
+			}
+			var parent *uint64
+			if ev.HasParent {
+				p := ev.ParentHash
+				parent = &p
+			}
+			out = event.Stored(rank, id, parent, blocks...)
+			out.Tier = TierOf(ev.Medium)
+		case BlockRemoved:
+			out = event.Removed(rank, id, ev.BlockHashes...)
+			out.Tier = TierOf(ev.Medium)
+		case AllBlocksCleared:
+			out = event.Cleared(rank, id)
+		default:
+			c.Rejected++
+			continue
+		}
+		if out.Tier != event.TierDevice {
+			c.OffDevice++
+		}
+		dst = append(dst, out)
+		id++
+	}
+	return dst, c
+}
+
+// WorkerIDFromTopic derives a worker id from a publisher topic. vLLM's topic convention is
+// kv@<pod>@<model>: the id is XXH3-64 (seed 0) of <pod>, so every model served by one pod is the
+// same worker and the id survives pod restarts under the same name. A topic of another shape is
+// hashed whole. The top bit is cleared so the id stays a non-negative int64 for tools that parse
+// ids as signed. ok is false for an empty topic.
+func WorkerIDFromTopic(topic string) (id uint64, ok bool) {
+	if topic == "" {
+		return 0, false
+	}
+	key := topic
+	if parts := strings.SplitN(topic, "@", 3); len(parts) == 3 && parts[0] == "kv" && parts[1] != "" {
+		key = parts[1]
+	}
+	return xxh3.HashString(key) &^ (1 << 63), true
+}
