@@ -24,15 +24,19 @@ import (
 
 // Loadgen metric names (`kvindex loadgen --json`).
 const (
-	MetricLoadEvents      = "loadgen_events"       // events posted and answered 200
-	MetricLoadAccepted    = "loadgen_accepted"     // of which the server accepted
-	MetricLoadIgnored     = "loadgen_ignored"      // of which it ignored as stale/duplicate
-	MetricLoadSeconds     = "loadgen_seconds"      // wall time of the run
-	MetricLoadEventsPerS  = "loadgen_events_per_s" // achieved
-	MetricLoadQueries     = "loadgen_find_matches" // find_matches calls answered 200
-	MetricLoadFindP50     = "loadgen_find_matches_p50_ns"
-	MetricLoadFindP99     = "loadgen_find_matches_p99_ns"
-	MetricLoadFindP999    = "loadgen_find_matches_p999_ns"
+	MetricLoadEvents     = "loadgen_events"       // events posted and answered 200
+	MetricLoadAccepted   = "loadgen_accepted"     // of which the server accepted
+	MetricLoadIgnored    = "loadgen_ignored"      // of which it ignored as stale/duplicate
+	MetricLoadSeconds    = "loadgen_seconds"      // wall time of the run
+	MetricLoadEventsPerS = "loadgen_events_per_s" // achieved
+	MetricLoadQueries    = "loadgen_find_matches" // find_matches calls answered 200
+	MetricLoadFindP50    = "loadgen_find_matches_p50_ns"
+	MetricLoadFindP99    = "loadgen_find_matches_p99_ns"
+	MetricLoadFindP999   = "loadgen_find_matches_p999_ns"
+	// After the events are in: find_matches over HTTP on an idle server (one client).
+	MetricLoadIdleQueries = "loadgen_idle_find_matches"
+	MetricLoadIdleP50     = "loadgen_idle_find_matches_p50_ns"
+	MetricLoadIdleP99     = "loadgen_idle_find_matches_p99_ns"
 	loadgenDefaultClients = 4
 	loadgenDefaultBatch   = 64
 	// DefaultLoadDuration is LoadOptions.Duration's default.
@@ -69,6 +73,9 @@ type LoadOptions struct {
 	Duration time.Duration
 	// MaxEvents bounds the events posted (the stream's first MaxEvents); 0 (default) is all.
 	MaxEvents int
+	// IdleQueries bounds the find_matches asked after the events are in, on the idle server;
+	// default 10,000 (negative: none).
+	IdleQueries int
 	// Msgpack posts the event batches as msgpack (application/msgpack) instead of JSON.
 	Msgpack bool
 	// HTTPClient is used for the requests; default a client with a 30 s timeout.
@@ -120,6 +127,9 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 	}
 	if o.Duration == 0 {
 		o.Duration = DefaultLoadDuration
+	}
+	if o.IdleQueries == 0 {
+		o.IdleQueries = 10_000
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -238,7 +248,36 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 		return nil, fmt.Errorf("loadgen: %w", first)
 	}
 	slices.Sort(lat)
+	// Idle phase: the same queries, one at a time, with nothing else posting (bounded by the
+	// remaining duration and IdleQueries).
+	var idle []time.Duration
+	var qbody []byte
+	for i := range wl.Queries {
+		if len(idle) >= o.IdleQueries || ctx.Err() != nil {
+			break
+		}
+		q := &wl.Queries[i]
+		if len(q.BlockHashes) == 0 {
+			continue
+		}
+		qbody = appendQueryBody(qbody[:0], q.BlockHashes)
+		var res struct {
+			Scores []json.RawMessage `json:"scores"`
+		}
+		t := time.Now()
+		if err := postJSON(ctx, hc, base+"/v1/find_matches", qbody, &res); err != nil {
+			if ctx.Err() == nil {
+				return nil, fmt.Errorf("loadgen: idle queries: %w", err)
+			}
+			break
+		}
+		idle = append(idle, time.Since(t))
+	}
+	slices.Sort(idle)
 	rep := &Report{}
+	rep.add(MetricLoadIdleQueries, float64(len(idle)), UnitCount)
+	rep.add(MetricLoadIdleP50, float64(Percentile(idle, 0.50)), UnitNS)
+	rep.add(MetricLoadIdleP99, float64(Percentile(idle, 0.99)), UnitNS)
 	rep.add(MetricLoadEvents, float64(posted.Load()), UnitCount)
 	rep.add(MetricLoadAccepted, float64(accepted.Load()), UnitCount)
 	rep.add(MetricLoadIgnored, float64(ignored.Load()), UnitCount)

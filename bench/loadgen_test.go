@@ -77,7 +77,7 @@ func loadGenAgainstAServer(t *testing.T, msgpack bool) {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-	for _, name := range []string{MetricLoadEventsPerS, MetricLoadSeconds, MetricLoadFindP999} {
+	for _, name := range []string{MetricLoadEventsPerS, MetricLoadSeconds, MetricLoadFindP999, MetricLoadIdleQueries, MetricLoadIdleP99} {
 		if v, ok := rep.Get(name); !ok || !(v > 0) {
 			t.Errorf("%s = %v (present %v), want > 0", name, v, ok)
 		}

@@ -18,6 +18,7 @@ func loadgenCommand() *cli.Command {
 		&cli.DurationFlag{Name: "duration", Value: bench.DefaultLoadDuration, Usage: "stop after this long", EnvVars: env("duration")},
 		&cli.IntFlag{Name: "max-events", Usage: "post at most the stream's first N events (0 = all)", EnvVars: env("max-events")},
 		&cli.BoolFlag{Name: "json", Usage: "one JSON object per metric and line instead of the table", EnvVars: env("json")},
+		&cli.IntFlag{Name: "idle-queries", Value: 10_000, Usage: "find_matches asked one at a time after the events are in (0 = none)", EnvVars: env("idle-queries")},
 		&cli.StringFlag{Name: "format", Value: "json", Usage: "encoding of the event batches: json or msgpack", EnvVars: env("format")},
 	)
 	return &cli.Command{
@@ -44,6 +45,7 @@ func loadgenCommand() *cli.Command {
 			}
 			rep, err := bench.LoadGen(c.Context, bench.LoadOptions{
 				Msgpack:     c.String("format") == "msgpack",
+				IdleQueries: idleQueries(c.Int("idle-queries")),
 				Target:      c.String("target"),
 				AllowRemote: c.Bool("allow-remote"),
 				TracePath:   c.String("trace"),
@@ -65,4 +67,12 @@ func loadgenCommand() *cli.Command {
 			return writeReport(c.App.Writer, rep, c.Bool("json"))
 		},
 	}
+}
+
+// idleQueries maps the flag (0 = none) to LoadOptions.IdleQueries (0 = default, negative = none).
+func idleQueries(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
