@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/kvindex/kvindex/event"
@@ -190,22 +191,64 @@ func (s *Server) submitError(w http.ResponseWriter, err error) {
 	}
 }
 
-type scoreJSON struct {
-	WorkerID uint64 `json:"worker_id"`
-	DPRank   uint32 `json:"dp_rank"`
-	Score    uint32 `json:"score"`
-	TreeSize uint64 `json:"tree_size"`
+// appendScores appends `"scores":[...]` (API.md shape) without reflection: the answer of a
+// find_matches carries up to one score per rank, so this is the hot part of the response.
+func appendScores(dst []byte, sc []index.Score) []byte {
+	dst = append(dst, `"scores":[`...)
+	for i, x := range sc {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"worker_id":`...)
+		dst = strconv.AppendUint(dst, x.WorkerID, 10)
+		dst = append(dst, `,"dp_rank":`...)
+		dst = strconv.AppendUint(dst, uint64(x.DPRank), 10)
+		dst = append(dst, `,"score":`...)
+		dst = strconv.AppendUint(dst, uint64(x.Score), 10)
+		dst = append(dst, `,"tree_size":`...)
+		dst = strconv.AppendUint(dst, x.TreeSize, 10)
+		dst = append(dst, '}')
+	}
+	return append(dst, ']')
 }
 
-func (s *Server) scores(hashes []uint64, earlyExit bool) []scoreJSON {
-	start := time.Now()
-	sc := s.ix.FindMatches(hashes, earlyExit)
-	s.m.findSec.Observe(time.Since(start).Seconds())
-	out := make([]scoreJSON, len(sc))
-	for i, x := range sc {
-		out[i] = scoreJSON{WorkerID: x.WorkerID, DPRank: x.DPRank, Score: x.Score, TreeSize: x.TreeSize}
+func appendHashes(dst []byte, hs []uint64) []byte {
+	dst = append(dst, '[')
+	for i, h := range hs {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendUint(dst, h, 10)
 	}
-	return out
+	return append(dst, ']')
+}
+
+var scoreBufs = sync.Pool{New: func() any { return &scoreBuf{} }}
+
+type scoreBuf struct {
+	scores []index.Score
+	out    []byte
+}
+
+// writeScores answers a find_matches: {"scores":[...]} plus, when hashes is not nil,
+// "block_hashes".
+func (s *Server) writeScores(w http.ResponseWriter, hashes []uint64, earlyExit bool, withHashes bool) {
+	buf := scoreBufs.Get().(*scoreBuf)
+	defer scoreBufs.Put(buf)
+	start := time.Now()
+	buf.scores = s.ix.FindMatchesInto(buf.scores[:0], hashes, earlyExit)
+	s.m.findSec.Observe(time.Since(start).Seconds())
+	out := append(buf.out[:0], '{')
+	out = appendScores(out, buf.scores)
+	if withHashes {
+		out = append(out, `,"block_hashes":`...)
+		out = appendHashes(out, hashes)
+	}
+	out = append(out, "}\n"...)
+	buf.out = out
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(out)
 }
 
 // decodeStrict decodes a JSON object body into v: unknown fields are ignored, numbers into uint
@@ -246,7 +289,7 @@ func (s *Server) findMatches(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "missing field block_hashes")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"scores": s.scores(*req.BlockHashes, req.EarlyExit)})
+	s.writeScores(w, *req.BlockHashes, req.EarlyExit, false)
 }
 
 func (s *Server) findMatchesForRequest(w http.ResponseWriter, r *http.Request) {
@@ -269,7 +312,7 @@ func (s *Server) findMatchesForRequest(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	hashes := event.BlockHashes(*req.Tokens, s.cfg.BlockSize, req.LoraName, req.CacheNamespace)
-	writeJSON(w, http.StatusOK, map[string]any{"scores": s.scores(hashes, req.EarlyExit), "block_hashes": hashes})
+	s.writeScores(w, hashes, req.EarlyExit, true)
 }
 
 type gapsJSON struct {
@@ -420,5 +463,3 @@ func (s *Server) dump(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(buf)
 }
-
-var _ = index.StatusOK
