@@ -34,6 +34,9 @@ func (s *Server) Handler() http.Handler {
 	route("DELETE /v1/workers/{worker_id}/ranks/{dp_rank}", true, s.removeRank)
 	route("PUT /v1/workers/{worker_id}/source", true, s.putSource)
 	route("DELETE /v1/workers/{worker_id}/source", true, s.deleteSource)
+	route("GET /v1/sources", true, s.listSources)
+	route("POST /v1/sources", true, s.postSource)
+	route("DELETE /v1/sources/{id}", true, s.deleteZMQSource)
 	route("GET /v1/dump", true, s.dump)
 	route("POST /v1/flush", true, s.flush)
 	route("GET /healthz", false, func(w http.ResponseWriter, r *http.Request) {

@@ -16,6 +16,7 @@ import (
 	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/store"
+	"github.com/kvindex/kvindex/vllm"
 	"github.com/kvindex/kvindex/wal"
 )
 
@@ -35,6 +36,7 @@ type Config struct {
 	Logger        *slog.Logger     // default slog.Default()
 	FS            vfs.FS           // default the OS file system (tests pass a crashable MemFS)
 	DumpCache     DumpCacheOptions // the TreeDump cache of the range route; defaults in DumpCacheOptions
+	ZMQ           []string         // vLLM publishers to subscribe to: ENDPOINT[?replay=ENDPOINT&worker_id=N] (ParseZMQFlag)
 }
 
 // DefaultRetainEvents is the default of Config.RetainEvents (SPEC §4).
@@ -73,7 +75,8 @@ type Server struct {
 	ready  atomic.Bool
 	status atomic.Value // string: what the replay is doing, for /readyz
 	srcs   *sources
-	dumps  dumpCache // TreeDump cache of the range route (dumpcache.go)
+	dumps  dumpCache     // TreeDump cache of the range route (dumpcache.go)
+	zmq    *vllm.Manager // vLLM ZMQ sources (sources_zmq.go), started by Recover
 }
 
 // Open opens the data dir (store.ErrLocked when another process holds it, store.ErrFormatTooNew
@@ -104,6 +107,12 @@ func Open(cfg Config) (*Server, error) {
 	fetcher := recovery.NewFetcher(recovery.FetcherOptions{RequestTimeout: cfg.FetchTimeout, BaseBackoff: cfg.FetchBackoff, Logger: cfg.Logger})
 	s.pipe = lanes.New(lg, s.ix, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, Logger: cfg.Logger,
 		Listener: s.m.listener(mode), Source: s.srcs.get, Fetcher: fetcher})
+	if _, err := zmqConfigs(cfg.ZMQ); err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	s.zmq = vllm.NewManager(s.pipe, lg, vllm.Options{Logger: cfg.Logger})
+	s.m.reg.MustRegister(s.zmq)
 	return s, nil
 }
 
@@ -131,6 +140,9 @@ func (s *Server) Recover(ctx context.Context) error {
 		return err
 	}
 	s.pipe.Start()
+	if err := s.startZMQ(); err != nil {
+		return err
+	}
 	took := time.Since(start)
 	s.m.replaySec.Set(took.Seconds())
 	s.ready.Store(true)
@@ -142,6 +154,7 @@ func (s *Server) Recover(ctx context.Context) error {
 // Close drains the lanes and closes the log cleanly.
 func (s *Server) Close() error {
 	s.ready.Store(false)
+	s.zmq.Close() // before the lanes: a source may be submitting
 	s.pipe.Close()
 	s.dumps.close()
 	return s.st.Close()

@@ -27,6 +27,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "upstream", Usage: "default recovery source of every worker: base URL of a kvindex serving /v1/ranks/{w}/{r}/events (e.g. the one beside the workers); gaps are fetched from it instead of being lost", EnvVars: env("upstream")},
 			&cli.DurationFlag{Name: "fetch-timeout", Value: 10 * time.Second, Usage: "per-request timeout of recovery fetches (8 tries, backoff 200ms·2^n)", EnvVars: env("fetch-timeout")},
 			&cli.DurationFlag{Name: "fetch-backoff", Value: 200 * time.Millisecond, Usage: "first retry backoff of a recovery fetch; doubles each try", EnvVars: env("fetch-backoff")},
+			&cli.StringSliceFlag{Name: "zmq", Usage: "vLLM KV-events publishers to subscribe to, comma separated: ENDPOINT[?replay=ENDPOINT&worker_id=N], e.g. tcp://vllm-0:5557?replay=tcp://vllm-0:5558 (worker id default: derived from the topic kv@<pod>@<model>)", EnvVars: env("zmq")},
 			&cli.Int64Flag{Name: "max-body-bytes", Value: 64 << 20, Usage: "request body limit", EnvVars: env("max-body-bytes")},
 		},
 		Action: func(c *cli.Context) error {
@@ -54,6 +55,7 @@ func serveCommand() *cli.Command {
 				Upstream:     c.String("upstream"),
 				FetchTimeout: c.Duration("fetch-timeout"),
 				FetchBackoff: c.Duration("fetch-backoff"),
+				ZMQ:          c.StringSlice("zmq"),
 				Logger:       slog.Default(),
 			})
 		},

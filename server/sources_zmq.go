@@ -1,0 +1,219 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/kvindex/kvindex/vllm"
+)
+
+// zmqSourceMetaPrefix names the publishers added with POST /v1/sources in the log's global
+// metadata: "zmqsource/<id>" → the source's vllm.Config as JSON. Their seq cursors live under
+// vllm.CursorMeta(id). Sources from --zmq are not stored (the flag names them at every start)
+// but keep their cursor the same way, keyed by the endpoint's id.
+const zmqSourceMetaPrefix = "zmqsource/"
+
+// ParseZMQFlag parses one --zmq value: ENDPOINT[?replay=ENDPOINT&worker_id=N], e.g.
+// tcp://vllm-0:5557?replay=tcp://vllm-0:5558&worker_id=7.
+func ParseZMQFlag(v string) (vllm.Config, error) {
+	ep, query, _ := strings.Cut(strings.TrimSpace(v), "?")
+	cfg := vllm.Config{Endpoint: ep}
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return cfg, fmt.Errorf("--zmq %q: %w", v, err)
+	}
+	for k, vals := range q {
+		val := vals[len(vals)-1]
+		switch k {
+		case "replay":
+			cfg.ReplayEndpoint = val
+		case "worker_id":
+			w, err := strconv.ParseUint(val, 10, 64)
+			if err != nil {
+				return cfg, fmt.Errorf("--zmq %q: worker_id %q is not an unsigned 64-bit integer", v, val)
+			}
+			cfg.WorkerID = &w
+		default:
+			return cfg, fmt.Errorf("--zmq %q: unknown option %q (want replay, worker_id)", v, k)
+		}
+	}
+	cfg, err = vllm.Normalize(cfg)
+	if err != nil {
+		return cfg, fmt.Errorf("--zmq %q: %w", v, err)
+	}
+	return cfg, nil
+}
+
+// zmqConfigs parses Config.ZMQ (Open refuses a bad one).
+func zmqConfigs(flags []string) ([]vllm.Config, error) {
+	var out []vllm.Config
+	for _, f := range flags {
+		if strings.TrimSpace(f) == "" {
+			continue
+		}
+		cfg, err := ParseZMQFlag(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cfg)
+	}
+	return out, nil
+}
+
+// startZMQ starts the --zmq sources and the stored ones, once the lanes run. A stored source
+// the flag also names runs once.
+func (s *Server) startZMQ() error {
+	flagCfgs, err := zmqConfigs(s.cfg.ZMQ)
+	if err != nil {
+		return err
+	}
+	stored, err := s.log.Metas(zmqSourceMetaPrefix)
+	if err != nil {
+		return fmt.Errorf("loading zmq sources: %w", err)
+	}
+	cfgs := flagCfgs
+	names := make([]string, 0, len(stored))
+	for k := range stored {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		var cfg vllm.Config
+		if err := json.Unmarshal(stored[k], &cfg); err != nil {
+			s.lg.Error("skipping an unreadable stored zmq source", "key", k, "err", err)
+			continue
+		}
+		cfgs = append(cfgs, cfg)
+	}
+	for _, cfg := range cfgs {
+		if _, err := s.zmq.Add(cfg); err != nil {
+			if errors.Is(err, vllm.ErrDuplicate) {
+				continue
+			}
+			s.lg.Error("not starting zmq source", "endpoint", cfg.Endpoint, "err", err)
+			continue
+		}
+		s.lg.Info("zmq source started", "source", cfg.ID, "endpoint", cfg.Endpoint, "replay_endpoint", cfg.ReplayEndpoint)
+	}
+	return nil
+}
+
+// sourceJSON is one element of GET /v1/sources.
+type sourceJSON struct {
+	Kind string `json:"kind"`
+	vllm.Status
+	Stored bool `json:"stored"` // added with POST /v1/sources (else from --zmq)
+}
+
+func (s *Server) sourceJSON(st vllm.Status) (sourceJSON, error) {
+	_, ok, err := s.log.Meta(zmqSourceMetaPrefix + st.ID)
+	return sourceJSON{Kind: "zmq", Status: st, Stored: ok}, err
+}
+
+func (s *Server) listSources(w http.ResponseWriter, r *http.Request) {
+	out := []sourceJSON{}
+	for _, st := range s.zmq.Status() {
+		j, err := s.sourceJSON(st)
+		if err != nil {
+			s.submitError(w, err)
+			return
+		}
+		out = append(out, j)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) postSource(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	var req struct {
+		Kind           *string `json:"kind"`
+		ID             string  `json:"id"`
+		Endpoint       *string `json:"endpoint"`
+		ReplayEndpoint string  `json:"replay_endpoint"`
+		WorkerID       *uint64 `json:"worker_id"`
+	}
+	if err := decodeStrict(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if req.Kind != nil && *req.Kind != "zmq" {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown source kind %q (want zmq)", *req.Kind))
+		return
+	}
+	if req.Endpoint == nil {
+		writeError(w, http.StatusBadRequest, "missing field endpoint")
+		return
+	}
+	cfg, err := vllm.Normalize(vllm.Config{ID: req.ID, Endpoint: *req.Endpoint, ReplayEndpoint: req.ReplayEndpoint, WorkerID: req.WorkerID})
+	if err == nil && strings.ContainsAny(cfg.ID, "/ ") {
+		err = fmt.Errorf("source id %q must not contain '/' or spaces", cfg.ID)
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if s.zmq.Has(cfg.ID) {
+		writeError(w, http.StatusConflict, fmt.Sprintf("source %s already exists", cfg.ID))
+		return
+	}
+	val, err := json.Marshal(cfg)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	b := s.log.NewBatch()
+	defer b.Close()
+	b.SetMeta(zmqSourceMetaPrefix+cfg.ID, val)
+	if err := s.log.Commit(r.Context(), b); err != nil {
+		s.submitError(w, err)
+		return
+	}
+	if _, err := s.zmq.Add(cfg); err != nil {
+		code := http.StatusServiceUnavailable
+		if errors.Is(err, vllm.ErrDuplicate) {
+			code = http.StatusConflict
+		}
+		writeError(w, code, err.Error())
+		return
+	}
+	s.lg.Info("zmq source added", "source", cfg.ID, "endpoint", cfg.Endpoint, "replay_endpoint", cfg.ReplayEndpoint)
+	for _, st := range s.zmq.Status() {
+		if st.ID == cfg.ID {
+			writeJSON(w, http.StatusOK, sourceJSON{Kind: "zmq", Status: st, Stored: true})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"id": cfg.ID})
+}
+
+func (s *Server) deleteZMQSource(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := s.zmq.Remove(id); err != nil {
+		if errors.Is(err, vllm.ErrNotFound) {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("no source %q", id))
+			return
+		}
+		s.submitError(w, err)
+		return
+	}
+	// The source is stopped: forget it and its cursor (added again later, it starts afresh).
+	b := s.log.NewBatch()
+	defer b.Close()
+	b.DeleteMeta(zmqSourceMetaPrefix + id)
+	b.DeleteMeta(vllm.CursorMeta(id))
+	if err := s.log.Commit(r.Context(), b); err != nil {
+		s.submitError(w, err)
+		return
+	}
+	s.lg.Info("zmq source removed", "source", id)
+	writeJSON(w, http.StatusOK, struct{}{})
+}

@@ -1,0 +1,233 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/vllm"
+	"github.com/kvindex/kvindex/wal"
+	"github.com/vmihailenco/msgpack/v5"
+	"go.uber.org/goleak"
+)
+
+// zmqServer opens a server on dir (reused across restarts) and serves it over HTTP.
+func zmqServer(t *testing.T, dir string, flags ...string) (*Server, string, func()) {
+	t.Helper()
+	s, err := Open(Config{DataDir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Durability: wal.NoSync,
+		Lanes: 2, BlockSize: 4, ZMQ: flags})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	return s, ts.URL, func() {
+		ts.Close()
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func call(t *testing.T, method, url, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func listZMQ(t *testing.T, url string) []sourceJSON {
+	t.Helper()
+	code, body := call(t, "GET", url+"/v1/sources", "")
+	if code != 200 {
+		t.Fatalf("GET /v1/sources: %d %s", code, body)
+	}
+	var out []sourceJSON
+	if err := json.Unmarshal([]byte(body), &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestParseZMQFlag(t *testing.T) {
+	w7 := uint64(7)
+	cases := []struct {
+		in      string
+		want    vllm.Config
+		wantErr string
+	}{
+		{in: "tcp://h:5557", want: vllm.Config{ID: vllm.SourceID("tcp://h:5557"), Endpoint: "tcp://h:5557"}},
+		{in: "tcp://h:5557?replay=tcp://h:5558&worker_id=7",
+			want: vllm.Config{ID: vllm.SourceID("tcp://h:5557"), Endpoint: "tcp://h:5557", ReplayEndpoint: "tcp://h:5558", WorkerID: &w7}},
+		{in: "tcp://h", wantErr: "want tcp://host:port"},
+		{in: "tcp://h:1?worker_id=-1", wantErr: "worker_id"},
+		{in: "tcp://h:1?replay=udp://h:2", wantErr: "replay endpoint"},
+		{in: "tcp://h:1?color=red", wantErr: "unknown option"},
+	}
+	for _, c := range cases {
+		got, err := ParseZMQFlag(c.in)
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("%q: err %v, want one containing %q", c.in, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%q: %+v %v, want %+v", c.in, got, err, c.want)
+		}
+	}
+	if _, err := Open(Config{DataDir: t.TempDir(), ZMQ: []string{"nope"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}); err == nil {
+		t.Error("Open accepted a bad --zmq")
+	}
+}
+
+// TestSourcesRoutes: POST validates and persists, GET lists with state and counters, DELETE
+// forgets; a stored source comes back after a restart, a --zmq one is listed as not stored.
+func TestSourcesRoutes(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	dir := t.TempDir()
+	_, url, stop := zmqServer(t, dir, "tcp://127.0.0.1:1")
+
+	bad := []struct{ body, want string }{
+		{`{"kind":"nats","endpoint":"tcp://h:1"}`, "unknown source kind"},
+		{`{"kind":"zmq"}`, "missing field endpoint"},
+		{`{"kind":"zmq","endpoint":"http://h:1"}`, "bad zmq endpoint"},
+		{`{"kind":"zmq","endpoint":"tcp://h:1","worker_id":-3}`, "worker_id"},
+		{`{"kind":"zmq","endpoint":"tcp://h:1","id":"a/b"}`, "must not contain"},
+		{`[1]`, "JSON object"},
+	}
+	for _, b := range bad {
+		code, body := call(t, "POST", url+"/v1/sources", b.body)
+		if code != 400 || !strings.Contains(body, b.want) {
+			t.Errorf("POST %s: %d %s, want 400 naming %q", b.body, code, body, b.want)
+		}
+	}
+	code, body := call(t, "POST", url+"/v1/sources", `{"kind":"zmq","endpoint":"tcp://127.0.0.1:2","replay_endpoint":"tcp://127.0.0.1:3","worker_id":7}`)
+	if code != 200 {
+		t.Fatalf("POST: %d %s", code, body)
+	}
+	id := vllm.SourceID("tcp://127.0.0.1:2")
+	if code, _ := call(t, "POST", url+"/v1/sources", `{"kind":"zmq","endpoint":"tcp://127.0.0.1:2"}`); code != http.StatusConflict {
+		t.Fatalf("duplicate POST: %d, want 409", code)
+	}
+	var got []sourceJSON
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s: %+v", what, got)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	eventually("both sources retrying", func() bool {
+		got = listZMQ(t, url)
+		return len(got) == 2 && got[0].Reconnects > 0 && got[1].Reconnects > 0
+	})
+	for _, s := range got {
+		if s.Kind != "zmq" || s.Connected || s.LastError == "" || s.Stored != (s.ID == id) {
+			t.Errorf("source %+v", s)
+		}
+		if s.ID == id && (s.WorkerID == nil || *s.WorkerID != 7 || s.ReplayEndpoint != "tcp://127.0.0.1:3") {
+			t.Errorf("stored source config %+v", s.Config)
+		}
+	}
+	_, metrics := call(t, "GET", url+"/metrics", "")
+	if !strings.Contains(metrics, `kvindex_zmq_reconnects_total{source="`+id+`"}`) {
+		t.Error("/metrics lacks the per-source zmq counters")
+	}
+	stop()
+
+	// Restart: the stored source is back without the flag.
+	_, url, stop = zmqServer(t, dir)
+	got = listZMQ(t, url)
+	if len(got) != 1 || got[0].ID != id || !got[0].Stored {
+		t.Fatalf("after restart: %+v", got)
+	}
+	if code, body := call(t, "DELETE", url+"/v1/sources/"+id, ""); code != 200 {
+		t.Fatalf("DELETE: %d %s", code, body)
+	}
+	if code, _ := call(t, "DELETE", url+"/v1/sources/"+id, ""); code != 404 {
+		t.Fatalf("second DELETE: %d, want 404", code)
+	}
+	stop()
+	_, url, stop = zmqServer(t, dir)
+	defer stop()
+	if got = listZMQ(t, url); len(got) != 0 {
+		t.Fatalf("a deleted source came back: %+v", got)
+	}
+}
+
+// TestSourceIngest: a source added over HTTP ingests a vLLM batch from a PUB socket into the
+// index, and GET /v1/sources shows it connected with its counters.
+func TestSourceIngest(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pub := zmq4.NewPub(ctx)
+	defer pub.Close()
+	if err := pub.Listen("tcp://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	s, url, stop := zmqServer(t, t.TempDir())
+	defer stop()
+	ep := "tcp://" + pub.Addr().String()
+	if code, body := call(t, "POST", url+"/v1/sources", `{"kind":"zmq","endpoint":"`+ep+`","worker_id":9}`); code != 200 {
+		t.Fatalf("POST: %d %s", code, body)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for len(pub.(zmq4.Topics).Topics()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no subscriber")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	payload, err := msgpack.Marshal([]any{1.5, []any{[]any{"BlockStored", []uint64{0x1e0b2e028ef071cb}, nil, []uint32{1, 2, 3, 4}, 4, nil, "GPU"}}, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Send(zmq4.NewMsgFrom([]byte("kv@p@m"), binary.BigEndian.AppendUint64(nil, 0), payload)); err != nil {
+		t.Fatal(err)
+	}
+	var got []sourceJSON
+	for {
+		got = listZMQ(t, url)
+		if len(got) == 1 && got[0].Batches == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("batch not ingested: %+v", got)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !got[0].Connected || got[0].Events != 1 || !got[0].HasSeq || got[0].Seq != 0 {
+		t.Fatalf("source %+v", got[0])
+	}
+	code, body := call(t, "POST", url+"/v1/find_matches_for_request", `{"tokens":[1,2,3,4]}`)
+	if code != 200 || !strings.Contains(body, `"worker_id":9`) {
+		t.Fatalf("find_matches_for_request: %d %s", code, body)
+	}
+	if st, ok := s.Pipeline().RankStatus(event.Rank{WorkerID: 9}); !ok || st.Last != 1 {
+		t.Fatalf("rank 9/0: %+v %v, want last id 1", st, ok)
+	}
+}
