@@ -29,7 +29,7 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 
 // node is one kvindex: store, log, index, lanes and a Manager of sources.
 type node struct {
-	t   *testing.T
+	t   testing.TB
 	st  *store.Store
 	log *wal.Log
 	ix  *index.Index
@@ -37,7 +37,7 @@ type node struct {
 	m   *Manager
 }
 
-func openNode(t *testing.T, fs vfs.FS) *node {
+func openNode(t testing.TB, fs vfs.FS) *node {
 	t.Helper()
 	st, err := store.Open("data", store.Options{FS: fs, Logger: quiet()})
 	if err != nil {
@@ -396,4 +396,50 @@ func TestManagerAddRemove(t *testing.T) {
 	if err := n.m.Remove(id); err == nil {
 		t.Fatal("second Remove succeeded")
 	}
+}
+
+// BenchmarkIngest measures end to end ingest from a local publisher: PUB → SUB → decode →
+// convert → lanes (log without fsync, apply). Each batch is one BlockStored of 16 blocks × 16
+// tokens; events/s counts RouterEvents, blocks/s tree blocks.
+func BenchmarkIngest(b *testing.B) {
+	pub := startPub(b, topic, "", "", false)
+	defer pub.close()
+	n := openNode(b, vfs.NewMem())
+	defer n.close()
+	id, err := n.m.Add(Config{Endpoint: pub.pubEP})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pub.waitSubscribed()
+	payloads := make([][]byte, 64)
+	for i := range payloads {
+		x := newEnc().arr(3).f64(1).arr(1)
+		x.arr(7).str("BlockStored").arr(16)
+		for j := 0; j < 16; j++ {
+			x.u(uint64(i*16+j+1) * 0x9e3779b97f4a7c15)
+		}
+		x.null().arr(256)
+		for j := 0; j < 256; j++ {
+			x.u(uint64(i*256 + j))
+		}
+		x.u(16).null().str("GPU")
+		x.u(0)
+		payloads[i] = x.buf.Bytes()
+	}
+	b.ResetTimer()
+	start := time.Now()
+	var last uint64
+	for i := 0; i < b.N; i++ {
+		last = pub.publish(payloads[i%len(payloads)])
+	}
+	for {
+		st := n.status(id)
+		if st.HasSeq && st.Seq >= last {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	el := time.Since(start).Seconds()
+	b.ReportMetric(float64(b.N)/el, "events/s")
+	b.ReportMetric(float64(b.N*16)/el, "blocks/s")
 }

@@ -14,7 +14,7 @@ import (
 // testPub is an in-process vLLM publisher: a PUB socket sending [topic, seq, payload] and a
 // ROUTER answering the replay exchange from its buffer of every batch "published" so far.
 type testPub struct {
-	t        *testing.T
+	t        testing.TB
 	topic    string
 	pubEP    string
 	replayEP string
@@ -36,7 +36,7 @@ type pubBatch struct {
 }
 
 // startPub listens on two loopback ports (pubEP, replayEP "" pick fresh ones).
-func startPub(t *testing.T, topic, pubEP, replayEP string, newer bool) *testPub {
+func startPub(t testing.TB, topic, pubEP, replayEP string, newer bool) *testPub {
 	t.Helper()
 	if pubEP == "" {
 		pubEP, replayEP = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"
@@ -162,7 +162,7 @@ func (p *testPub) close() {
 }
 
 // eventually polls cond until it holds or 15 s pass (generous for a loaded 2-core machine).
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for !cond() {
