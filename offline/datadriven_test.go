@@ -14,6 +14,7 @@ import (
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/store"
+	"github.com/kvindex/kvindex/testutil"
 	"github.com/kvindex/kvindex/wal"
 )
 
@@ -61,7 +62,7 @@ func TestTranscripts(t *testing.T) {
 				defer s.close(t)
 				var evs []event.RouterEvent
 				for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
-					ev, err := parseEvent(line)
+					ev, err := testutil.ParseEvent(line)
 					if err != nil {
 						d.Fatalf(t, "%v", err)
 					}
@@ -77,7 +78,7 @@ func TestTranscripts(t *testing.T) {
 				var upTo uint64
 				d.ScanArgs(t, "rank", &rs)
 				d.ScanArgs(t, "up-to", &upTo)
-				r, err := parseRank(rs)
+				r, err := testutil.ParseRank(rs)
 				if err != nil {
 					d.Fatalf(t, "%v", err)
 				}
@@ -105,7 +106,7 @@ func TestTranscripts(t *testing.T) {
 				if d.Cmd != "stray-key" {
 					var rs string
 					d.ScanArgs(t, "rank", &rs)
-					r, err := parseRank(rs)
+					r, err := testutil.ParseRank(rs)
 					if err != nil {
 						d.Fatalf(t, "%v", err)
 					}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -61,94 +60,6 @@ func (s *rw) close(t testing.TB) {
 	if err := s.st.Close(); err != nil {
 		t.Fatalf("close store: %v", err)
 	}
-}
-
-func parseRank(s string) (event.Rank, error) {
-	w, d, ok := strings.Cut(s, "/")
-	if !ok {
-		return event.Rank{}, fmt.Errorf("rank %q: want worker/dp", s)
-	}
-	wid, err := strconv.ParseUint(w, 10, 64)
-	if err != nil {
-		return event.Rank{}, err
-	}
-	dp, err := strconv.ParseUint(d, 10, 32)
-	if err != nil {
-		return event.Rank{}, err
-	}
-	return event.Rank{WorkerID: wid, DPRank: uint32(dp)}, nil
-}
-
-// parseEvent reads "W/D ID stored [parent=H] [blocks=B:T,...]", "W/D ID removed H,H" or
-// "W/D ID cleared".
-func parseEvent(line string) (event.RouterEvent, error) {
-	f := strings.Fields(line)
-	if len(f) < 3 {
-		return event.RouterEvent{}, fmt.Errorf("%q: want RANK ID KIND ...", line)
-	}
-	r, err := parseRank(f[0])
-	if err != nil {
-		return event.RouterEvent{}, err
-	}
-	id, err := strconv.ParseUint(f[1], 10, 64)
-	if err != nil {
-		return event.RouterEvent{}, err
-	}
-	u64s := func(s string) ([]uint64, error) {
-		var out []uint64
-		for _, x := range strings.Split(s, ",") {
-			v, err := strconv.ParseUint(x, 10, 64)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, v)
-		}
-		return out, nil
-	}
-	switch f[2] {
-	case "cleared":
-		return event.Cleared(r, id), nil
-	case "removed":
-		if len(f) != 4 {
-			return event.RouterEvent{}, fmt.Errorf("%q: removed wants one list of hashes", line)
-		}
-		hs, err := u64s(f[3])
-		if err != nil {
-			return event.RouterEvent{}, err
-		}
-		return event.Removed(r, id, hs...), nil
-	case "stored":
-		var parent *uint64
-		var blocks []event.Block
-		for _, a := range f[3:] {
-			k, v, _ := strings.Cut(a, "=")
-			switch k {
-			case "parent":
-				p, err := strconv.ParseUint(v, 10, 64)
-				if err != nil {
-					return event.RouterEvent{}, err
-				}
-				parent = &p
-			case "blocks":
-				for _, bt := range strings.Split(v, ",") {
-					b, tk, ok := strings.Cut(bt, ":")
-					if !ok {
-						return event.RouterEvent{}, fmt.Errorf("block %q: want BLOCK:TOKENS", bt)
-					}
-					bh, err1 := strconv.ParseUint(b, 10, 64)
-					th, err2 := strconv.ParseUint(tk, 10, 64)
-					if err1 != nil || err2 != nil {
-						return event.RouterEvent{}, fmt.Errorf("block %q: not numbers", bt)
-					}
-					blocks = append(blocks, event.Block{BlockHash: bh, TokensHash: th})
-				}
-			default:
-				return event.RouterEvent{}, fmt.Errorf("%q: unknown argument %q", line, a)
-			}
-		}
-		return event.Stored(r, id, parent, blocks...), nil
-	}
-	return event.RouterEvent{}, fmt.Errorf("%q: unknown kind %q", line, f[2])
 }
 
 // rebuild replays every rank of the dir (read-write, as a restarting server) into an index and

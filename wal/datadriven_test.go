@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/store"
+	"github.com/kvindex/kvindex/testutil"
 )
 
 // TestDataDriven runs the scripts in testdata/. Commands:
@@ -37,7 +38,7 @@ func TestDataDriven(t *testing.T) {
 			rank := func() event.Rank {
 				var s string
 				d.ScanArgs(t, "rank", &s)
-				r, err := parseRank(s)
+				r, err := testutil.ParseRank(s)
 				if err != nil {
 					d.Fatalf(t, "%v", err)
 				}
@@ -68,7 +69,7 @@ func TestDataDriven(t *testing.T) {
 			case "range":
 				var out strings.Builder
 				err := l.Range(rank(), u64("from", 0), int(u64("limit", 0)), func(ev *event.RouterEvent) error {
-					out.WriteString(formatEvent(ev) + "\n")
+					out.WriteString(testutil.FormatEvent(ev) + "\n")
 					return nil
 				})
 				if err != nil {
@@ -144,7 +145,7 @@ func TestDataDriven(t *testing.T) {
 					if line == "" {
 						continue
 					}
-					ev, err := parseEvent(line)
+					ev, err := testutil.ParseEvent(line)
 					if err != nil {
 						d.Fatalf(t, "%v", err)
 					}
@@ -165,7 +166,7 @@ func TestDataDriven(t *testing.T) {
 				var out strings.Builder
 				fmt.Fprintf(&out, "last_event_id=%d\n", s.LastEventID)
 				for i := range s.Events {
-					out.WriteString(formatEvent(&s.Events[i]) + "\n")
+					out.WriteString(testutil.FormatEvent(&s.Events[i]) + "\n")
 				}
 				return out.String()
 			case "drop-snapshot":
@@ -195,7 +196,7 @@ func batchOp(b *Batch, line string) error {
 	op, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
 	f := strings.Fields(rest)
 	if op == "append" {
-		ev, err := parseEvent(rest)
+		ev, err := testutil.ParseEvent(rest)
 		if err != nil {
 			return err
 		}
@@ -213,7 +214,7 @@ func batchOp(b *Batch, line string) error {
 	if len(f) == 0 {
 		return errors.New("missing rank")
 	}
-	r, err := parseRank(f[0])
+	r, err := testutil.ParseRank(f[0])
 	if err != nil {
 		return err
 	}
