@@ -374,18 +374,26 @@ func (s *Server) removeWorker(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]int{"removed_ranks": n})
 }
 
-func (s *Server) removeRank(w http.ResponseWriter, r *http.Request) {
+// pathRank reads {worker_id} and {dp_rank} from the path.
+func pathRank(r *http.Request) (event.Rank, error) {
 	wid, err := pathU64(r, "worker_id", 64)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
+		return event.Rank{}, err
 	}
 	dp, err := pathU64(r, "dp_rank", 32)
 	if err != nil {
+		return event.Rank{}, err
+	}
+	return event.Rank{WorkerID: wid, DPRank: uint32(dp)}, nil
+}
+
+func (s *Server) removeRank(w http.ResponseWriter, r *http.Request) {
+	rk, err := pathRank(r)
+	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	ok, err := s.pipe.RemoveRank(r.Context(), event.Rank{WorkerID: wid, DPRank: uint32(dp)})
+	ok, err := s.pipe.RemoveRank(r.Context(), rk)
 	if err != nil {
 		s.submitError(w, err)
 		return

@@ -28,17 +28,11 @@ import (
 // read on the rank's lane (consistent with its writes); the Events themselves are read after,
 // from one Pebble iterator, so the lane is not held for a long read.
 func (s *Server) rankEvents(w http.ResponseWriter, r *http.Request) {
-	wid, err := pathU64(r, "worker_id", 64)
+	rk, err := pathRank(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	dp, err := pathU64(r, "dp_rank", 32)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	rk := event.Rank{WorkerID: wid, DPRank: uint32(dp)}
 	q := r.URL.Query()
 	opt := func(name string) (uint64, bool, bool) {
 		v := q.Get(name)
