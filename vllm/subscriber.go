@@ -349,6 +349,9 @@ func (s *subscriber) status() Status {
 	if s.hasWorker {
 		w := s.worker
 		st.Worker = &w
+	} else if s.cfg.WorkerID != nil {
+		w := *s.cfg.WorkerID // configured: known before the first batch
+		st.Worker = &w
 	}
 	s.mu.Unlock()
 	return st
