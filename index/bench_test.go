@@ -72,11 +72,20 @@ func BenchmarkApply(b *testing.B) {
 
 // conversationIndex is the FindMatches fixture: 256 ranks all hold block 0 (as every worker of a
 // cluster holds the system prompt); rank r also holds conversation r%64, a 1,024-block chain, so
-// each conversation is held by 4 ranks. 262,400 (rank, block) entries.
-func conversationIndex(tb testing.TB) *index.Index {
+// each conversation is held by 4 ranks. 262,400 (rank, block) entries. With shuffled, the ranks
+// first store in a random order (as on a real cluster, where rank ids follow arrival, not worker
+// order); otherwise in worker order.
+func conversationIndex(tb testing.TB, shuffled bool) *index.Index {
 	const ranks, convs, length = 256, 64, 1024
 	ix := index.New(index.Options{})
-	for r := range uint64(ranks) {
+	order := make([]uint64, ranks)
+	for i := range order {
+		order[i] = uint64(i)
+	}
+	if shuffled {
+		rand.New(rand.NewPCG(3, 4)).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	}
+	for _, r := range order {
 		blocks := make([]event.Block, length)
 		for j := range blocks {
 			tok := uint64(0)
@@ -103,72 +112,80 @@ func conversationQuery(conv uint64, n int) []uint64 {
 
 var (
 	fixtureOnce sync.Once
-	fixture     *index.Index
+	fixtures    [2]*index.Index // rank ids in worker order, shuffled
 )
 
 // BenchmarkFindMatches queries the conversation fixture with 16/128/1024-block queries (256
 // holders at depth 1, 4 below), idle and with a concurrent writer that stores and removes chains
-// under the shared block 0 of its own rank.
+// under the shared block 0 of its own rank. ids=shuffled is the fixture whose rank ids are not in
+// worker order, so the answer's order is not that of the ids.
 //
 //	go test ./index -run '^$' -bench BenchmarkFindMatches -benchmem
 func BenchmarkFindMatches(b *testing.B) {
-	fixtureOnce.Do(func() { fixture = conversationIndex(b) })
-	ix := fixture
+	fixtureOnce.Do(func() { fixtures = [2]*index.Index{conversationIndex(b, false), conversationIndex(b, true)} })
 	for _, loaded := range []bool{false, true} {
 		for _, n := range []int{16, 128, 1024} {
-			name := fmt.Sprintf("blocks=%d", n)
-			if loaded {
-				name += "/writer"
-			}
-			b.Run(name, func(b *testing.B) {
-				stop := make(chan struct{})
-				var wg sync.WaitGroup
+			for k, ids := range []string{"ordered", "shuffled"} {
+				ix := fixtures[k]
+				name := fmt.Sprintf("blocks=%d/ids=%s", n, ids)
 				if loaded {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						rank := event.Rank{WorkerID: 1 << 30}
-						blocks := make([]event.Block, 32)
-						hashes := make([]uint64, 32)
-						for i := uint64(0); ; i++ {
-							select {
-							case <-stop:
-								return
-							default:
-							}
-							chainBlocks(blocks, hashes, 1<<20, i)
-							st, rm := event.Stored(rank, 0, nil, blocks...), event.Removed(rank, 0, hashes...)
-							ix.Apply(&st)
-							ix.Apply(&rm)
-						}
-					}()
+					name += "/writer"
 				}
-				queries := make([][]uint64, 64)
-				for c := range queries {
-					queries[c] = conversationQuery(uint64(c), n)
-				}
-				rng := rand.New(rand.NewPCG(1, 2))
-				var dst []index.Score
-				lat := make([]time.Duration, 0, min(b.N, 1<<20))
-				b.ReportAllocs()
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					t0 := time.Now()
-					dst = ix.FindMatchesInto(dst, queries[rng.IntN(len(queries))], false)
-					if len(lat) < cap(lat) {
-						lat = append(lat, time.Since(t0))
-					}
-				}
-				b.StopTimer()
-				close(stop)
-				wg.Wait()
-				if (len(dst) != 256 && len(dst) != 257) || dst[0].Score != uint32(n) { // 257: the writer holds block 0 too
-					b.Fatalf("unexpected answer: %d scores, best %v", len(dst), dst[0])
-				}
-				b.ReportMetric(float64(percentile(lat, 0.99).Nanoseconds()), "p99-ns")
-			})
+				benchFindMatches(b, name, ix, n, loaded)
+			}
 		}
 	}
+}
+
+func benchFindMatches(b *testing.B, name string, ix *index.Index, n int, loaded bool) {
+	b.Helper()
+	b.Run(name, func(b *testing.B) {
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		if loaded {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rank := event.Rank{WorkerID: 1 << 30}
+				blocks := make([]event.Block, 32)
+				hashes := make([]uint64, 32)
+				for i := uint64(0); ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					chainBlocks(blocks, hashes, 1<<20, i)
+					st, rm := event.Stored(rank, 0, nil, blocks...), event.Removed(rank, 0, hashes...)
+					ix.Apply(&st)
+					ix.Apply(&rm)
+				}
+			}()
+		}
+		queries := make([][]uint64, 64)
+		for c := range queries {
+			queries[c] = conversationQuery(uint64(c), n)
+		}
+		rng := rand.New(rand.NewPCG(1, 2))
+		var dst []index.Score
+		lat := make([]time.Duration, 0, min(b.N, 1<<20))
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
+			dst = ix.FindMatchesInto(dst, queries[rng.IntN(len(queries))], false)
+			if len(lat) < cap(lat) {
+				lat = append(lat, time.Since(t0))
+			}
+		}
+		b.StopTimer()
+		close(stop)
+		wg.Wait()
+		if (len(dst) != 256 && len(dst) != 257) || dst[0].Score != uint32(n) { // 257: the writer holds block 0 too
+			b.Fatalf("unexpected answer: %d scores, best %v", len(dst), dst[0])
+		}
+		b.ReportMetric(float64(percentile(lat, 0.99).Nanoseconds()), "p99-ns")
+	})
 }
 
 func percentile(d []time.Duration, p float64) time.Duration {
@@ -189,7 +206,7 @@ func BenchmarkHeapBytesPerEntry(b *testing.B) {
 	b.Run("shape=conversations", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			before := liveHeap()
-			ix := conversationIndex(b)
+			ix := conversationIndex(b, false)
 			after := liveHeap()
 			b.ReportMetric(float64(after-before)/float64(ix.Blocks()), "heap-B/entry")
 			runtime.KeepAlive(ix)
