@@ -145,9 +145,9 @@ type Index struct {
 	regMu  sync.RWMutex
 	byRank map[event.Rank]*rankState
 	nextID uint32
-	// table maps a rank id to its state (nil once removed). It is replaced, never mutated, so
+	// table is the rank registry readers see. It is replaced (under regMu), never mutated, so
 	// readers load it without a lock.
-	table atomic.Pointer[[]*rankState]
+	table atomic.Pointer[rankTable]
 
 	nodes  atomic.Int64
 	blocks atomic.Int64
@@ -165,8 +165,7 @@ func New(opts Options) *Index {
 		tomb:   &node{},
 		byRank: make(map[event.Rank]*rankState, opts.RankCapacity),
 	}
-	t := make([]*rankState, 0, opts.RankCapacity)
-	ix.table.Store(&t)
+	ix.table.Store(&rankTable{byID: make([]*rankState, 0, opts.RankCapacity)})
 	ix.scratch.New = func() any { return new(matchScratch) }
 	return ix
 }
@@ -193,11 +192,7 @@ func (ix *Index) register(r event.Rank) *rankState {
 	}
 	rs := &rankState{rank: r, id: ix.nextID, lookup: newLookup(ix.opts.LookupCapacity)}
 	ix.nextID++
-	old := *ix.table.Load()
-	t := make([]*rankState, len(old), max(2*len(old), 16))
-	copy(t, old)
-	t = append(t, rs)
-	ix.table.Store(&t)
+	ix.table.Store(ix.table.Load().with(rs))
 	ix.byRank[r] = rs
 	return rs
 }
@@ -206,10 +201,61 @@ func (ix *Index) unregister(rs *rankState) {
 	ix.regMu.Lock()
 	defer ix.regMu.Unlock()
 	delete(ix.byRank, rs.rank)
-	old := *ix.table.Load()
-	t := slices.Clone(old)
-	t[rs.id] = nil
-	ix.table.Store(&t)
+	ix.table.Store(ix.table.Load().without(rs.id))
+}
+
+// rankTable is the rank registry as readers see it: id → state, and the order of the live ranks
+// by (worker id, dp rank), which FindMatches' answer follows. It is immutable; registering or
+// removing a rank publishes a new one (O(ranks), which is rare next to queries).
+//
+// Adding a rank inserts it among the others without changing their relative order, so ordinals
+// shift but never reorder: an id's ordinal is only meaningful within one table.
+type rankTable struct {
+	byID  []*rankState // id → state; nil once removed
+	ord   []uint32     // id → position of the rank in byOrd; noOrd once removed
+	byOrd []uint32     // the live ranks' ids, by (worker id, dp rank)
+}
+
+// noOrd is the ordinal of a removed rank.
+const noOrd = ^uint32(0)
+
+// with returns t plus rs, whose id is len(t.byID).
+func (t *rankTable) with(rs *rankState) *rankTable {
+	p, _ := slices.BinarySearchFunc(t.byOrd, rs.rank, func(id uint32, r event.Rank) int {
+		return cmpRank(t.byID[id].rank, r)
+	})
+	n := &rankTable{
+		byID:  append(slices.Clone(t.byID), rs),
+		ord:   make([]uint32, len(t.ord), len(t.ord)+1),
+		byOrd: slices.Insert(slices.Clone(t.byOrd), p, rs.id),
+	}
+	for id, o := range t.ord {
+		if o != noOrd && o >= uint32(p) {
+			o++
+		}
+		n.ord[id] = o
+	}
+	n.ord = append(n.ord, uint32(p))
+	return n
+}
+
+// without returns t minus the rank of id.
+func (t *rankTable) without(id uint32) *rankTable {
+	p := t.ord[id]
+	n := &rankTable{
+		byID:  slices.Clone(t.byID),
+		ord:   make([]uint32, len(t.ord)),
+		byOrd: slices.Delete(slices.Clone(t.byOrd), int(p), int(p)+1),
+	}
+	n.byID[id] = nil
+	for i, o := range t.ord {
+		if o != noOrd && o > p {
+			o--
+		}
+		n.ord[i] = o
+	}
+	n.ord[id] = noOrd
+	return n
 }
 
 func (ix *Index) count(k event.Kind, s Status) {
@@ -378,14 +424,12 @@ func cmpRank(a, b event.Rank) int {
 
 // Ranks returns every known rank with its block count, sorted by worker id, then dp rank.
 func (ix *Index) Ranks() []RankInfo {
-	t := *ix.table.Load()
-	out := make([]RankInfo, 0, len(t))
-	for _, rs := range t {
-		if rs != nil {
-			out = append(out, RankInfo{Rank: rs.rank, Blocks: rs.blocks.Load()})
-		}
+	t := ix.table.Load()
+	out := make([]RankInfo, len(t.byOrd))
+	for i, id := range t.byOrd {
+		rs := t.byID[id]
+		out[i] = RankInfo{Rank: rs.rank, Blocks: rs.blocks.Load()}
 	}
-	slices.SortFunc(out, func(a, b RankInfo) int { return cmpRank(a.Rank, b.Rank) })
 	return out
 }
 

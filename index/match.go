@@ -1,11 +1,18 @@
 package index
 
-import "slices"
+import (
+	"math/bits"
+	"slices"
+)
 
-// matchScratch holds a query's working sets; pooled so that steady-state queries do not allocate.
+// matchScratch holds a query's working state; pooled so that steady-state queries do not
+// allocate.
 type matchScratch struct {
 	active, next []uint32
-	groups       []int // start of each group of equal scores in dst, ascending scores
+	score        []uint32 // rank id → score, for the ids of the query's first holder set
+	count        []int    // score → ranks with it, then where the next of them goes in dst
+	bits         []uint64 // ordinals of the first holder set (zero between queries)
+	keys         []uint64 // ordinal<<32 | id, when the first holder set is small
 }
 
 // FindMatches scores every rank against a query of local block hashes (tokens hashes, from the
@@ -23,29 +30,50 @@ func (ix *Index) FindMatches(localHashes []uint64, earlyExit bool) []Score {
 // It may run on any goroutine concurrently with writers; it takes no lock (each node's children
 // and holder set are read with atomic loads) and allocates nothing once dst has room for the
 // answer.
+//
+// The walk intersects holder sets in rank id order and records each rank's score; the answer is
+// then laid out without comparing scores: the ranks in (worker id, dp rank) order (the rank
+// table's ordinals, through a bitmap or a sort of packed integers), each placed in its score's
+// slot of a counting sort.
 func (ix *Index) FindMatchesInto(dst []Score, localHashes []uint64, earlyExit bool) []Score {
 	dst = dst[:0]
 	if len(localHashes) == 0 {
 		return dst
 	}
-	t := *ix.table.Load()
+	t := ix.table.Load()
+	first := ix.child(ix.root, localHashes[0])
+	if first == nil {
+		return dst
+	}
 	sc := ix.scratch.Get().(*matchScratch)
+	if len(sc.score) < len(t.byID) {
+		sc.score = make([]uint32, len(t.byID))
+	}
+	score := sc.score
+	// The ranks of the first holder set that t knows: a rank registered after t was loaded is
+	// left out, and so is one removed before.
 	active := sc.active[:0]
-	groups := sc.groups[:0]
-	depth := 0
-	cur := ix.root
-	for i, h := range localHashes {
-		child := ix.child(cur, h)
-		if child == nil {
-			break
+	for _, id := range first.holderIDs() {
+		if int(id) < len(t.ord) && t.ord[id] != noOrd {
+			active = append(active, id)
 		}
-		hs := child.holderIDs()
-		if i == 0 {
-			active = append(active, hs...)
-		} else {
-			// The ranks that leave here score depth: one group, in rank id order.
-			groups = append(groups, len(dst))
-			next := sc.next[:0]
+	}
+	participants := append(sc.next[:0], active...)
+	depth := 0
+	if len(active) > 0 {
+		depth = 1
+		cur := first
+		for _, h := range localHashes[1:] {
+			if earlyExit && len(active) == 1 {
+				break
+			}
+			child := ix.child(cur, h)
+			if child == nil {
+				break
+			}
+			// The ranks that leave here score depth.
+			hs := child.holderIDs()
+			next := active[:0]
 			j := 0
 			for _, id := range active {
 				for j < len(hs) && hs[j] < id {
@@ -54,76 +82,102 @@ func (ix *Index) FindMatchesInto(dst []Score, localHashes []uint64, earlyExit bo
 				if j < len(hs) && hs[j] == id {
 					next = append(next, id)
 				} else {
-					dst = appendScore(dst, t, id, uint32(depth))
+					score[id] = uint32(depth)
 				}
 			}
-			sc.next = active
 			active = next
+			if len(active) == 0 {
+				break
+			}
+			depth++
+			cur = child
 		}
-		if len(active) == 0 {
-			break
-		}
-		depth = i + 1
-		if earlyExit && len(active) == 1 {
-			break
-		}
-		cur = child
 	}
-	groups = append(groups, len(dst))
 	for _, id := range active {
-		dst = appendScore(dst, t, id, uint32(depth))
+		score[id] = uint32(depth)
 	}
-	groups = append(groups, len(dst))
-	orderScores(dst, groups)
-	sc.active, sc.groups = active[:0], groups[:0]
+	dst = placeScores(dst, t, participants, score, depth, sc)
+	sc.active, sc.next = active[:0], participants[:0]
 	ix.scratch.Put(sc)
 	return dst
 }
 
-// orderScores sorts dst, made of groups of equal scores with ascending scores (group k is
-// dst[groups[k]:groups[k+1]]), by cmpScore: each group by rank, then the groups in reverse. Rank
-// ids are mostly assigned in rank order, so a group is usually sorted already.
-func orderScores(dst []Score, groups []int) {
-	for k := 0; k+1 < len(groups); k++ {
-		g := dst[groups[k]:groups[k+1]]
-		if !slices.IsSortedFunc(g, cmpScore) {
-			slices.SortFunc(g, cmpScore)
-		}
-	}
-	slices.Reverse(dst)
-	n := len(dst)
-	for k := 0; k+1 < len(groups); k++ {
-		slices.Reverse(dst[n-groups[k+1] : n-groups[k]])
-	}
-}
-
-// appendScore resolves a rank id in the rank table t and appends its score. An id whose rank
-// was removed while the query ran is skipped, and so is a rank added after t was loaded.
-func appendScore(dst []Score, t []*rankState, id, score uint32) []Score {
-	if score == 0 || int(id) >= len(t) || t[id] == nil {
+// placeScores appends the scores of ids (in any order; score[id] ≥ 1, ≤ maxScore) to dst in
+// answer order: ids is put in t's rank order, then each rank goes to the next slot of its score
+// (a counting sort, descending). ids is reordered.
+func placeScores(dst []Score, t *rankTable, ids []uint32, score []uint32, maxScore int, sc *matchScratch) []Score {
+	if len(ids) == 0 {
 		return dst
 	}
-	rs := t[id]
-	return append(dst, Score{WorkerID: rs.rank.WorkerID, DPRank: rs.rank.DPRank, Score: score, TreeSize: rs.blocks.Load()})
+	if cap(sc.count) < maxScore+1 {
+		sc.count = make([]int, maxScore+1)
+	}
+	count := sc.count[:maxScore+1]
+	clear(count)
+	for _, id := range ids {
+		count[score[id]]++
+	}
+	at := len(dst)
+	for s := maxScore; s >= 1; s-- {
+		c := count[s]
+		count[s] = at
+		at += c
+	}
+	dst = slices.Grow(dst, len(ids))[:at]
+	sortByRank(t, ids, sc)
+	for _, id := range ids {
+		s := score[id]
+		rs := t.byID[id]
+		dst[count[s]] = Score{WorkerID: rs.rank.WorkerID, DPRank: rs.rank.DPRank, Score: s, TreeSize: rs.blocks.Load()}
+		count[s]++
+	}
+	return dst
 }
 
-func cmpScore(a, b Score) int {
-	switch {
-	case a.Score != b.Score:
-		if a.Score > b.Score {
-			return -1
-		}
-		return 1
-	case a.WorkerID != b.WorkerID:
-		if a.WorkerID < b.WorkerID {
-			return -1
-		}
-		return 1
-	case a.DPRank != b.DPRank:
-		if a.DPRank < b.DPRank {
-			return -1
-		}
-		return 1
+// sortByRank sorts ids, known to t, by (worker id, dp rank): through a bitmap of their ordinals
+// when they are many next to the ranks, else by sorting ordinal<<32|id integers. Neither calls
+// a comparator.
+func sortByRank(t *rankTable, ids []uint32, sc *matchScratch) {
+	if words := (len(t.byOrd) + 63) / 64; 16*len(ids) >= words {
+		sortByRankBitmap(t, ids, sc)
+	} else {
+		sortByRankKeys(t, ids, sc)
 	}
-	return 0
+}
+
+// sortByRankBitmap marks the ordinals of ids in a bitmap, then reads it in order: O(len(ids) +
+// ranks/64). ids holds no duplicates.
+func sortByRankBitmap(t *rankTable, ids []uint32, sc *matchScratch) {
+	words := (len(t.byOrd) + 63) / 64
+	if len(sc.bits) < words {
+		sc.bits = make([]uint64, words)
+	}
+	marks := sc.bits[:words]
+	for _, id := range ids {
+		o := t.ord[id]
+		marks[o>>6] |= 1 << (o & 63)
+	}
+	// Clear the bitmap while reading it, for the next query.
+	i := 0
+	for w, b := range marks {
+		for b != 0 {
+			ids[i] = t.byOrd[w<<6|bits.TrailingZeros64(b)]
+			i++
+			b &= b - 1
+		}
+		marks[w] = 0
+	}
+}
+
+// sortByRankKeys sorts the integers ordinal<<32|id: O(len(ids)·log len(ids)).
+func sortByRankKeys(t *rankTable, ids []uint32, sc *matchScratch) {
+	keys := sc.keys[:0]
+	for _, id := range ids {
+		keys = append(keys, uint64(t.ord[id])<<32|uint64(id))
+	}
+	slices.Sort(keys)
+	for i, k := range keys {
+		ids[i] = uint32(k)
+	}
+	sc.keys = keys[:0]
 }

@@ -1,0 +1,69 @@
+package index
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/kvindex/kvindex/event"
+	"pgregory.net/rapid"
+)
+
+// TestRankTableOrder registers and removes random ranks and checks, after each step, that the
+// table's ordinals list the live ranks by (worker id, dp rank), and that both ways of sorting a
+// random subset of ids by rank (bitmap, packed keys) agree with a comparator sort.
+func TestRankTableOrder(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		tab := &rankTable{}
+		live := map[event.Rank]uint32{}
+		sc := new(matchScratch)
+		for range rapid.IntRange(1, 200).Draw(rt, "steps") {
+			r := event.Rank{WorkerID: rapid.Uint64Range(0, 40).Draw(rt, "worker"), DPRank: rapid.Uint32Range(0, 3).Draw(rt, "dp")}
+			if id, ok := live[r]; ok {
+				tab = tab.without(id)
+				delete(live, r)
+			} else {
+				rs := &rankState{rank: r, id: uint32(len(tab.byID))}
+				tab = tab.with(rs)
+				live[r] = rs.id
+			}
+			if len(tab.byOrd) != len(live) {
+				rt.Fatalf("%d ordinals, %d live ranks", len(tab.byOrd), len(live))
+			}
+			for o, id := range tab.byOrd {
+				if tab.ord[id] != uint32(o) || live[tab.byID[id].rank] != id {
+					rt.Fatalf("ordinal %d: id %d (ord %d, rank %v)", o, id, tab.ord[id], tab.byID[id].rank)
+				}
+				if o > 0 && !tab.byID[tab.byOrd[o-1]].rank.Less(tab.byID[id].rank) {
+					rt.Fatalf("ordinals %d, %d out of rank order", o-1, o)
+				}
+			}
+			for id, rs := range tab.byID {
+				if (rs == nil) != (tab.ord[id] == noOrd) {
+					rt.Fatalf("id %d: state %v, ordinal %d", id, rs, tab.ord[id])
+				}
+			}
+
+			var ids []uint32
+			for _, id := range live {
+				if rapid.Bool().Draw(rt, "in subset") {
+					ids = append(ids, id)
+				}
+			}
+			want := slices.SortedFunc(slices.Values(ids), func(a, b uint32) int {
+				return cmpRank(tab.byID[a].rank, tab.byID[b].rank)
+			})
+			for name, sortIDs := range map[string]func(*rankTable, []uint32, *matchScratch){
+				"bitmap": sortByRankBitmap, "keys": sortByRankKeys, "either": sortByRank,
+			} {
+				got := slices.Clone(ids)
+				sortIDs(tab, got, sc)
+				if !slices.Equal(got, want) {
+					rt.Fatalf("%s: %v, want %v", name, got, want)
+				}
+			}
+			if slices.ContainsFunc(sc.bits, func(w uint64) bool { return w != 0 }) {
+				rt.Fatalf("bitmap left dirty: %v", sc.bits)
+			}
+		}
+	})
+}
