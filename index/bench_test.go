@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/testutil"
 )
 
 // chainBlocks fills blocks with a chain whose first block (tokens 0) every rank shares and whose
@@ -239,4 +240,73 @@ func liveHeap() uint64 {
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
+}
+
+var (
+	traceOnce sync.Once
+	traceWL   *testutil.Workload
+	traceErr  error
+)
+
+// traceWorkload is `kvindex bench --scale 8`'s stream (BENCH.md stage 1) from the repository's
+// conversation trace: 2,048 ranks, block 0 of each copy held by its 256 workers.
+func traceWorkload(b *testing.B) *testutil.Workload {
+	traceOnce.Do(func() {
+		var reqs []testutil.Request
+		if reqs, traceErr = testutil.LoadTraceFile("../testdata/conversation_trace.jsonl"); traceErr == nil {
+			traceWL, traceErr = testutil.Generate(reqs, 8, testutil.WorkloadOptions{})
+		}
+	})
+	if traceErr != nil {
+		b.Fatal(traceErr)
+	}
+	return traceWL
+}
+
+// BenchmarkTrace runs the benchmark trace's stream through an index on one goroutine, as a
+// restart's replay or the in-memory baseline does (one op: the whole stream into a fresh index;
+// blocks/s counts the blocks named in its events), then its queries on the final index (one op:
+// every query), and reports the heap per (rank, block) entry.
+//
+//	go test ./index -run '^$' -bench BenchmarkTrace -benchmem
+func BenchmarkTrace(b *testing.B) {
+	wl := traceWorkload(b)
+	var final *index.Index
+	b.Run("apply", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			before := liveHeap()
+			b.StartTimer()
+			ix := index.New(index.Options{})
+			for j := range wl.Events {
+				ix.Apply(&wl.Events[j])
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(liveHeap()-before)/float64(ix.Blocks()), "heap-B/entry")
+			final = ix
+		}
+		b.ReportMetric(float64(b.N)*float64(wl.Blocks)/b.Elapsed().Seconds(), "blocks/s")
+	})
+	b.Run("find_matches", func(b *testing.B) {
+		if final == nil {
+			b.Skip("apply did not run")
+		}
+		var dst []index.Score
+		lat := make([]time.Duration, 0, len(wl.Queries))
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			lat = lat[:0]
+			for _, q := range wl.Queries {
+				t0 := time.Now()
+				dst = final.FindMatchesInto(dst, q.BlockHashes, false)
+				lat = append(lat, time.Since(t0))
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(wl.Queries)), "ns/query")
+		b.ReportMetric(float64(percentile(lat, 0.5).Nanoseconds()), "p50-ns")
+		b.ReportMetric(float64(percentile(lat, 0.99).Nanoseconds()), "p99-ns")
+	})
 }
