@@ -134,6 +134,9 @@ func (ix *Index) shardOf(h uint64) *shard { return &ix.shards[h>>(64-8)] }
 // child returns the linked child of parent with tokens hash tok, or nil. It takes no lock: it
 // may run concurrently with writers (see table).
 func (ix *Index) child(parent *node, tok uint64) *node {
+	if parent.kids.Load() == 0 {
+		return nil // a leaf; or a child is being linked, and the caller sees the tree before
+	}
 	h := childHash(parent, tok)
 	t := ix.shardOf(h).tab.Load()
 	if t == nil {
@@ -238,7 +241,12 @@ func (ix *Index) attach(rs *rankState, cur *node, b event.Block, d *deltas) *nod
 	h := childHash(cur, b.TokensHash)
 	s := ix.shardOf(h)
 	s.mu.Lock()
-	child := s.find(ix.tomb, cur, b.TokensHash, h)
+	// A linked child of cur counts in cur.kids from its insertion to its unlinking, both under
+	// this shard's lock: with kids at 0 there is none to find (a fresh chain's usual case).
+	var child *node
+	if cur.kids.Load() != 0 {
+		child = s.find(ix.tomb, cur, b.TokensHash, h)
+	}
 	if child == nil {
 		child = &node{tokens: b.TokensHash, parent: cur}
 		child.addHolder(rs.id)
