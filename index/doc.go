@@ -44,8 +44,9 @@
 //     and dead flags. Readers take no lock: they load a shard's table, its slots and a node's
 //     holder set with atomic loads. A table slot goes nil → node → tombstone (→ node) and never
 //     back to nil; growing publishes a new table. Writers hold one shard lock at a time.
-//   - A holder set is immutable (sorted rank ids, one allocation) and replaced whole, so a reader
-//     sees a node's holders as before or after a change, never torn. How many block hashes of a
+//   - A node's holders are one inline rank id, or an immutable holder set (sorted rank ids, one
+//     allocation) replaced whole; writers order their stores so that a reader sees a node's
+//     holders as before or after a change, never torn (tree.go). How many block hashes of a
 //     rank map to one node is the rank's business (its writer-owned refs), not the node's.
 //   - A node a rank holds is linked: only the rank's own writer removes the rank from it, and a
 //     node is unlinked only when unheld and childless (kids, an atomic count of linked
@@ -53,8 +54,11 @@
 //     is alive while it attaches under it, and nobody else attaches under a node that nobody
 //     holds. A child's unlinking decrements its parent's kids; whoever brings kids to 0
 //     re-checks the parent under its shard lock.
-//   - An unlinked node is marked dead, its holder set is empty, and it is never linked again; a
-//     reader that reaches it (through an older table) finds it unheld and stops there.
+//   - An unlinked node is marked dead (kids -1), it has no holder, and it is never linked again;
+//     a reader that reaches it (through an older table) finds it unheld and stops there.
+//   - A linked child counts in its parent's kids from its insertion to its unlinking, both under
+//     the child's shard lock: a writer holding that lock that reads kids 0 knows the child is
+//     absent without probing.
 //   - Ranks are dense uint32 ids, never reused. id → rank is an immutable table swapped with an
 //     atomic.Pointer when a rank is added or removed; a rank's block count is an atomic.
 //
@@ -62,12 +66,12 @@
 //
 // What one (rank, block) entry costs, so that changes can be weighed (BenchmarkHeapBytesPerEntry):
 //
-//	node          32 B   tokens, parent, holder set pointer, child count, dead; shared by its holders
-//	holder set    4·(holders+1) B rounded up to a size class (8 B for one holder); one allocation
+//	node          32 B   tokens, parent, holder set pointer, inline holder, child count
+//	holder set    4·(holders+1) B rounded up to a size class, only for 2 holders or more
 //	child table   one 8-byte slot per node, tables between 3/8 and 3/4 full
 //	rank lookup   one 16-byte slot per entry, tables at most 4/5 full
 //
-// A node held by one rank thus costs about 32 + 8 + 16 + 27 B; shared by k ranks, its share is
+// A node held by one rank thus costs about 32 + 16 + 27 B; shared by k ≥ 2 ranks, its share is
 // about (32 + 4·(k+1) + 16)/k + 27 B. Tables grow by doubling and do not shrink (a churned shard
 // keeps its peak size until its next rebuild; a cleared rank starts a fresh lookup).
 //

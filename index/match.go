@@ -9,10 +9,11 @@ import (
 // allocate.
 type matchScratch struct {
 	active, next []uint32
-	score        []uint32 // rank id → score, for the ids of the query's first holder set
-	count        []int    // score → ranks with it, then where the next of them goes in dst
-	bits         []uint64 // ordinals of the first holder set (zero between queries)
-	keys         []uint64 // ordinal<<32 | id, when the first holder set is small
+	score        []uint32  // rank id → score, for the ids of the query's first holder set
+	count        []int     // score → ranks with it, then where the next of them goes in dst
+	bits         []uint64  // ordinals of the first holder set (zero between queries)
+	keys         []uint64  // ordinal<<32 | id, when the first holder set is small
+	one          [1]uint32 // a node's single holder (holderIDs)
 }
 
 // FindMatches scores every rank against a query of local block hashes (tokens hashes, from the
@@ -53,7 +54,7 @@ func (ix *Index) FindMatchesInto(dst []Score, localHashes []uint64, earlyExit bo
 	// The ranks of the first holder set that t knows: a rank registered after t was loaded is
 	// left out, and so is one removed before.
 	active := sc.active[:0]
-	for _, id := range first.holderIDs() {
+	for _, id := range first.holderIDs(&sc.one) {
 		if int(id) < len(t.ord) && t.ord[id] != noOrd {
 			active = append(active, id)
 		}
@@ -72,7 +73,7 @@ func (ix *Index) FindMatchesInto(dst []Score, localHashes []uint64, earlyExit bo
 				break
 			}
 			// The ranks that leave here score depth.
-			hs := child.holderIDs()
+			hs := child.holderIDs(&sc.one)
 			next := active[:0]
 			j := 0
 			for _, id := range active {

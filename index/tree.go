@@ -9,38 +9,49 @@ import (
 )
 
 // node is one tree position: the path of tokens hashes from the root. tokens and parent are
-// immutable. holders is read by anyone without a lock and replaced (never mutated) by writers
-// holding the node's shard lock; dead is guarded by that lock; kids is atomic (see doc.go).
+// immutable. holders and one are read by anyone without a lock and written by writers holding
+// the node's shard lock; kids is atomic (see doc.go).
 //
-// 32 bytes: tokens, parent, holders, kids, dead.
+// 32 bytes: tokens, parent, holders, one, kids.
 type node struct {
 	tokens  uint64
-	parent  *node // nil for the root
-	holders atomic.Pointer[uint32]
-	kids    atomic.Int32 // linked children
-	dead    bool         // unlinked from the tree; never linked again
+	parent  *node                  // nil for the root
+	holders atomic.Pointer[uint32] // the holder set when two ranks or more hold n, else nil
+	one     atomic.Uint32          // with holders nil: the only holder's id + 1, or 0 for none
+	kids    atomic.Int32           // linked children; -1 once n is unlinked (dead)
 }
 
-// A holder set is an immutable, length-prefixed array of rank ids: word 0 is the count n, words
-// 1..n the ids ascending. The node points at word 0 (nil: no holder), so one set is one
-// allocation and a reader gets a consistent set with one atomic load.
+// A holder set of two ranks or more is an immutable, length-prefixed array of rank ids: word 0
+// is the count n, words 1..n the ids ascending. The node points at word 0, so one set is one
+// allocation and a reader gets a consistent set with one atomic load. A single holder is kept
+// inline (one), so a node held by one rank costs no allocation beside itself.
 //
 //	holders ──► ┌───┬──────┬──────┬─────┬──────┐
-//	            │ n │ id 1 │ id 2 │ ... │ id n │   uint32 each
+//	            │ n │ id 1 │ id 2 │ ... │ id n │   uint32 each, n ≥ 2
 //	            └───┴──────┴──────┴─────┴──────┘
+//
+// Writers order their stores so that a reader (load holders; if nil, load one) sees the holders
+// as before or after a change: growing from one holder to two publishes the set and leaves one
+// as it was; shrinking from two to one stores one, then clears holders. one is rewritten only
+// while it describes the holders (holders nil), or just before holders is cleared.
 
-// holderIDs returns n's holder ids, ascending. The slice must not be modified.
-func (n *node) holderIDs() []uint32 {
-	p := n.holders.Load()
-	if p == nil {
-		return nil
+// holderIDs returns n's holder ids, ascending; a single holder is returned in buf. The slice
+// must not be modified.
+func (n *node) holderIDs(buf *[1]uint32) []uint32 {
+	if p := n.holders.Load(); p != nil {
+		return unsafe.Slice(p, int(*p)+1)[1:]
 	}
-	return unsafe.Slice(p, int(*p)+1)[1:]
+	if v := n.one.Load(); v != 0 {
+		buf[0] = v - 1
+		return buf[:]
+	}
+	return nil
 }
 
-// heldBy reports whether rank id holds n.
+// heldBy reports whether rank id holds n. Caller holds n's shard lock.
 func (n *node) heldBy(id uint32) bool {
-	_, ok := searchID(n.holderIDs(), id)
+	var buf [1]uint32
+	_, ok := searchID(n.holderIDs(&buf), id)
 	return ok
 }
 
@@ -58,9 +69,14 @@ func searchID(ids []uint32, id uint32) (int, bool) {
 	return lo, lo < len(ids) && ids[lo] == id
 }
 
-// addHolder publishes n's holder set with id added. Caller holds n's shard lock; id is absent.
+// addHolder makes id a holder of n. Caller holds n's shard lock; id is absent.
 func (n *node) addHolder(id uint32) {
-	old := n.holderIDs()
+	var buf [1]uint32
+	old := n.holderIDs(&buf)
+	if len(old) == 0 {
+		n.one.Store(id + 1)
+		return
+	}
 	i, _ := searchID(old, id)
 	s := make([]uint32, len(old)+2)
 	s[0] = uint32(len(old) + 1)
@@ -70,35 +86,40 @@ func (n *node) addHolder(id uint32) {
 	n.holders.Store(&s[0])
 }
 
-// dropHolder publishes n's holder set without id. Caller holds n's shard lock; id is present.
+// dropHolder removes id from n's holders. Caller holds n's shard lock; id is present.
 func (n *node) dropHolder(id uint32) {
-	old := n.holderIDs()
+	var buf [1]uint32
+	old := n.holderIDs(&buf)
 	i, ok := searchID(old, id)
 	if !ok {
 		panic("index: rank released a node it does not hold")
 	}
-	if len(old) == 1 {
+	switch len(old) {
+	case 1:
+		n.one.Store(0)
+	case 2:
+		n.one.Store(old[1-i] + 1)
 		n.holders.Store(nil)
-		return
+	default:
+		s := make([]uint32, len(old))
+		s[0] = uint32(len(old) - 1)
+		copy(s[1:], old[:i])
+		copy(s[1+i:], old[i+1:])
+		n.holders.Store(&s[0])
 	}
-	s := make([]uint32, len(old))
-	s[0] = uint32(len(old) - 1)
-	copy(s[1:], old[:i])
-	copy(s[1+i:], old[i+1:])
-	n.holders.Store(&s[0])
 }
 
-// reclaimable reports whether n can be unlinked: no rank holds it and it has no children.
-// Caller holds n's shard lock.
+// reclaimable reports whether n can be unlinked: linked, no rank holds it and it has no
+// children. Caller holds n's shard lock.
 func (n *node) reclaimable() bool {
-	return !n.dead && n.holders.Load() == nil && n.kids.Load() == 0
+	return n.kids.Load() == 0 && n.holders.Load() == nil && n.one.Load() == 0
 }
 
 // numShards is the number of child-table shards (a power of two).
 const numShards = 256
 
 // shard is one stripe of the child table: every node whose (parent, tokens) hashes to it. mu
-// serializes writers on the shard's nodes (table slots, holder sets, dead flags); readers load
+// serializes writers on the shard's nodes (table slots, holders, the dead mark); readers load
 // tab and its slots with atomics and never take mu.
 type shard struct {
 	mu   sync.Mutex
@@ -134,8 +155,8 @@ func (ix *Index) shardOf(h uint64) *shard { return &ix.shards[h>>(64-8)] }
 // child returns the linked child of parent with tokens hash tok, or nil. It takes no lock: it
 // may run concurrently with writers (see table).
 func (ix *Index) child(parent *node, tok uint64) *node {
-	if parent.kids.Load() == 0 {
-		return nil // a leaf; or a child is being linked, and the caller sees the tree before
+	if parent.kids.Load() <= 0 {
+		return nil // a leaf (or dead); or a child is being linked: the tree as before
 	}
 	h := childHash(parent, tok)
 	t := ix.shardOf(h).tab.Load()
@@ -291,7 +312,7 @@ func (ix *Index) release(rs *rankState, n *node, d *deltas) {
 	unlinked := n.reclaimable()
 	if unlinked {
 		s.remove(ix.tomb, n, h)
-		n.dead = true
+		n.kids.Store(-1) // dead
 	}
 	s.mu.Unlock()
 	if unlinked {
@@ -315,7 +336,7 @@ func (ix *Index) reclaimUp(n *node, d *deltas) {
 		ok := n.reclaimable()
 		if ok {
 			s.remove(ix.tomb, n, h)
-			n.dead = true
+			n.kids.Store(-1) // dead
 		}
 		s.mu.Unlock()
 		if !ok {
