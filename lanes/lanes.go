@@ -414,7 +414,7 @@ func (p *Pipeline) Status() []RankStatus {
 	out := make([]RankStatus, 0, len(p.ranks))
 	for _, rs := range p.ranks {
 		rs.mu.Lock()
-		if !rs.removed && (rs.hasLast || rs.logged > 0) {
+		if !rs.removed && (rs.hasLast || rs.logged > 0 || rs.state == "recovering") {
 			out = append(out, RankStatus{Rank: rs.rank, Lane: rs.lane, Last: rs.last, HasLast: rs.hasLast,
 				Degraded: rs.degraded, State: rs.state, Lost: rs.lost, Recovered: rs.recovered})
 		}
