@@ -381,7 +381,9 @@ func TestServeKill9LosesNothingAcknowledged(t *testing.T) {
 	}
 	t.Logf("%d events acknowledged before SIGKILL", total)
 	p2 := start(t, dir)
-	p2.waitReady()
+	// The 503 → 200 gate itself is tested deterministically in server (TestNotReadyUntilReplayed);
+	// here the replay may be too quick to catch.
+	t.Logf("/readyz answered 503 before 200: %v", p2.waitReady())
 	rows := map[event.Rank]rankRow{}
 	for _, r := range p2.ranks() {
 		rows[event.Rank{WorkerID: r.WorkerID, DPRank: r.DPRank}] = r
