@@ -1,7 +1,3 @@
-// Command kvindex is the CLI of kvindex: a thin urfave/cli shell over the library packages.
-// Every flag can also be set from the environment as KVINDEX_<FLAG> (dashes become underscores).
-//
-// Exit codes: 0 success, 1 failure (one-line reason on stderr), 2 usage error.
 package main
 
 import (
