@@ -1,16 +1,22 @@
 // Package lanes owns the write path of kvindex: decide → log → apply, per rank, in one order.
 //
-// N lane goroutines (default GOMAXPROCS). A rank is assigned to a lane the first time it is
-// seen (round robin) and keeps that lane for the life of the Pipeline, so everything about a
-// rank — its cursor, its log appends, its tree mutations, its snapshot — happens on one
-// goroutine, in submission order. Different ranks on different lanes proceed in parallel; they
-// share one Pebble commit pipeline, so concurrent synced commits share fsyncs.
+// N lanes (default GOMAXPROCS). A rank is assigned to a lane the first time it is seen (round
+// robin) and keeps that lane for the life of the Pipeline, so everything about a rank — its
+// cursor, its log appends, its tree mutations, its snapshot — happens in submission order on that
+// lane. Different ranks on different lanes proceed in parallel; all lanes share one Pebble commit
+// pipeline, so concurrent synced commits share fsyncs.
 //
-// A lane drains whatever is queued (up to MaxBatchEvents) into one wal.Batch, commits it once,
-// and only then (1) acknowledges the submitters and (2) applies the events to the index. Events
-// are therefore always logged before they are applied, and acknowledged only once durable under
-// the log's durability mode. If the commit fails, the cursor decisions of that batch are rolled
-// back, nothing is applied, and every submitter in the batch gets the error.
+// Each lane is two goroutines. The decider drains whatever is queued (up to MaxBatchEvents) into
+// one wal.Batch with the cursor decisions of its events, and starts its commit without waiting;
+// up to 8 commits per lane are in flight. The applier takes the launched batches in order, waits
+// for each commit, then applies the batch to the index and acknowledges its submitters. Events
+// are therefore always logged before they are applied, applied in log order, and acknowledged
+// only once durable under the log's durability mode and applied. Ops that read or change a rank
+// outside a batch (Do, removals, barriers, online retention) first drain the lane's pipeline.
+//
+// A failed commit applies nothing and fails its submitters; the log is unusable until the store
+// is reopened (wal.ErrFailed), so the lane then refuses every write, and the touched ranks are
+// rolled back to their last durable cursor.
 //
 // Every live event of a rank goes through the rank's recovery.RankState (SPEC §5), owned by the
 // lane; its Decision is executed in order: cancel a fetch, reset the rank (log and tree), install
@@ -29,7 +35,8 @@
 // the index directly.
 //
 // Invariants:
-//   - per rank: cursor, log and tree change only on the rank's lane goroutine;
+//   - per rank: cursor decisions are made only by the lane's decider, tree changes only by its
+//     applier (or by the decider with the pipeline drained), in log order;
 //   - a rank's tree state equals the replay of its snapshot + log (restart relies on it);
 //   - the cursor written to the log in a batch describes exactly the events of that batch.
 package lanes
