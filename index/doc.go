@@ -39,11 +39,16 @@
 //
 // Invariants that make this safe:
 //
-//   - Every linked node is in the child table, keyed by (parent, tokens hash) and striped over
-//     256 shards. A shard's mutex serializes the writers of its nodes: table slots, holder sets
-//     and dead flags. Readers take no lock: they load a shard's table, its slots and a node's
-//     holder set with atomic loads. A table slot goes nil → node → tombstone (→ node) and never
-//     back to nil; growing publishes a new table. Writers hold one shard lock at a time.
+//   - Every linked node is reachable by its key (parent, tokens hash): either it is its
+//     parent's first child (the parent's first slot, set by compare-and-swap when empty at the
+//     node's creation, cleared when that node is unlinked) or it is in the child table, striped
+//     over 256 shards by key. A shard's mutex serializes the writers of the nodes whose keys
+//     hash to it: table slots, first slots holding them, holders and the dead mark. Readers take
+//     no lock: they load first slots, a shard's table, its slots and a node's holders with
+//     atomic loads. A table slot goes nil → node → tombstone (→ node) and never back to nil;
+//     growing publishes a new table. Writers hold one shard lock at a time. Most nodes (a
+//     chain's) are first children: creating one touches no table, and a reader walking a chain
+//     follows one pointer per block.
 //   - A node's holders are one inline rank id, or an immutable holder set (sorted rank ids, one
 //     allocation) replaced whole; writers order their stores so that a reader sees a node's
 //     holders as before or after a change, never torn (tree.go). How many block hashes of a
@@ -66,13 +71,15 @@
 //
 // What one (rank, block) entry costs, so that changes can be weighed (BenchmarkHeapBytesPerEntry):
 //
-//	node          32 B   tokens, parent, holder set pointer, inline holder, child count
+//	node          48 B   tokens, parent, first child, holder set pointer, inline holder, child
+//	                     count (40 B in the 48-byte size class)
 //	holder set    4·(holders+1) B rounded up to a size class, only for 2 holders or more
-//	child table   one 8-byte slot per node, tables between 3/8 and 3/4 full
+//	child table   one 8-byte slot per node that is not a first child, tables between 3/8 and
+//	              3/4 full
 //	rank lookup   one 16-byte slot per entry, tables at most 4/5 full
 //
-// A node held by one rank thus costs about 32 + 16 + 27 B; shared by k ≥ 2 ranks, its share is
-// about (32 + 4·(k+1) + 16)/k + 27 B. Tables grow by doubling and do not shrink (a churned shard
+// A first-child node held by one rank thus costs about 48 + 27 B; shared by k ≥ 2 ranks, its
+// share is about (48 + 4·(k+1))/k + 27 B; a node in the child table adds about 14 B. Tables grow by doubling and do not shrink (a churned shard
 // keeps its peak size until its next rebuild; a cleared rank starts a fresh lookup).
 //
 // A reader sees each node's state as of its visit; a query racing a writer may see a mix of

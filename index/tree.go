@@ -12,10 +12,11 @@ import (
 // immutable. holders and one are read by anyone without a lock and written by writers holding
 // the node's shard lock; kids is atomic (see doc.go).
 //
-// 32 bytes: tokens, parent, holders, one, kids.
+// 40 bytes (the 48-byte size class): tokens, parent, first, holders, one, kids.
 type node struct {
 	tokens  uint64
 	parent  *node                  // nil for the root
+	first   atomic.Pointer[node]   // n's first child, kept here instead of in the child table
 	holders atomic.Pointer[uint32] // the holder set when two ranks or more hold n, else nil
 	one     atomic.Uint32          // with holders nil: the only holder's id + 1, or 0 for none
 	kids    atomic.Int32           // linked children; -1 once n is unlinked (dead)
@@ -158,6 +159,9 @@ func (ix *Index) child(parent *node, tok uint64) *node {
 	if parent.kids.Load() <= 0 {
 		return nil // a leaf (or dead); or a child is being linked: the tree as before
 	}
+	if c := parent.first.Load(); c != nil && c.tokens == tok {
+		return c
+	}
 	h := childHash(parent, tok)
 	t := ix.shardOf(h).tab.Load()
 	if t == nil {
@@ -266,12 +270,18 @@ func (ix *Index) attach(rs *rankState, cur *node, b event.Block, d *deltas) *nod
 	// this shard's lock: with kids at 0 there is none to find (a fresh chain's usual case).
 	var child *node
 	if cur.kids.Load() != 0 {
-		child = s.find(ix.tomb, cur, b.TokensHash, h)
+		if c := cur.first.Load(); c != nil && c.tokens == b.TokensHash {
+			child = c
+		} else {
+			child = s.find(ix.tomb, cur, b.TokensHash, h)
+		}
 	}
 	if child == nil {
 		child = &node{tokens: b.TokensHash, parent: cur}
 		child.addHolder(rs.id)
-		s.insert(ix.tomb, child, h)
+		if !cur.first.CompareAndSwap(nil, child) {
+			s.insert(ix.tomb, child, h)
+		}
 		// cur cannot be reclaimed meanwhile: rs holds it (or it is the root).
 		cur.kids.Add(1)
 		d.nodes++
@@ -311,14 +321,23 @@ func (ix *Index) release(rs *rankState, n *node, d *deltas) {
 	n.dropHolder(rs.id)
 	unlinked := n.reclaimable()
 	if unlinked {
-		s.remove(ix.tomb, n, h)
-		n.kids.Store(-1) // dead
+		ix.unlink(s, n, h)
 	}
 	s.mu.Unlock()
 	if unlinked {
 		d.nodes--
 		ix.reclaimUp(n.parent, d)
 	}
+}
+
+// unlink removes n from the tree (its parent's first-child slot, or else the child table s) and
+// marks it dead. Caller holds s.mu, n's shard lock; n is reclaimable. Only n's own unlinking
+// clears a first-child slot holding n, so that slot cannot change under the lock.
+func (ix *Index) unlink(s *shard, n *node, h uint64) {
+	if !n.parent.first.CompareAndSwap(n, nil) {
+		s.remove(ix.tomb, n, h)
+	}
+	n.kids.Store(-1)
 }
 
 // reclaimUp records that a child of n was unlinked, then unlinks n and its ancestors for as long
@@ -335,8 +354,7 @@ func (ix *Index) reclaimUp(n *node, d *deltas) {
 		s.mu.Lock()
 		ok := n.reclaimable()
 		if ok {
-			s.remove(ix.tomb, n, h)
-			n.kids.Store(-1) // dead
+			ix.unlink(s, n, h)
 		}
 		s.mu.Unlock()
 		if !ok {
