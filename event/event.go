@@ -98,6 +98,11 @@ type RouterEvent struct {
 	Blocks     []Block
 
 	Removed []uint64 // block hashes named by a Removed
+
+	// HasSourceSeq/SourceSeq: the position of the event in its source's own stream (the seq of
+	// the vLLM ZMQ batch that carried it), kept in the log record. Not part of the wire shape.
+	HasSourceSeq bool
+	SourceSeq    uint64
 }
 
 // Rank returns the event's rank.

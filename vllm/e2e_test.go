@@ -3,6 +3,7 @@ package vllm
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"log/slog"
 	"reflect"
@@ -174,6 +175,20 @@ func TestLiveIngest(t *testing.T) {
 	}
 	if len(pub.replayRequests()) != 0 {
 		t.Fatalf("no gap, yet replay asked for %v", pub.replayRequests())
+	}
+	// Each log record keeps the seq of the batch that carried it (seqs 0, 1, 3 for rank 0).
+	var seqs []uint64
+	if err := n.log.Range(podRank(0), 0, 0, func(ev *event.RouterEvent) error {
+		if !ev.HasSourceSeq {
+			t.Fatalf("record %d has no source seq", ev.EventID)
+		}
+		seqs = append(seqs, ev.SourceSeq)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(seqs) != "[0 1 3]" {
+		t.Fatalf("source seqs in the log %v, want [0 1 3]", seqs)
 	}
 }
 

@@ -316,6 +316,9 @@ func (s *subscriber) apply(ctx context.Context, topic []byte, seq uint64, payloa
 	rk := event.Rank{WorkerID: s.workerOf(topic), DPRank: b.DPRank}
 	var c Counts
 	s.evs, c = Convert(s.evs[:0], &b, rk, s.nextID(rk))
+	for i := range s.evs {
+		s.evs[i].HasSourceSeq, s.evs[i].SourceSeq = true, seq // kept in the log record
+	}
 	if c.Rejected > 0 {
 		s.ctr.rejected.Add(uint64(c.Rejected))
 		s.lg.Warn("zmq events rejected: token count not a whole number of blocks", "source", s.cfg.ID, "seq", seq,

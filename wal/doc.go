@@ -25,13 +25,14 @@
 // Part of the on-disk format (store.FormatVersion). Hashes are fixed 8 bytes little-endian
 // (they are uniformly random: varints would grow them); counts are uvarints.
 //
-//	+---------+------+------+-------+--------------------+-----------+-------------+----------+
-//	| ver = 1 | kind | tier | flags | parent_hash u64 LE | n uvarint | n items     | crc32c   |
-//	|   u8    |  u8  |  u8  |  u8   | (iff flags&1)      |           |             | u32 LE   |
-//	+---------+------+------+-------+--------------------+-----------+-------------+----------+
+//	+---------+------+------+-------+--------------------+-------------------+-----------+---------+--------+
+//	| ver = 1 | kind | tier | flags | parent_hash u64 LE | source_seq u64 LE | n uvarint | n items | crc32c |
+//	|   u8    |  u8  |  u8  |  u8   | (iff flags&1)      | (iff flags&2)     |           |         | u32 LE |
+//	+---------+------+------+-------+--------------------+-------------------+-----------+---------+--------+
 //	kind:  1 stored, 2 removed, 3 cleared (event.Kind)
 //	tier:  0 device, 1 host_pinned, 2 disk, 3 external (event.Tier)
-//	flags: bit 0 = has parent (Stored only); other bits must be 0
+//	flags: bit 0 = has parent (Stored only); bit 1 = has source_seq (the seq of the vLLM batch
+//	       that carried the event, event.RouterEvent.SourceSeq); other bits must be 0
 //	items: stored:  n × ( block_hash u64 LE | tokens_hash u64 LE )     16 bytes each
 //	       removed: n × ( block_hash u64 LE )                            8 bytes each
 //	       cleared: n = 0, no items

@@ -17,6 +17,7 @@ const (
 	metaVersion     byte = 1 // leading byte of cursor, gap, u64-metadata and tombstone values
 
 	flagHasParent byte = 1 << 0 // record flags: parent_hash present
+	flagSourceSeq byte = 1 << 1 // record flags: source_seq present
 	flagDegraded  byte = 1 << 0 // cursor flags: the rank is degraded
 
 	crcLen = 4
@@ -46,6 +47,9 @@ func RecordSize(ev *event.RouterEvent) int {
 func bodySize(ev *event.RouterEvent) int {
 	n := 3 // kind, tier, flags
 	if ev.Kind == event.KindStored && ev.HasParent {
+		n += 8
+	}
+	if ev.HasSourceSeq {
 		n += 8
 	}
 	switch ev.Kind {
@@ -87,9 +91,15 @@ func appendBody(dst []byte, ev *event.RouterEvent) []byte {
 	if ev.Kind == event.KindStored && ev.HasParent {
 		flags |= flagHasParent
 	}
+	if ev.HasSourceSeq {
+		flags |= flagSourceSeq
+	}
 	dst = append(dst, byte(ev.Kind), byte(ev.Tier), flags)
 	if flags&flagHasParent != 0 {
 		dst = binary.LittleEndian.AppendUint64(dst, ev.ParentHash)
+	}
+	if flags&flagSourceSeq != 0 {
+		dst = binary.LittleEndian.AppendUint64(dst, ev.SourceSeq)
 	}
 	switch ev.Kind {
 	case event.KindStored:
@@ -150,7 +160,8 @@ func decodeBody(ev *event.RouterEvent, b []byte) ([]byte, error) {
 	flags := b[2]
 	b = b[3:]
 	ev.HasParent, ev.ParentHash = false, 0
-	if flags&^flagHasParent != 0 {
+	ev.HasSourceSeq, ev.SourceSeq = false, 0
+	if flags&^(flagHasParent|flagSourceSeq) != 0 {
 		return nil, fmt.Errorf("unknown flags %#x", flags)
 	}
 	if flags&flagHasParent != 0 {
@@ -158,6 +169,13 @@ func decodeBody(ev *event.RouterEvent, b []byte) ([]byte, error) {
 			return nil, fmt.Errorf("parent hash: %w", errShort)
 		}
 		ev.HasParent, ev.ParentHash = true, binary.LittleEndian.Uint64(b)
+		b = b[8:]
+	}
+	if flags&flagSourceSeq != 0 {
+		if len(b) < 8 {
+			return nil, fmt.Errorf("source seq: %w", errShort)
+		}
+		ev.HasSourceSeq, ev.SourceSeq = true, binary.LittleEndian.Uint64(b)
 		b = b[8:]
 	}
 	n, k := binary.Uvarint(b)

@@ -34,6 +34,9 @@ func genEvent(t *rapid.T, label string) event.RouterEvent {
 	case 3:
 		ev.Kind = event.KindCleared
 	}
+	if rapid.Bool().Draw(t, label+"hasSourceSeq") {
+		ev.HasSourceSeq, ev.SourceSeq = true, hash.Draw(t, label+"sourceSeq")
+	}
 	return ev
 }
 
