@@ -310,3 +310,22 @@ func BenchmarkTrace(b *testing.B) {
 		b.ReportMetric(float64(percentile(lat, 0.99).Nanoseconds()), "p99-ns")
 	})
 }
+
+// BenchmarkRegisterRanks measures a restart's first events: 4,096 ranks, in random order, each
+// storing its first block (one op: all of them into a fresh index).
+//
+//	go test ./index -run '^$' -bench BenchmarkRegisterRanks -benchmem
+func BenchmarkRegisterRanks(b *testing.B) {
+	const ranks = 4096
+	evs := make([]event.RouterEvent, ranks)
+	for i, r := range rand.New(rand.NewPCG(5, 6)).Perm(ranks) {
+		evs[i] = event.Stored(event.Rank{WorkerID: uint64(r / 2), DPRank: uint32(r % 2)}, 1, nil, event.Block{BlockHash: 1, TokensHash: 0})
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		ix := index.New(index.Options{})
+		for j := range evs {
+			ix.Apply(&evs[j])
+		}
+	}
+}

@@ -219,21 +219,30 @@ type rankTable struct {
 // noOrd is the ordinal of a removed rank.
 const noOrd = ^uint32(0)
 
-// with returns t plus rs, whose id is len(t.byID).
+// atLeast returns 1 when ordinal o is p or more (and not noOrd), else 0, without a branch: the
+// ordinals shifted by a registration are in random order, and a mispredicted branch per rank
+// cost more than the rest of the registration.
+func atLeast(o, p uint32) uint32 {
+	ge := 1 ^ (uint64(o)-uint64(p))>>63
+	live := (uint64(o) - uint64(noOrd)) >> 63
+	return uint32(ge & live)
+}
+
+// with returns t plus rs, whose id is len(t.byID). t must be the registry's newest table.
 func (t *rankTable) with(rs *rankState) *rankTable {
 	p, _ := slices.BinarySearchFunc(t.byOrd, rs.rank, func(id uint32, r event.Rank) int {
 		return cmpRank(t.byID[id].rank, r)
 	})
 	n := &rankTable{
-		byID:  append(slices.Clone(t.byID), rs),
+		// Appending may write past the end of t.byID in a shared array: no reader of t reads
+		// there, and t is never extended again (the registry extends only its newest table).
+		byID:  append(t.byID, rs),
 		ord:   make([]uint32, len(t.ord), len(t.ord)+1),
-		byOrd: slices.Insert(slices.Clone(t.byOrd), p, rs.id),
+		byOrd: make([]uint32, 0, len(t.byOrd)+1),
 	}
+	n.byOrd = append(append(append(n.byOrd, t.byOrd[:p]...), rs.id), t.byOrd[p:]...)
 	for id, o := range t.ord {
-		if o != noOrd && o >= uint32(p) {
-			o++
-		}
-		n.ord[id] = o
+		n.ord[id] = o + atLeast(o, uint32(p))
 	}
 	n.ord = append(n.ord, uint32(p))
 	return n
@@ -249,10 +258,7 @@ func (t *rankTable) without(id uint32) *rankTable {
 	}
 	n.byID[id] = nil
 	for i, o := range t.ord {
-		if o != noOrd && o > p {
-			o--
-		}
-		n.ord[i] = o
+		n.ord[i] = o - atLeast(o, p+1)
 	}
 	n.ord[id] = noOrd
 	return n
