@@ -1,10 +1,18 @@
 package index
 
-import "iter"
+import (
+	"iter"
+	"math/bits"
+)
 
 // lookup is a rank's block_hash → node map, owned by the rank's writer: open addressing with
 // linear probing and backward-shift deletion (no tombstones), at most 4/5 full. A slot is 16
 // bytes; key 0 marks an empty slot, so the block hash 0 is kept aside in zero.
+//
+// The table grows by half (not doubling) and its size need not be a power of two (a key's
+// home slot is the high word of hash × size): a rank capped at 512 blocks, a common cache
+// size, ends 3/4 full in 681 slots instead of 1/2 full in 1,024, which saves 10 bytes per
+// (rank, block) entry.
 type lookup struct {
 	slots []lslot
 	n     int   // entries in slots
@@ -16,23 +24,24 @@ type lslot struct {
 	n   *node
 }
 
+// minLookup is the size of a lookup's first table.
+const minLookup = 8
+
 // newLookup returns a lookup with room for capacity entries before it grows.
 func newLookup(capacity int) lookup {
 	if capacity <= 0 {
 		return lookup{}
 	}
-	size := 8
-	for 4*size < 5*capacity {
-		size *= 2
-	}
-	return lookup{slots: make([]lslot, size)}
+	return lookup{slots: make([]lslot, max(minLookup, (5*capacity+3)/4))}
 }
 
-func lookupHash(k uint64) uint64 {
+// home returns the first slot of k's probe sequence in a table of size slots.
+func home(k uint64, size int) int {
 	k ^= k >> 33
 	k *= 0xff51afd7ed558ccd
 	k ^= k >> 33
-	return k
+	hi, _ := bits.Mul64(k, uint64(size))
+	return int(hi)
 }
 
 // len returns the number of entries.
@@ -48,16 +57,19 @@ func (m *lookup) get(k uint64) (*node, bool) {
 	if k == 0 {
 		return m.zero, m.zero != nil
 	}
-	if len(m.slots) == 0 {
+	size := len(m.slots)
+	if size == 0 {
 		return nil, false
 	}
-	mask := uint64(len(m.slots) - 1)
-	for i := lookupHash(k) & mask; ; i = (i + 1) & mask {
+	for i := home(k, size); ; {
 		switch m.slots[i].key {
 		case k:
 			return m.slots[i].n, true
 		case 0:
 			return nil, false
+		}
+		if i++; i == size {
+			i = 0
 		}
 	}
 }
@@ -71,8 +83,8 @@ func (m *lookup) put(k uint64, n *node) {
 	if 5*(m.n+1) > 4*len(m.slots) {
 		m.grow()
 	}
-	mask := uint64(len(m.slots) - 1)
-	for i := lookupHash(k) & mask; ; i = (i + 1) & mask {
+	size := len(m.slots)
+	for i := home(k, size); ; {
 		switch m.slots[i].key {
 		case k:
 			m.slots[i].n = n
@@ -82,20 +94,25 @@ func (m *lookup) put(k uint64, n *node) {
 			m.n++
 			return
 		}
+		if i++; i == size {
+			i = 0
+		}
 	}
 }
 
 func (m *lookup) grow() {
 	old := m.slots
-	m.slots = make([]lslot, max(8, 2*len(old)))
-	mask := uint64(len(m.slots) - 1)
+	size := max(minLookup, len(old)+len(old)/2)
+	m.slots = make([]lslot, size)
 	for _, s := range old {
 		if s.key == 0 {
 			continue
 		}
-		i := lookupHash(s.key) & mask
+		i := home(s.key, size)
 		for m.slots[i].key != 0 {
-			i = (i + 1) & mask
+			if i++; i == size {
+				i = 0
+			}
 		}
 		m.slots[i] = s
 	}
@@ -108,23 +125,36 @@ func (m *lookup) del(k uint64) (*node, bool) {
 		m.zero = nil
 		return n, n != nil
 	}
-	if len(m.slots) == 0 {
+	size := len(m.slots)
+	if size == 0 {
 		return nil, false
 	}
-	mask := uint64(len(m.slots) - 1)
-	i := lookupHash(k) & mask
+	i := home(k, size)
 	for m.slots[i].key != k {
 		if m.slots[i].key == 0 {
 			return nil, false
 		}
-		i = (i + 1) & mask
+		if i++; i == size {
+			i = 0
+		}
 	}
 	n := m.slots[i].n
 	// Backward shift: move each later entry of the run into the hole when the hole lies
 	// between its home slot and its slot (cyclically), so no probe sequence is cut.
-	for j := (i + 1) & mask; m.slots[j].key != 0; j = (j + 1) & mask {
-		home := lookupHash(m.slots[j].key) & mask
-		if (j-home)&mask >= (j-i)&mask {
+	dist := func(from, to int) int { // cyclic distance from slot from forward to slot to
+		if to >= from {
+			return to - from
+		}
+		return to + size - from
+	}
+	for j := i; ; {
+		if j++; j == size {
+			j = 0
+		}
+		if m.slots[j].key == 0 {
+			break
+		}
+		if dist(home(m.slots[j].key, size), j) >= dist(i, j) {
 			m.slots[i] = m.slots[j]
 			i = j
 		}
