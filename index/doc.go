@@ -72,16 +72,18 @@
 // What one (rank, block) entry costs, so that changes can be weighed (BenchmarkHeapBytesPerEntry):
 //
 //	node          48 B   tokens, parent, first child, holder set pointer, inline holder, child
-//	                     count (40 B in the 48-byte size class)
+//	                     count, block hash (the key of its rank lookup entries)
 //	holder set    4·(holders+1) B rounded up to a size class, only for 2 holders or more
 //	child table   one 8-byte slot per node that is not a first child, tables between 3/8 and
 //	              3/4 full
-//	rank lookup   one 16-byte slot per entry, tables at most 4/5 full, grown by half (so
-//	              between 8/15 and 4/5 full; 3/4 for a rank of 512 blocks)
+//	rank lookup   one 10-byte slot (node pointer, tag) per entry whose block hash is its node's,
+//	              tables at most 4/5 full, grown by half (between 8/15 and 4/5 full; 3/4 for a
+//	              rank of 512 blocks); a Go map entry for any other (rare)
 //
-// A first-child node held by one rank thus costs about 48 + 24 B; shared by k ≥ 2 ranks, its
-// share is about (48 + 4·(k+1))/k + 24 B; a node in the child table adds about 14 B. Tables grow by doubling and do not shrink (a churned shard
-// keeps its peak size until its next rebuild; a cleared rank starts a fresh lookup).
+// A first-child node held by one rank thus costs about 48 + 13 B; shared by k ≥ 2 ranks, its
+// share is about (48 + 4·(k+1))/k + 13 B; a node in the child table adds about 14 B. Tables do
+// not shrink (a churned shard keeps its peak size until its next rebuild; a cleared rank starts
+// a fresh lookup).
 //
 // A reader sees each node's state as of its visit; a query racing a writer may see a mix of
 // before and after, never a torn holder set.

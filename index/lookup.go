@@ -5,23 +5,37 @@ import (
 	"math/bits"
 )
 
-// lookup is a rank's block_hash → node map, owned by the rank's writer: open addressing with
-// linear probing and backward-shift deletion (no tombstones), at most 4/5 full. A slot is 16
-// bytes; key 0 marks an empty slot, so the block hash 0 is kept aside in zero.
+// lookup is a rank's block_hash → node map, owned by the rank's writer.
 //
-// The table grows by half (not doubling) and its size need not be a power of two (a key's
-// home slot is the high word of hash × size): a rank capped at 512 blocks, a common cache
-// size, ends 3/4 full in 681 slots instead of 1/2 full in 1,024, which saves 10 bytes per
-// (rank, block) entry.
+// Nearly every entry maps a block hash to a node created under that very hash (node.hash): the
+// ranks holding one position name it with the same chained sequence hash (SPEC §2). Such an
+// entry is stored as the bare node pointer, its key read back from the node, in an open-
+// addressing table with linear probing and backward-shift deletion (no tombstones), at most
+// 4/5 full. Any other entry (a rank naming a shared position with its own hash, or a second
+// block hash of the rank at one position) goes to the other map; the block hash 0 is kept in
+// zero.
+//
+// A slot is 10 bytes: the node pointer and a 2-byte tag, 0 for an empty slot, else the entry's
+// displacement (how far past its home slot it sits, 255 for 255 or more) and a fingerprint
+// (0x80 | 7 bits of the key's hash). Fingerprints settle most probe steps without loading the
+// node; displacements let a deletion shift entries back without loading theirs.
+//
+//	tags   ┌──────┬──────┬─────┐    nodes ┌────────┬────────┬─────┐
+//	       │ tag0 │ tag1 │ ... │          │ *node  │ *node  │ ... │   slot i: tags[i], nodes[i]
+//	       └──────┴──────┴─────┘          └────────┴────────┴─────┘
+//	tag    ┌──────────────┬────────────────────┐
+//	       │ displacement │ 1 │ fingerprint(7) │   8 bits each
+//	       └──────────────┴────────────────────┘
+//
+// The table grows by half (not doubling) and its size need not be a power of two (a key's home
+// slot is the high word of hash × size): a rank capped at 512 blocks, a common cache size, ends
+// 3/4 full in 681 slots instead of 1/2 full in 1,024.
 type lookup struct {
-	slots []lslot
-	n     int   // entries in slots
-	zero  *node // the node of block hash 0; nil when absent
-}
-
-type lslot struct {
-	key uint64
-	n   *node
+	tags  []uint16
+	nodes []*node
+	n     int              // entries in the table
+	other map[uint64]*node // entries whose node's hash is not their key; nil when none
+	zero  *node            // the node of block hash 0; nil when absent
 }
 
 // minLookup is the size of a lookup's first table.
@@ -32,24 +46,52 @@ func newLookup(capacity int) lookup {
 	if capacity <= 0 {
 		return lookup{}
 	}
-	return lookup{slots: make([]lslot, max(minLookup, (5*capacity+3)/4))}
+	size := max(minLookup, (5*capacity+3)/4)
+	return lookup{tags: make([]uint16, size), nodes: make([]*node, size)}
 }
 
-// home returns the first slot of k's probe sequence in a table of size slots.
-func home(k uint64, size int) int {
+// slotOf returns the home slot of key k in a table of size slots, and k's fingerprint.
+func slotOf(k uint64, size int) (int, uint16) {
 	k ^= k >> 33
 	k *= 0xff51afd7ed558ccd
 	k ^= k >> 33
 	hi, _ := bits.Mul64(k, uint64(size))
-	return int(hi)
+	return int(hi), 0x80 | uint16(k&0x7f)
 }
+
+// maxDisp is the largest displacement a tag holds; an entry at maxDisp or more has its home
+// slot computed from its node's hash.
+const maxDisp = 255
+
+func withDisp(fp uint16, d int) uint16 { return uint16(min(d, maxDisp))<<8 | fp }
 
 // len returns the number of entries.
 func (m *lookup) len() int {
+	n := m.n + len(m.other)
 	if m.zero != nil {
-		return m.n + 1
+		n++
 	}
-	return m.n
+	return n
+}
+
+// find returns the slot of key k in the table, or -1.
+func (m *lookup) find(k uint64) int {
+	size := len(m.tags)
+	if size == 0 {
+		return -1
+	}
+	i, fp := slotOf(k, size)
+	for {
+		switch t := m.tags[i]; {
+		case t == 0:
+			return -1
+		case t&0xff == fp && m.nodes[i].hash == k:
+			return i
+		}
+		if i++; i == size {
+			i = 0
+		}
+	}
 }
 
 // get returns the node of block hash k.
@@ -57,21 +99,14 @@ func (m *lookup) get(k uint64) (*node, bool) {
 	if k == 0 {
 		return m.zero, m.zero != nil
 	}
-	size := len(m.slots)
-	if size == 0 {
-		return nil, false
+	if i := m.find(k); i >= 0 {
+		return m.nodes[i], true
 	}
-	for i := home(k, size); ; {
-		switch m.slots[i].key {
-		case k:
-			return m.slots[i].n, true
-		case 0:
-			return nil, false
-		}
-		if i++; i == size {
-			i = 0
-		}
+	if m.other != nil {
+		n, ok := m.other[k]
+		return n, ok
 	}
+	return nil, false
 }
 
 // put maps block hash k to n (non-nil), replacing any previous node.
@@ -80,41 +115,52 @@ func (m *lookup) put(k uint64, n *node) {
 		m.zero = n
 		return
 	}
-	if 5*(m.n+1) > 4*len(m.slots) {
+	if n.hash != k {
+		if i := m.find(k); i >= 0 {
+			m.removeAt(i)
+		}
+		if m.other == nil {
+			m.other = make(map[uint64]*node)
+		}
+		m.other[k] = n
+		return
+	}
+	if m.other != nil {
+		delete(m.other, k)
+	}
+	if i := m.find(k); i >= 0 {
+		m.nodes[i] = n
+		return
+	}
+	if 5*(m.n+1) > 4*len(m.tags) {
 		m.grow()
 	}
-	size := len(m.slots)
-	for i := home(k, size); ; {
-		switch m.slots[i].key {
-		case k:
-			m.slots[i].n = n
-			return
-		case 0:
-			m.slots[i] = lslot{key: k, n: n}
-			m.n++
-			return
-		}
+	m.insert(k, n)
+}
+
+// insert puts n, under key k (absent, n.hash == k), in the table, which has room.
+func (m *lookup) insert(k uint64, n *node) {
+	size := len(m.tags)
+	i, fp := slotOf(k, size)
+	d := 0
+	for m.tags[i] != 0 {
 		if i++; i == size {
 			i = 0
 		}
+		d++
 	}
+	m.tags[i], m.nodes[i] = withDisp(fp, d), n
+	m.n++
 }
 
 func (m *lookup) grow() {
-	old := m.slots
-	size := max(minLookup, len(old)+len(old)/2)
-	m.slots = make([]lslot, size)
-	for _, s := range old {
-		if s.key == 0 {
-			continue
+	tags, nodes := m.tags, m.nodes
+	size := max(minLookup, len(tags)+len(tags)/2)
+	m.tags, m.nodes, m.n = make([]uint16, size), make([]*node, size), 0
+	for i, t := range tags {
+		if t != 0 {
+			m.insert(nodes[i].hash, nodes[i])
 		}
-		i := home(s.key, size)
-		for m.slots[i].key != 0 {
-			if i++; i == size {
-				i = 0
-			}
-		}
-		m.slots[i] = s
 	}
 }
 
@@ -125,22 +171,23 @@ func (m *lookup) del(k uint64) (*node, bool) {
 		m.zero = nil
 		return n, n != nil
 	}
-	size := len(m.slots)
-	if size == 0 {
-		return nil, false
+	if i := m.find(k); i >= 0 {
+		n := m.nodes[i]
+		m.removeAt(i)
+		return n, true
 	}
-	i := home(k, size)
-	for m.slots[i].key != k {
-		if m.slots[i].key == 0 {
-			return nil, false
-		}
-		if i++; i == size {
-			i = 0
-		}
+	if n, ok := m.other[k]; ok {
+		delete(m.other, k)
+		return n, true
 	}
-	n := m.slots[i].n
-	// Backward shift: move each later entry of the run into the hole when the hole lies
-	// between its home slot and its slot (cyclically), so no probe sequence is cut.
+	return nil, false
+}
+
+// removeAt empties table slot i. Backward shift: each later entry of the run moves into the
+// hole when the hole lies between its home slot and its slot (cyclically), so no probe
+// sequence is cut.
+func (m *lookup) removeAt(i int) {
+	size := len(m.tags)
 	dist := func(from, to int) int { // cyclic distance from slot from forward to slot to
 		if to >= from {
 			return to - from
@@ -151,17 +198,22 @@ func (m *lookup) del(k uint64) (*node, bool) {
 		if j++; j == size {
 			j = 0
 		}
-		if m.slots[j].key == 0 {
+		t := m.tags[j]
+		if t == 0 {
 			break
 		}
-		if dist(home(m.slots[j].key, size), j) >= dist(i, j) {
-			m.slots[i] = m.slots[j]
+		d := int(t >> 8)
+		if d == maxDisp {
+			h, _ := slotOf(m.nodes[j].hash, size)
+			d = dist(h, j)
+		}
+		if back := dist(i, j); d >= back {
+			m.tags[i], m.nodes[i] = withDisp(t&0xff, d-back), m.nodes[j]
 			i = j
 		}
 	}
-	m.slots[i] = lslot{}
+	m.tags[i], m.nodes[i] = 0, nil
 	m.n--
-	return n, true
 }
 
 // all yields every (block hash, node) entry, in no particular order. The lookup must not be
@@ -171,8 +223,13 @@ func (m *lookup) all() iter.Seq2[uint64, *node] {
 		if m.zero != nil && !yield(0, m.zero) {
 			return
 		}
-		for _, s := range m.slots {
-			if s.key != 0 && !yield(s.key, s.n) {
+		for i, t := range m.tags {
+			if t != 0 && !yield(m.nodes[i].hash, m.nodes[i]) {
+				return
+			}
+		}
+		for k, n := range m.other {
+			if !yield(k, n) {
 				return
 			}
 		}

@@ -8,11 +8,11 @@ import (
 	"github.com/kvindex/kvindex/event"
 )
 
-// node is one tree position: the path of tokens hashes from the root. tokens and parent are
-// immutable. holders and one are read by anyone without a lock and written by writers holding
-// the node's shard lock; kids is atomic (see doc.go).
+// node is one tree position: the path of tokens hashes from the root. tokens, parent and hash
+// are immutable. holders and one are read by anyone without a lock and written by writers
+// holding the node's shard lock; kids is atomic (see doc.go).
 //
-// 40 bytes (the 48-byte size class): tokens, parent, first, holders, one, kids.
+// 48 bytes (a size class): tokens, parent, first, holders, one, kids, hash.
 type node struct {
 	tokens  uint64
 	parent  *node                  // nil for the root
@@ -20,6 +20,7 @@ type node struct {
 	holders atomic.Pointer[uint32] // the holder set when two ranks or more hold n, else nil
 	one     atomic.Uint32          // with holders nil: the only holder's id + 1, or 0 for none
 	kids    atomic.Int32           // linked children; -1 once n is unlinked (dead)
+	hash    uint64                 // the block hash n was created under (see lookup)
 }
 
 // A holder set of two ranks or more is an immutable, length-prefixed array of rank ids: word 0
@@ -277,7 +278,7 @@ func (ix *Index) attach(rs *rankState, cur *node, b event.Block, d *deltas) *nod
 		}
 	}
 	if child == nil {
-		child = &node{tokens: b.TokensHash, parent: cur}
+		child = &node{tokens: b.TokensHash, parent: cur, hash: b.BlockHash}
 		child.addHolder(rs.id)
 		if !cur.first.CompareAndSwap(nil, child) {
 			s.insert(ix.tomb, child, h)
