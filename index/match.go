@@ -51,6 +51,11 @@ func (ix *Index) FindMatchesInto(dst []Score, localHashes []uint64, earlyExit bo
 		sc.score = make([]uint32, len(t.byID))
 	}
 	score := sc.score
+	if cap(sc.count) < len(localHashes)+1 {
+		sc.count = make([]int, len(localHashes)+1)
+	}
+	count := sc.count[:len(localHashes)+1] // count[d]: ranks scoring d
+	clear(count)
 	// The ranks of the first holder set that t knows: a rank registered after t was loaded is
 	// left out, and so is one removed before.
 	active := sc.active[:0]
@@ -86,6 +91,7 @@ func (ix *Index) FindMatchesInto(dst []Score, localHashes []uint64, earlyExit bo
 					score[id] = uint32(depth)
 				}
 			}
+			count[depth] += len(active) - len(next)
 			active = next
 			if len(active) == 0 {
 				break
@@ -97,29 +103,23 @@ func (ix *Index) FindMatchesInto(dst []Score, localHashes []uint64, earlyExit bo
 	for _, id := range active {
 		score[id] = uint32(depth)
 	}
-	dst = placeScores(dst, t, participants, score, depth, sc)
+	count[depth] += len(active)
+	dst = placeScores(dst, t, participants, score, count[:depth+1], sc)
 	sc.active, sc.next = active[:0], participants[:0]
 	ix.scratch.Put(sc)
 	return dst
 }
 
-// placeScores appends the scores of ids (in any order; score[id] ≥ 1, ≤ maxScore) to dst in
+// placeScores appends the scores of ids (in any order; 1 ≤ score[id] < len(count)) to dst in
 // answer order: ids is put in t's rank order, then each rank goes to the next slot of its score
-// (a counting sort, descending). ids is reordered.
-func placeScores(dst []Score, t *rankTable, ids []uint32, score []uint32, maxScore int, sc *matchScratch) []Score {
+// (a counting sort, descending; count[s] is the number of ids scoring s, and is overwritten).
+// ids is reordered.
+func placeScores(dst []Score, t *rankTable, ids []uint32, score []uint32, count []int, sc *matchScratch) []Score {
 	if len(ids) == 0 {
 		return dst
 	}
-	if cap(sc.count) < maxScore+1 {
-		sc.count = make([]int, maxScore+1)
-	}
-	count := sc.count[:maxScore+1]
-	clear(count)
-	for _, id := range ids {
-		count[score[id]]++
-	}
 	at := len(dst)
-	for s := maxScore; s >= 1; s-- {
+	for s := len(count) - 1; s >= 1; s-- {
 		c := count[s]
 		count[s] = at
 		at += c
