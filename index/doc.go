@@ -65,7 +65,10 @@
 //     the child's shard lock: a writer holding that lock that reads kids 0 knows the child is
 //     absent without probing.
 //   - Ranks are dense uint32 ids, never reused. id → rank is an immutable table swapped with an
-//     atomic.Pointer when a rank is added or removed; a rank's block count is an atomic.
+//     atomic.Pointer when a rank is added or removed; a rank's block count is an atomic. The
+//     table also orders the live ranks by (worker id, dp rank) (ordinals), which is how
+//     FindMatches lays out its answer without comparing: a new rank shifts the ordinals of the
+//     ranks after it but never reorders them.
 //
 // # Memory
 //
