@@ -197,6 +197,41 @@ func (ix *Index) register(r event.Rank) *rankState {
 	return rs
 }
 
+// RegisterRanks makes every given rank known at once (as an empty Stored would), publishing one
+// rank table for all of them: O((R+n) log(R+n)) instead of the O(R) per rank of registering them
+// one by one. The restart replay calls it with every rank of the log before applying anything.
+// It may run concurrently with readers and with writers of other ranks.
+func (ix *Index) RegisterRanks(ranks []event.Rank) {
+	ix.regMu.Lock()
+	defer ix.regMu.Unlock()
+	t := ix.table.Load()
+	byID := slices.Clone(t.byID)
+	for _, r := range ranks {
+		if ix.byRank[r] != nil {
+			continue
+		}
+		rs := &rankState{rank: r, id: ix.nextID, lookup: newLookup(ix.opts.LookupCapacity)}
+		ix.nextID++
+		byID = append(byID, rs)
+		ix.byRank[r] = rs
+	}
+	if len(byID) == len(t.byID) {
+		return
+	}
+	n := &rankTable{byID: byID, ord: make([]uint32, len(byID)), byOrd: make([]uint32, 0, len(byID))}
+	for id, rs := range byID {
+		n.ord[id] = noOrd
+		if rs != nil {
+			n.byOrd = append(n.byOrd, uint32(id))
+		}
+	}
+	slices.SortFunc(n.byOrd, func(a, b uint32) int { return cmpRank(byID[a].rank, byID[b].rank) })
+	for p, id := range n.byOrd {
+		n.ord[id] = uint32(p)
+	}
+	ix.table.Store(n)
+}
+
 func (ix *Index) unregister(rs *rankState) {
 	ix.regMu.Lock()
 	defer ix.regMu.Unlock()

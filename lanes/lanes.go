@@ -444,6 +444,8 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 	if err != nil {
 		return fmt.Errorf("lanes: listing ranks: %w", err)
 	}
+	// One rank table for every rank of the log, instead of one per rank as each is first seen.
+	p.ix.RegisterRanks(ranks)
 	perLane := make([][]*rankState, len(p.lanes))
 	for _, r := range ranks {
 		rs := p.state(r)
