@@ -107,7 +107,7 @@ func Open(cfg Config) (*Server, error) {
 	}
 	fetcher := recovery.NewFetcher(recovery.FetcherOptions{RequestTimeout: cfg.FetchTimeout, BaseBackoff: cfg.FetchBackoff, Logger: cfg.Logger})
 	s.pipe = lanes.New(lg, s.ix, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, Logger: cfg.Logger,
-		Listener: s.m.listener(mode), Source: s.srcs.get, Fetcher: fetcher})
+		Listener: s.m.listener(mode), Source: s.sourceOf, Fetcher: fetcher})
 	if _, err := zmqConfigs(cfg.ZMQ); err != nil {
 		_ = st.Close()
 		return nil, err
@@ -115,6 +115,15 @@ func Open(cfg Config) (*Server, error) {
 	s.zmq = vllm.NewManager(s.pipe, lg, vllm.Options{Logger: cfg.Logger})
 	s.m.reg.MustRegister(s.zmq)
 	return s, nil
+}
+
+// sourceOf is a worker's recovery source: none for a worker fed by a vLLM ZMQ source (its gaps
+// are replayed from the publisher), else its own URL or the --upstream default.
+func (s *Server) sourceOf(worker uint64) string {
+	if s.zmq != nil && s.zmq.Feeds(worker) {
+		return ""
+	}
+	return s.srcs.get(worker)
 }
 
 // Recover rebuilds the index and the cursors from snapshots and logs (ranks in parallel), starts

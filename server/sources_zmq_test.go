@@ -231,3 +231,24 @@ func TestSourceIngest(t *testing.T) {
 		t.Fatalf("rank 9/0: %+v %v, want last id 1", st, ok)
 	}
 }
+
+// TestZMQWorkersHaveNoUpstream: with --upstream set, a worker fed by a vLLM ZMQ source recovers
+// from its publisher's replay, not from the upstream kvindex; other workers keep the upstream.
+func TestZMQWorkersHaveNoUpstream(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	s, err := Open(Config{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Durability: wal.NoSync,
+		Upstream: "http://upstream:7070", ZMQ: []string{"tcp://127.0.0.1:1?worker_id=7"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := s.sourceOf(7); got != "" {
+		t.Fatalf("worker 7 (fed by ZMQ) has source %q, want none", got)
+	}
+	if got := s.sourceOf(8); got != "http://upstream:7070" {
+		t.Fatalf("worker 8 has source %q, want the upstream", got)
+	}
+}

@@ -229,6 +229,20 @@ func (m *Manager) Has(id string) bool {
 	return ok
 }
 
+// Feeds reports whether one of the sources publishes for worker (its configured worker id, or
+// the one derived from its topic once known). Such workers get their recovery from the
+// publisher's replay, not from a kvindex upstream.
+func (m *Manager) Feeds(worker uint64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, s := range m.subs {
+		if w := s.status().Worker; w != nil && *w == worker {
+			return true
+		}
+	}
+	return false
+}
+
 // Status lists every source, sorted by id.
 func (m *Manager) Status() []Status {
 	m.mu.Lock()
