@@ -214,7 +214,16 @@ func (s *Server) treeDump(ctx context.Context, rk event.Rank) ([]byte, error) {
 	// The flight outlives its first requester's cancellation (others may wait on it), bounded
 	// by the submit timeout for getting onto the lane.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.SubmitTimeout)
-	f.e, f.how, f.err = s.dumpFlight(fctx, c, rk)
+	func() {
+		// A panicking build must still end the flight: its followers would wait forever.
+		defer func() {
+			if p := recover(); p != nil {
+				f.err = fmt.Errorf("server: building the TreeDump of rank %v panicked: %v", rk, p)
+				s.lg.Error("TreeDump build panicked", "worker_id", rk.WorkerID, "dp_rank", rk.DPRank, "panic", fmt.Sprint(p))
+			}
+		}()
+		f.e, f.how, f.err = s.dumpFlight(fctx, c, rk)
+	}()
 	cancel()
 	if c != nil {
 		switch {
