@@ -205,7 +205,12 @@ func Run(ctx context.Context, cfg Config) error {
 	s.lg.Info("listening", "addr", ln.Addr().String(), "data_dir", cfg.DataDir)
 	if err := s.Recover(ctx); err != nil {
 		_ = srv.Close()
-		_ = s.Close()
+		cerr := s.Close()
+		if ctx.Err() != nil {
+			// SIGINT/SIGTERM during the replay: nothing was accepted yet, stop cleanly.
+			s.lg.Info("stopped during the restart replay", "reason", context.Cause(ctx))
+			return cerr
+		}
 		return err
 	}
 	select {
