@@ -583,6 +583,9 @@ func ReplayRank(ctx context.Context, log *wal.Log, ix *index.Index, r event.Rank
 		return 0, err
 	case ok:
 		for i := range snap.Events {
+			if i&1023 == 0 && ctx.Err() != nil {
+				return n, ctx.Err()
+			}
 			ix.Apply(&snap.Events[i])
 			n++
 		}

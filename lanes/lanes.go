@@ -463,6 +463,14 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 		go func() {
 			defer wg.Done()
 			for _, rs := range list {
+				if err := ctx.Err(); err != nil {
+					errMu.Lock()
+					if first == nil {
+						first = fmt.Errorf("lanes: replay interrupted: %w", err)
+					}
+					errMu.Unlock()
+					return
+				}
 				if err := p.replayRank(ctx, rs, &events); err != nil {
 					errMu.Lock()
 					if first == nil {
