@@ -416,3 +416,28 @@ func TestFoldRefusesStrandedBlocks(t *testing.T) {
 		t.Fatalf("log after folding everything: first %d", first)
 	}
 }
+
+func TestReplayIsCancellable(t *testing.T) {
+	fs := vfs.NewMem()
+	f := open(t, fs, Options{Lanes: 2})
+	for w := range 20 {
+		f.submit(event.Stored(event.Rank{WorkerID: uint64(w)}, 1, nil, blk(1)))
+	}
+	f.close()
+	st, err := store.Open("data", store.Options{FS: fs, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	lg, err := wal.Open(st, wal.Options{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	p := New(lg, index.New(index.Options{}), Options{Lanes: 2, Logger: quiet()})
+	defer p.Close()
+	if err := p.Replay(ctx, nil); !errorsIs(err, context.Canceled) {
+		t.Fatalf("replay with a cancelled context: %v", err)
+	}
+}
