@@ -74,6 +74,12 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			loadgenCommand(),
 		},
 	}
+	app.Action = func(c *cli.Context) error {
+		if c.NArg() > 0 {
+			return usagef("unknown command %q (see kvindex --help)", c.Args().First())
+		}
+		return cli.ShowAppHelp(c)
+	}
 	app.Before = func(c *cli.Context) error {
 		lg, err := newLogger(c.String("log-level"), c.String("log-format"), stderr)
 		if err != nil {
