@@ -18,7 +18,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	// TestCommitFailureAppliesNothing injects fatal WAL failures; Pebble may then not close.
+	goleak.VerifyTestMain(m, testutil.PebbleFatalLeftovers()...)
 }
 
 type fixture struct {

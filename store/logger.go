@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 
 	cerrors "github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
@@ -14,7 +15,10 @@ import (
 )
 
 // pebbleLogger forwards Pebble's log lines to slog under component=pebble.
-type pebbleLogger struct{ log *slog.Logger }
+type pebbleLogger struct {
+	log   *slog.Logger
+	fatal *atomic.Bool // the store's: set before Fatalf panics
+}
 
 func (l pebbleLogger) Infof(format string, args ...any) {
 	if l.log.Enabled(context.Background(), slog.LevelInfo) {
@@ -30,6 +34,9 @@ func (l pebbleLogger) Errorf(format string, args ...any) {
 // logs and panics with an error wrapping ErrFatal.
 func (l pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
+	if l.fatal != nil {
+		l.fatal.Store(true)
+	}
 	l.log.Error(msg, "component", "pebble", "fatal", true)
 	panic(fmt.Errorf("%w: %s", ErrFatal, msg))
 }

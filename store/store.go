@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -106,6 +107,7 @@ type Store struct {
 	readOnly bool
 	version  uint32
 	torn     []TornTail
+	fatal    *atomic.Bool // set by the Pebble logger's Fatalf
 }
 
 // Open opens (creating when needed and not ReadOnly) the data dir.
@@ -122,7 +124,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.MemTableSize == 0 {
 		opts.MemTableSize = defaultMemTableSize
 	}
-	s := &Store{dir: dir, fs: opts.FS, log: opts.Logger, readOnly: opts.ReadOnly}
+	s := &Store{dir: dir, fs: opts.FS, log: opts.Logger, readOnly: opts.ReadOnly, fatal: new(atomic.Bool)}
 
 	if opts.ReadOnly {
 		if _, err := opts.FS.Stat(dir); err != nil {
@@ -167,7 +169,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		L0StopWritesThreshold: 24,
 		LBaseMaxBytes:         256 << 20,
 		FlushDelayDeleteRange: 10 * time.Second,
-		Logger:                pebbleLogger{log: opts.Logger},
+		Logger:                pebbleLogger{log: opts.Logger, fatal: s.fatal},
 		EventListener:         s.eventListener(opts.Listener),
 	}
 	po.CompactionConcurrencyRange = func() (int, int) { return 1, 2 }
@@ -333,11 +335,37 @@ func (s *Store) CompactAll(ctx context.Context) error {
 	return nil
 }
 
-// Close closes Pebble and releases the lock. Close after a fatal Pebble error still releases
-// the lock and reports the error.
+// FatalCloseWait bounds how long Close waits for Pebble after a fatal error.
+const FatalCloseWait = 2 * time.Second
+
+// Close closes Pebble and releases the lock. After a fatal Pebble error (Fatalf panicked, maybe
+// with one of Pebble's locks held) Close waits at most FatalCloseWait for Pebble, then abandons
+// it (its goroutines are left to the process's exit), releases the lock and returns an error
+// wrapping ErrFatal: what was acknowledged is on disk, and the next Open recovers from the WAL.
 func (s *Store) Close() (err error) {
 	if s.db == nil {
 		return nil
+	}
+	if s.fatal.Load() {
+		// Pebble's Fatalf may have panicked with one of Pebble's mutexes held: try to close,
+		// but do not wait forever (a process that stops must stop); the WAL is the truth.
+		db := s.db
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			defer func() { _ = recover() }()
+			_ = db.Close()
+		}()
+		select {
+		case <-done:
+		case <-time.After(FatalCloseWait):
+			s.log.Error("store: Pebble did not close after a fatal error; abandoning it", "dir", s.dir)
+		}
+		s.db = nil
+		if lerr := s.lock.Close(); lerr != nil {
+			return fmt.Errorf("close %s: %w (unlock: %v)", s.dir, ErrFatal, lerr)
+		}
+		return fmt.Errorf("close %s: %w: closed after a fatal error", s.dir, ErrFatal)
 	}
 	defer func() {
 		if r := recover(); r != nil {

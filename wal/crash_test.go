@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/store"
+	"github.com/kvindex/kvindex/testutil"
 	"go.uber.org/goleak"
 )
 
@@ -195,7 +196,7 @@ func TestCrashKeepsAcknowledged(t *testing.T) {
 // too, and after a restart the log holds a prefix of what was attempted with every acknowledged
 // batch in it.
 func TestWriteFailureFailsCommit(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, testutil.PebbleFatalLeftovers()...) // Pebble may not close after a fatal error
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 2))
