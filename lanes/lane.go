@@ -512,6 +512,20 @@ var errStop = errors.New("stop")
 // missing block would then score differently than the log says; the log is kept instead.
 var ErrNotFoldable = errors.New("lanes: rank holds blocks a snapshot cannot express")
 
+// NotFoldableError is the error of a refused Fold: which rank, at which cut, and how many of its
+// held blocks a dump can express. errors.Is(err, ErrNotFoldable) holds.
+type NotFoldableError struct {
+	Rank            event.Rank
+	UpTo            uint64
+	Held, Reachable uint64
+}
+
+func (e *NotFoldableError) Error() string {
+	return fmt.Sprintf("%v: rank %v at event %d holds %d blocks, %d reachable", ErrNotFoldable, e.Rank, e.UpTo, e.Held, e.Reachable)
+}
+
+func (e *NotFoldableError) Unwrap() error { return ErrNotFoldable }
+
 // retain folds the rank's log prefix older than the newest RetainEvents events into a snapshot.
 // The snapshot state is rebuilt from the previous snapshot and the log in a scratch index (the
 // live tree is ahead of the cut point), then written, and the prefix is deleted by the log.
@@ -559,7 +573,7 @@ func Fold(ctx context.Context, log *wal.Log, r event.Rank, upTo uint64) error {
 		return err
 	}
 	if held := scratch.RankBlocks(r); uint64(blocks) != held {
-		return fmt.Errorf("%w: rank %v at event %d holds %d blocks, %d reachable", ErrNotFoldable, r, upTo, held, blocks)
+		return &NotFoldableError{Rank: r, UpTo: upTo, Held: held, Reachable: uint64(blocks)}
 	}
 	return log.WriteSnapshot(ctx, r, upTo, stored)
 }

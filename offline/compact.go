@@ -10,7 +10,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/store"
 	"github.com/kvindex/kvindex/wal"
@@ -107,17 +106,14 @@ func Compact(ctx context.Context, w io.Writer, opts CompactOptions) (res Compact
 			pb.add(1)
 			continue
 		}
-		ok, held, reachable, err := foldable(ctx, l, r)
-		if err != nil {
-			return res, fmt.Errorf("compact: rank %v: %w", r, err)
-		}
-		if !ok {
-			fmt.Fprintf(w, "rank %v: kept its log: it holds %d blocks, only %d reachable from the root (stranded under a removed block), which a snapshot cannot express\n", r, held, reachable)
+		if err := lanes.Fold(ctx, l, r, last); err != nil {
+			var nf *lanes.NotFoldableError
+			if !errors.As(err, &nf) {
+				return res, fmt.Errorf("compact: rank %v: %w", r, err)
+			}
+			fmt.Fprintf(w, "rank %v: kept its log: it holds %d blocks, only %d reachable from the root (stranded under a removed block), which a snapshot cannot express\n", r, nf.Held, nf.Reachable)
 			pb.add(1)
 			continue
-		}
-		if err := lanes.Fold(ctx, l, r, last); err != nil {
-			return res, fmt.Errorf("compact: rank %v: %w", r, err)
 		}
 		res.Folded++
 		res.EventsFolded += n
@@ -150,22 +146,6 @@ func Compact(ctx context.Context, w io.Writer, opts CompactOptions) (res Compact
 	fmt.Fprintf(w, "folded %d of %d ranks, %d events\n", res.Folded, res.Ranks, res.EventsFolded)
 	fmt.Fprintf(w, "data dir: %d bytes before, %d bytes after\n", res.BytesBefore, res.BytesAfter)
 	return res, nil
-}
-
-// foldable reports whether r's state (snapshot + whole log) can be written as a snapshot: a
-// dump holds only the blocks reachable from the root, so a rank holding stranded blocks (below a
-// removed mid-chain block) must keep its log (lanes.Fold refuses it too).
-func foldable(ctx context.Context, l *wal.Log, r event.Rank) (ok bool, held, reachable uint64, err error) {
-	ix := index.New(index.Options{RankCapacity: 1})
-	if _, err := lanes.ReplayRank(ctx, l, ix, r, 0, nil); err != nil {
-		return false, 0, 0, err
-	}
-	err = ix.DumpRank(r, func(ev *event.RouterEvent) error {
-		reachable += uint64(len(ev.Blocks))
-		return nil
-	})
-	held = ix.RankBlocks(r)
-	return held == reachable, held, reachable, err
 }
 
 func snapshotWords(id uint64) string {
