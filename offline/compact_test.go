@@ -103,3 +103,34 @@ func TestCompactRefusesMissingDir(t *testing.T) {
 		t.Fatal("compact created the dir")
 	}
 }
+
+// TestCompactKeepsStrandedRank: a rank holding blocks below a removed mid-chain block keeps its
+// log (a snapshot could not express them); the other rank is folded; the state is unchanged.
+func TestCompactKeepsStrandedRank(t *testing.T) {
+	fs := vfs.NewMem()
+	s := openRW(t, fs)
+	stranded, plain := event.Rank{WorkerID: 1}, event.Rank{WorkerID: 2}
+	b := func(h uint64) event.Block { return event.Block{BlockHash: h, TokensHash: h + 100} }
+	if _, err := s.pipe.Submit(bg, []event.RouterEvent{
+		event.Stored(stranded, 1, nil, b(1), b(2), b(3)),
+		event.Removed(stranded, 2, 2),
+		event.Stored(plain, 1, nil, b(1), b(2)),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.close(t)
+	wantIx, _ := rebuild(t, fs)
+	want := dumps(t, wantIx)
+	var out bytes.Buffer
+	res, err := Compact(bg, &out, CompactOptions{Options: testOptions(fs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Folded != 1 || !bytes.Contains(out.Bytes(), []byte("rank 1/0: kept its log: it holds 2 blocks, only 1 reachable")) {
+		t.Fatalf("folded %d; output:\n%s", res.Folded, out.String())
+	}
+	gotIx, _ := rebuild(t, fs)
+	if got := dumps(t, gotIx); got != want || gotIx.RankBlocks(stranded) != 2 {
+		t.Fatalf("state changed by compact:\n%s\nwant\n%s", got, want)
+	}
+}
