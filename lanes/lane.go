@@ -161,7 +161,7 @@ func (ln *lane) removeRank(r event.Rank) (int, error) {
 	}
 	rs.last, rs.hasLast, rs.degraded, rs.logged, rs.lost, rs.recovered = 0, false, false, 0, 0, 0
 	rs.removed, rs.state = true, "live"
-	rs.st = recovery.NewRankState(r, recovery.Options{HasSource: ln.p.hasSource(r.WorkerID)})
+	rs.st = ln.p.stateMachine(rs)
 	rs.mu.Unlock()
 	ln.p.lg.Info("rank removed", "worker_id", r.WorkerID, "dp_rank", r.DPRank, "lane", ln.id)
 	return 1, nil
@@ -246,7 +246,10 @@ func (ln *lane) execute(rs *rankState, d recovery.Decision, bs *batchState) {
 		rs.last, rs.hasLast, rs.removed = ev.EventID, true, false
 		rs.logged++
 	}
-	now := time.Now()
+	var now time.Time // read only when a gap is recorded: this runs for every event
+	if len(d.Lost)+len(d.Recovered) > 0 {
+		now = time.Now()
+	}
 	for _, g := range d.Lost {
 		p.lg.Warn("event ids lost", "worker_id", r.WorkerID, "dp_rank", r.DPRank, "lost_from", g.First, "lost_to", g.Last)
 		bs.b.AddGap(r, wal.Gap{From: g.First, To: g.Last, Outcome: wal.GapLost, At: now})
@@ -443,12 +446,7 @@ func (ln *lane) restoreFailed() {
 				rs.cancel()
 				rs.cancel = nil
 			}
-			opts := recovery.Options{HasSource: p.hasSource(rs.rank.WorkerID)}
-			if rs.hasLast {
-				rs.st = recovery.Restore(rs.rank, recovery.LiveCursor(rs.last), rs.degraded, opts)
-			} else {
-				rs.st = recovery.NewRankState(rs.rank, opts)
-			}
+			rs.st = p.stateMachine(rs)
 			rs.mu.Unlock()
 		}
 	}

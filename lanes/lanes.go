@@ -253,12 +253,23 @@ func (p *Pipeline) state(r event.Rank) *rankState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if rs = p.ranks[r]; rs == nil {
-		rs = &rankState{rank: r, lane: p.next % len(p.lanes), state: "live",
-			st: recovery.NewRankState(r, recovery.Options{HasSource: p.hasSource(r.WorkerID)})}
+		rs = &rankState{rank: r, lane: p.next % len(p.lanes), state: "live"}
+		rs.st = p.stateMachine(rs)
 		p.next++
 		p.ranks[r] = rs
 	}
 	return rs
+}
+
+// stateMachine builds rs's recovery.RankState from its durable cursor (rs.last, rs.hasLast,
+// rs.degraded): Live(last) when the rank has one, else Initial. Used on first sight, after a
+// restart, a removal and a failed commit.
+func (p *Pipeline) stateMachine(rs *rankState) *recovery.RankState {
+	opts := recovery.Options{HasSource: p.hasSource(rs.rank.WorkerID)}
+	if rs.hasLast {
+		return recovery.Restore(rs.rank, recovery.LiveCursor(rs.last), rs.degraded, opts)
+	}
+	return recovery.NewRankState(rs.rank, opts)
 }
 
 func (p *Pipeline) hasSource(workerID uint64) bool {
@@ -510,9 +521,7 @@ func (p *Pipeline) replayRank(ctx context.Context, rs *rankState, events *atomic
 	} else if last, err := p.log.Last(rs.rank); err == nil && last > 0 {
 		rs.last, rs.hasLast = last, true
 	}
-	if rs.hasLast {
-		rs.st = recovery.Restore(rs.rank, recovery.LiveCursor(rs.last), rs.degraded, recovery.Options{HasSource: p.hasSource(rs.rank.WorkerID)})
-	}
+	rs.st = p.stateMachine(rs)
 	rs.state = rs.st.State()
 	for _, g := range meta.Gaps {
 		switch g.Outcome {
