@@ -3,10 +3,7 @@ package lanes
 import (
 	"context"
 	"math/rand/v2"
-	"slices"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,14 +20,7 @@ func TestCommitFailureAppliesNothing(t *testing.T) {
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	mem := vfs.NewCrashableMem()
-	var on atomic.Bool
-	kinds := []errorfs.OpKind{errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo, errorfs.OpFileWrite}
-	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if on.Load() && strings.HasSuffix(op.Path, ".log") && slices.Contains(kinds, op.Kind) {
-			return errorfs.ErrInjected
-		}
-		return nil
-	}))
+	fs, on := testutil.FailingWAL(mem, errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo, errorfs.OpFileWrite)
 	f := open(t, fs, Options{Lanes: 2})
 	const producers = 4
 	var mu sync.Mutex

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -209,14 +207,7 @@ func TestWriteFailureFailsCommit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mem := vfs.NewCrashableMem()
-			var on atomic.Bool
-			inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-				if on.Load() && strings.HasSuffix(op.Path, ".log") && slices.Contains(tc.kinds, op.Kind) {
-					return errorfs.ErrInjected
-				}
-				return nil
-			})
-			fs := errorfs.Wrap(mem, inj)
+			fs, on := testutil.FailingWAL(mem, tc.kinds...)
 			st, l := openLog(t, fs, Sync)
 			const producers = 3
 			apps := make([]*appender, producers)
