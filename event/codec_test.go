@@ -153,7 +153,22 @@ func FuzzDecodeJSON(f *testing.F) {
 	f.Add([]byte(`[{"worker_id":7,"event":{"event_id":13,"data":{"removed":{"block_hashes":[5678,18446744073709551615]}}}}]`))
 	f.Add([]byte(`[{"worker_id":7,"event":{"event_id":14,"data":"cleared"}}]`))
 	f.Add([]byte(`[{"worker_id":-1}]`))
+	f.Add([]byte(`[{"worker_id":1,"event":{"event_id":1,"data":{"stored":{"blocks":[{"block_hash":1,"tokens_hash":2}]},"stored":{}}}}]`))
+	f.Add([]byte(`[{"worker_id":1,"event":{"event_id":1,"data":{"removed":{"block_hashes":[1,null]}}}}]`))
+	f.Add([]byte(`[{"worker_id":1,"event":{"event_id":1,"data":"cle\u0061red"}}]`))
+	f.Add([]byte(`[{"worker_id":1,"event":{"event_id":1,"data":{"cleared":null}},"event":{"dp_rank":2}}]`))
+	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// The fast path may only accept what the checked decoder accepts, with the same events.
+		if fast, ok := decodeBatchFast(data); ok {
+			checked, err := decodeBatchChecked(data)
+			if err != nil {
+				t.Fatalf("fast path accepted what the checked decoder refuses (%v)", err)
+			}
+			if !reflect.DeepEqual(fast, checked) {
+				t.Fatalf("fast %+v, checked %+v", fast, checked)
+			}
+		}
 		evs, err := DecodeJSONBatch(data)
 		if err != nil {
 			return

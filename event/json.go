@@ -283,6 +283,16 @@ func decodeRemoved(raw json.RawMessage, ev *RouterEvent) *DecodeError {
 // DecodeJSONBatch decodes a JSON array of RouterEvents, validated whole: either every event, or a
 // *DecodeError for the first invalid one.
 func DecodeJSONBatch(data []byte) ([]RouterEvent, error) {
+	if out, ok := decodeBatchFast(data); ok {
+		return out, nil
+	}
+	return decodeBatchChecked(data)
+}
+
+// decodeBatchChecked is the validating decoder: every field is kept raw and checked by hand, so
+// the first bad event is found with its index, field and reason. DecodeJSONBatch uses it when
+// the fast path refuses a body (and so for every invalid one).
+func decodeBatchChecked(data []byte) ([]RouterEvent, error) {
 	var raws []json.RawMessage
 	if err := json.Unmarshal(data, &raws); err != nil {
 		var se *json.SyntaxError

@@ -1,0 +1,33 @@
+package event
+
+import "testing"
+
+// BenchmarkDecodeJSONBatch decodes a 64-event batch of 16-block Stored events (the HTTP ingest
+// body of `kvindex loadgen --batch 64`).
+func BenchmarkDecodeJSONBatch(b *testing.B) {
+	evs := make([]RouterEvent, 64)
+	for i := range evs {
+		blocks := make([]Block, 16)
+		for j := range blocks {
+			blocks[j] = Block{BlockHash: uint64(i*16+j) * 0x9E3779B97F4A7C15, TokensHash: uint64(j)}
+		}
+		p := uint64(i) * 7919
+		evs[i] = Stored(Rank{WorkerID: uint64(i % 8)}, uint64(i+1), &p, blocks...)
+	}
+	body := []byte{'['}
+	for i := range evs {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = AppendJSON(body, &evs[i])
+	}
+	body = append(body, ']')
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeJSONBatch(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*len(evs))/b.Elapsed().Seconds(), "events/s")
+}
