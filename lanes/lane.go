@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/kvindex/kvindex/event"
@@ -133,13 +132,49 @@ func (ln *lane) control(o *op) {
 		o.w.finish(Result{}, removed, err)
 	case opAnswer:
 		ln.answer(o)
+	case opSource:
+		ln.input(o.rank, nil, func(st *recovery.RankState) recovery.Decision {
+			return st.SetHasSource(ln.p.hasSource(o.rank.WorkerID))
+		})
+		o.w.finish(Result{}, 0, nil)
+	case opResume:
+		ln.input(o.rank, nil, (*recovery.RankState).Resume)
 	}
 }
 
-func (ln *lane) removeRank(r event.Rank) (int, error) {
-	rs := ln.p.state(r)
+// input feeds one input that is not a live event to a registered, visible rank's RankState
+// through the executor, and commits what it decided. Unknown and removed ranks have nothing to
+// decide.
+func (ln *lane) input(r event.Rank, onDone func(recovery.Decision), in func(*recovery.RankState) recovery.Decision) {
+	rs := ln.p.lookup(r)
+	if rs == nil || ln.failure() != nil {
+		return
+	}
 	rs.mu.Lock()
-	known := !rs.removed && (rs.hasLast || rs.logged > 0)
+	vis := rs.visible()
+	rs.mu.Unlock()
+	if !vis {
+		return
+	}
+	bs := ln.newBatchState()
+	d := ln.decide(rs, bs, nil, in)
+	if onDone != nil {
+		onDone(d)
+	}
+	ln.launch(&pending{bs: bs})
+}
+
+// removeRank removes a rank on its lane, the pipeline drained: the log's RemoveRank (log,
+// snapshot, cursor, gaps, pending), then the tree; the fetch in flight is cancelled and the
+// RankState replaced by a new one, so a late answer finds no fetch with its token (SPEC §5
+// lifecycle rule 4). The rank is listed again only after a new event.
+func (ln *lane) removeRank(r event.Rank) (int, error) {
+	rs := ln.p.lookup(r)
+	if rs == nil {
+		return 0, nil
+	}
+	rs.mu.Lock()
+	known := rs.visible()
 	rs.mu.Unlock()
 	if !known && ln.p.ix.RankBlocks(r) == 0 {
 		return 0, nil
@@ -159,9 +194,10 @@ func (ln *lane) removeRank(r event.Rank) (int, error) {
 		rs.cancel()
 		rs.cancel = nil
 	}
-	rs.last, rs.hasLast, rs.degraded, rs.logged, rs.lost, rs.recovered = 0, false, false, 0, 0, 0
-	rs.removed, rs.state = true, "live"
-	rs.st = ln.p.stateMachine(rs)
+	rs.last, rs.hasLast, rs.degraded, rs.logged, rs.lost, rs.recovered, rs.pending, rs.epoch = 0, false, false, 0, 0, 0, 0, 0
+	rs.removed, rs.seen, rs.state = true, false, "live"
+	rs.incarnation = ln.p.incarnations.Add(1)
+	rs.st = ln.p.stateMachine(rs, nil)
 	rs.mu.Unlock()
 	ln.p.lg.Info("rank removed", "worker_id", r.WorkerID, "dp_rank", r.DPRank, "lane", ln.id)
 	return 1, nil
@@ -183,10 +219,11 @@ type step struct {
 }
 
 type saved struct {
-	rs                       *rankState
-	last, logged, lost, rec  uint64
-	hasLast, degraded, remvd bool
-	state                    string
+	rs                             *rankState
+	last, logged, lost, rec        uint64
+	hasLast, degraded, remvd, seen bool
+	state                          string
+	epoch                          uint32
 }
 
 type fetchStart struct {
@@ -208,13 +245,28 @@ func (bs *batchState) touch(rs *rankState) {
 	if !bs.touched[rs] {
 		bs.touched[rs] = true
 		bs.undo = append(bs.undo, saved{rs: rs, last: rs.last, logged: rs.logged, lost: rs.lost, rec: rs.recovered,
-			hasLast: rs.hasLast, degraded: rs.degraded, remvd: rs.removed, state: rs.state})
+			hasLast: rs.hasLast, degraded: rs.degraded, remvd: rs.removed, seen: rs.seen, state: rs.state, epoch: rs.epoch})
 	}
 }
 
-// execute carries out one recovery.Decision for rs (SPEC §5): log what it says to log, queue the
-// tree steps and fetches. The cursor of every touched rank is written at commit.
-func (ln *lane) execute(rs *rankState, d recovery.Decision, bs *batchState) {
+// decide is the single executor of RankState decisions: every input to a rank's RankState (a
+// live event, a recovery answer, a source change, the resume after a restart) goes through it,
+// and the Decision it returns is carried out here and nowhere else. ev is the live event, nil
+// for other inputs. Call it on the rank's lane.
+func (ln *lane) decide(rs *rankState, bs *batchState, ev *event.RouterEvent, in func(*recovery.RankState) recovery.Decision) recovery.Decision {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	bs.touch(rs)
+	d := in(rs.st)
+	ln.execute(rs, d, ev, bs)
+	return d
+}
+
+// execute carries out one recovery.Decision for rs (SPEC §5), in the order its doc gives: cancel
+// the fetch, reset, install a dump, log the events to apply, record gaps, keep the buffered
+// events durable, and queue the tree steps and the fetch for after the commit. The cursor of
+// every touched rank is written at commit. Caller holds rs.mu.
+func (ln *lane) execute(rs *rankState, d recovery.Decision, ev *event.RouterEvent, bs *batchState) {
 	p := ln.p
 	r := rs.rank
 	if d.CancelFetch && rs.cancel != nil {
@@ -222,10 +274,14 @@ func (ln *lane) execute(rs *rankState, d recovery.Decision, bs *batchState) {
 		rs.cancel = nil
 	}
 	if d.NewEpoch {
-		p.lg.Info("publisher restart: new epoch", "worker_id", r.WorkerID, "dp_rank", r.DPRank, "last_event_id", rs.last)
+		p.lg.Info("publisher restart: new epoch", "worker_id", r.WorkerID, "dp_rank", r.DPRank, "last_event_id", rs.last, "epoch", rs.epoch+1)
+		rs.epoch++
 		if f := p.opts.Listener.Epoch; f != nil && len(d.Apply) > 0 {
 			f(r, rs.last, d.Apply[len(d.Apply)-1].EventID)
 		}
+	}
+	if d.Reset || d.Replace != nil || d.NewEpoch {
+		rs.incarnation = p.incarnations.Add(1)
 	}
 	if d.Reset {
 		bs.b.ResetRank(r)
@@ -243,12 +299,12 @@ func (ln *lane) execute(rs *rankState, d recovery.Decision, bs *batchState) {
 		ev := d.Apply[i]
 		bs.b.Append(&ev)
 		bs.steps = append(bs.steps, step{kind: stepApply, ev: ev, rank: r})
-		rs.last, rs.hasLast, rs.removed = ev.EventID, true, false
+		rs.last, rs.hasLast = ev.EventID, true
 		rs.logged++
 	}
 	var now time.Time // read only when a gap is recorded: this runs for every event
 	if len(d.Lost)+len(d.Recovered) > 0 {
-		now = time.Now()
+		now = p.opts.Now()
 	}
 	for _, g := range d.Lost {
 		p.lg.Warn("event ids lost", "worker_id", r.WorkerID, "dp_rank", r.DPRank, "lost_from", g.First, "lost_to", g.Last)
@@ -266,12 +322,24 @@ func (ln *lane) execute(rs *rankState, d recovery.Decision, bs *batchState) {
 			f(r, g.First, g.Last)
 		}
 	}
+	// Buffered events were acknowledged: they are durable in this batch (SPEC §5 lifecycle
+	// rule 1), and deleted in the batch that applies them or records them lost.
+	if d.PendingChanged {
+		bs.b.DropPending(r, d.PendingFrom, d.PendingEmpty)
+	}
+	if d.Buffered && ev != nil && !d.PendingEmpty && ev.EventID >= d.PendingFrom {
+		bs.b.AddPending(ev)
+	}
 	if d.Failure != nil {
 		p.lg.Warn("recovery failed", "worker_id", r.WorkerID, "dp_rank", r.DPRank, "err", d.Failure)
 	}
 	if d.Fetch != nil {
 		bs.fetches = append(bs.fetches, fetchStart{rs: rs, fr: *d.Fetch})
 	}
+	if ev != nil && d.Ignored == 0 {
+		rs.seen, rs.removed = true, false
+	}
+	rs.pending = rs.st.Pending()
 	rs.degraded = d.Degraded
 	rs.state = rs.st.State()
 }
@@ -296,12 +364,8 @@ func (ln *lane) processEvents(batch []*op) {
 		}
 		for j := range o.events {
 			ev := &o.events[j]
-			rs := p.state(ev.Rank())
-			rs.mu.Lock()
-			bs.touch(rs)
-			d := rs.st.OnLive(ev)
-			ln.execute(rs, d, bs)
-			rs.mu.Unlock()
+			rs := p.register(ev.Rank())
+			d := ln.decide(rs, bs, ev, func(st *recovery.RankState) recovery.Decision { return st.OnLive(ev) })
 			if d.Ignored > 0 {
 				results[i].Ignored++
 				if f := p.opts.Listener.Ignored; f != nil {
@@ -326,27 +390,44 @@ func (ln *lane) processEvents(batch []*op) {
 	}
 }
 
-// answer applies a recovery answer on the rank's lane.
+// answer takes a recovery answer on the rank's lane. An answer for a removed rank, or for a
+// fetch that is no longer the rank's (cancelled, superseded), is discarded.
 func (ln *lane) answer(o *op) {
-	if ln.failure() != nil {
-		return
+	outcome := "discarded"
+	defer func() {
+		if f := ln.p.opts.Listener.Fetch; f != nil {
+			f(o.rank, o.full, o.took, outcome)
+		}
+	}()
+	ln.input(o.rank, func(d recovery.Decision) {
+		if d.StaleAnswer {
+			return
+		}
+		outcome = answerOutcome(o.answer.Kind)
+	}, func(st *recovery.RankState) recovery.Decision {
+		d := st.OnAnswer(o.token, o.answer)
+		if !d.StaleAnswer {
+			// The fetch that answered is over; a follow-up gets its own cancel at start.
+			if rs := ln.p.lookup(o.rank); rs != nil {
+				rs.cancel = nil
+			}
+		}
+		return d
+	})
+}
+
+func answerOutcome(k recovery.AnswerKind) string {
+	switch k {
+	case recovery.AnswerEvents:
+		return "events"
+	case recovery.AnswerTreeDump:
+		return "treedump"
+	case recovery.AnswerTooNew:
+		return "too_new"
+	case recovery.AnswerInvalidRange:
+		return "invalid_range"
 	}
-	rs := ln.p.state(o.rank)
-	bs := ln.newBatchState()
-	rs.mu.Lock()
-	if rs.removed {
-		rs.mu.Unlock()
-		bs.b.Close()
-		return // the rank was removed meanwhile: the answer is discarded
-	}
-	bs.touch(rs)
-	d := rs.st.OnAnswer(o.token, o.answer)
-	if !d.StaleAnswer {
-		rs.cancel = nil
-	}
-	ln.execute(rs, d, bs)
-	rs.mu.Unlock()
-	ln.launch(&pending{bs: bs})
+	return "failed"
 }
 
 // launch writes the cursor of every touched rank into the batch and starts its commit; the
@@ -356,7 +437,7 @@ func (ln *lane) launch(pd *pending) {
 	for rs := range bs.touched {
 		rs.mu.Lock()
 		if rs.hasLast {
-			bs.b.SetCursor(rs.rank, wal.Cursor{LastEventID: rs.last, Degraded: rs.degraded})
+			bs.b.SetCursor(rs.rank, wal.Cursor{LastEventID: rs.last, Degraded: rs.degraded, Epoch: rs.epoch})
 		}
 		rs.mu.Unlock()
 	}
@@ -441,12 +522,18 @@ func (ln *lane) restoreFailed() {
 			}
 			ln.restored[rs] = true
 			rs.mu.Lock()
-			rs.last, rs.logged, rs.lost, rs.recovered, rs.hasLast, rs.degraded, rs.removed, rs.state = s.last, s.logged, s.lost, s.rec, s.hasLast, s.degraded, s.remvd, s.state
+			rs.last, rs.logged, rs.lost, rs.recovered, rs.hasLast, rs.degraded, rs.removed, rs.seen, rs.state, rs.epoch =
+				s.last, s.logged, s.lost, s.rec, s.hasLast, s.degraded, s.remvd, s.seen, s.state, s.epoch
 			if rs.cancel != nil {
 				rs.cancel()
 				rs.cancel = nil
 			}
-			rs.st = p.stateMachine(rs)
+			pending, err := p.log.Pending(rs.rank)
+			if err != nil {
+				pending = nil // the log failed: the lane refuses writes; nothing more is decided
+			}
+			rs.st = p.stateMachine(rs, pending)
+			rs.pending = rs.st.Pending()
 			rs.mu.Unlock()
 		}
 	}
@@ -473,20 +560,19 @@ func (p *Pipeline) startFetch(rs *rankState, fr recovery.FetchRequest) {
 		}
 		began := time.Now()
 		var ans recovery.Answer
-		var err error
 		if url == "" {
-			err = fmt.Errorf("worker %d has no recovery source", rs.rank.WorkerID)
-			ans = recovery.Answer{Kind: recovery.AnswerFailed, Err: err}
+			ans = recovery.Answer{Kind: recovery.AnswerFailed, Err: fmt.Errorf("worker %d: %w", rs.rank.WorkerID, recovery.ErrNoSource)}
 		} else {
-			ans, err = p.opts.Fetcher.Fetch(ctx, url, rs.rank, startID, 0)
+			var err error
+			if ans, err = p.opts.Fetcher.Fetch(ctx, url, rs.rank, startID, 0); err != nil && ans.Kind != recovery.AnswerFailed {
+				ans = recovery.Answer{Kind: recovery.AnswerFailed, Err: err}
+			}
 		}
-		if f := p.opts.Listener.Fetch; f != nil {
-			f(rs.rank, fr.Full, time.Since(began), err)
+		if p.fetchCtx.Err() != nil {
+			return // closing: the rank's pending events are durable and resumed after restart
 		}
-		if ctx.Err() != nil && p.fetchCtx.Err() != nil {
-			return // closing
-		}
-		_ = p.enqueue(p.fetchCtx, rs.lane, &op{kind: opAnswer, rank: rs.rank, token: fr.Token, answer: ans})
+		// A cancelled fetch still hands its answer over: the RankState discards it by token.
+		_ = p.enqueue(p.fetchCtx, rs.lane, &op{kind: opAnswer, rank: rs.rank, token: fr.Token, full: fr.Full, took: time.Since(began), answer: ans})
 	}()
 }
 
@@ -502,28 +588,6 @@ func applyOne(p *Pipeline, ev *event.RouterEvent) index.Result {
 	return p.ix.Apply(ev)
 }
 
-var errStop = errors.New("stop")
-
-// ErrNotFoldable is returned by Fold when the rank's state at the cut point holds blocks that a
-// dump cannot express (blocks left below a removed mid-chain block: held, but not reachable from
-// the root through the rank's own blocks). Folding would drop them, and a later re-store of the
-// missing block would then score differently than the log says; the log is kept instead.
-var ErrNotFoldable = errors.New("lanes: rank holds blocks a snapshot cannot express")
-
-// NotFoldableError is the error of a refused Fold: which rank, at which cut, and how many of its
-// held blocks a dump can express. errors.Is(err, ErrNotFoldable) holds.
-type NotFoldableError struct {
-	Rank            event.Rank
-	UpTo            uint64
-	Held, Reachable uint64
-}
-
-func (e *NotFoldableError) Error() string {
-	return fmt.Sprintf("%v: rank %v at event %d holds %d blocks, %d reachable", ErrNotFoldable, e.Rank, e.UpTo, e.Held, e.Reachable)
-}
-
-func (e *NotFoldableError) Unwrap() error { return ErrNotFoldable }
-
 // retain folds the rank's log prefix older than the newest RetainEvents events into a snapshot.
 // The snapshot state is rebuilt from the previous snapshot and the log in a scratch index (the
 // live tree is ahead of the cut point), then written, and the prefix is deleted by the log.
@@ -533,13 +597,13 @@ func (ln *lane) retain(rs *rankState) {
 	rs.mu.Lock()
 	upTo := rs.last - p.opts.RetainEvents
 	rs.mu.Unlock()
-	err := Fold(context.Background(), p.log, rs.rank, upTo)
+	err := recovery.Fold(context.Background(), p.log, rs.rank, upTo)
 	if err == nil {
 		rs.mu.Lock()
 		rs.logged = p.opts.RetainEvents
 		rs.mu.Unlock()
 		p.lg.Info("retention: log prefix folded into a snapshot", "worker_id", rs.rank.WorkerID, "dp_rank", rs.rank.DPRank, "lane", ln.id, "up_to", upTo, "took", time.Since(start))
-	} else if errors.Is(err, ErrNotFoldable) {
+	} else if errors.Is(err, recovery.ErrNotFoldable) {
 		// Try again after another RetainEvents events (a Cleared or re-store usually ends it).
 		rs.mu.Lock()
 		rs.logged = p.opts.RetainEvents
@@ -551,73 +615,4 @@ func (ln *lane) retain(rs *rankState) {
 	if f := p.opts.Listener.Snapshot; f != nil {
 		f(rs.rank, upTo, time.Since(start), err)
 	}
-}
-
-// Fold writes a snapshot of rank r as of event id upTo (its previous snapshot plus its log events
-// ≤ upTo, replayed into a scratch index) and lets the log delete the folded prefix. The caller
-// must own the rank (its lane, or an offline tool).
-func Fold(ctx context.Context, log *wal.Log, r event.Rank, upTo uint64) error {
-	scratch := index.New(index.Options{})
-	if _, err := ReplayRank(ctx, log, scratch, r, upTo, nil); err != nil {
-		return err
-	}
-	var stored []event.RouterEvent
-	blocks := 0
-	if err := scratch.DumpRank(r, func(ev *event.RouterEvent) error {
-		stored = append(stored, ev.Clone())
-		blocks += len(ev.Blocks)
-		return nil
-	}); err != nil {
-		return err
-	}
-	if held := scratch.RankBlocks(r); uint64(blocks) != held {
-		return &NotFoldableError{Rank: r, UpTo: upTo, Held: held, Reachable: uint64(blocks)}
-	}
-	return log.WriteSnapshot(ctx, r, upTo, stored)
-}
-
-// ReplayRank rebuilds rank r in ix from its snapshot and its log events with id ≤ upTo (0 means
-// no bound). A corrupt snapshot is reported through lg, dropped, and the log replayed alone (the
-// log is the truth). It returns the number of events applied.
-func ReplayRank(ctx context.Context, log *wal.Log, ix *index.Index, r event.Rank, upTo uint64, lg *slog.Logger) (int, error) {
-	n := 0
-	from := uint64(0)
-	snap, ok, err := log.ReadSnapshot(r)
-	switch {
-	case err != nil && errors.Is(err, wal.ErrCorruption):
-		if lg != nil {
-			lg.Error("snapshot is corrupt: dropped, rebuilding the rank from its log", "worker_id", r.WorkerID, "dp_rank", r.DPRank, "err", err)
-		}
-		if derr := log.DropSnapshot(ctx, r); derr != nil {
-			return 0, derr
-		}
-	case err != nil:
-		return 0, err
-	case ok:
-		for i := range snap.Events {
-			if i&1023 == 0 && ctx.Err() != nil {
-				return n, ctx.Err()
-			}
-			ix.Apply(&snap.Events[i])
-			n++
-		}
-		from = snap.LastEventID + 1
-	}
-	err = log.Range(r, from, 0, func(ev *event.RouterEvent) error {
-		if upTo != 0 && ev.EventID > upTo {
-			return errStop
-		}
-		if n&1023 == 0 && ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if ev.Tier == event.TierDevice {
-			ix.Apply(ev)
-		}
-		n++
-		return nil
-	})
-	if err != nil && !errors.Is(err, errStop) {
-		return n, err
-	}
-	return n, nil
 }

@@ -24,7 +24,16 @@ var (
 	ErrBusy = errors.New("lanes: queue full")
 	// ErrClosed is returned once Close has begun.
 	ErrClosed = errors.New("lanes: closed")
+	// ErrUnknownRank is returned by Do for a rank the pipeline does not know (never written, or
+	// removed): reads never register a rank (SPEC §5 lifecycle rule 5).
+	ErrUnknownRank = errors.New("lanes: unknown rank")
 )
+
+// Fetcher fetches a range of a rank's events from a recovery source (recovery.Fetcher; tests
+// pass a fake). start nil asks for a TreeDump.
+type Fetcher interface {
+	Fetch(ctx context.Context, baseURL string, r event.Rank, start *uint64, limit int) (recovery.Answer, error)
+}
 
 // Options configure a Pipeline. Zero values take the documented defaults.
 type Options struct {
@@ -38,7 +47,9 @@ type Options struct {
 	// worker, or "" for none. Default: no sources (gaps are recorded lost; SPEC §5).
 	Source func(workerID uint64) string
 	// Fetcher fetches ranges from sources; default recovery.NewFetcher with its defaults.
-	Fetcher *recovery.Fetcher
+	Fetcher Fetcher
+	// Now is the clock of the gap ledger's timestamps; default time.Now.
+	Now func() time.Time
 }
 
 // Listener holds optional callbacks, called on lane goroutines (keep them cheap). Metrics and tests
@@ -58,8 +69,10 @@ type Listener struct {
 	Snapshot func(r event.Rank, upTo uint64, d time.Duration, err error)
 	// Recovered is called for each gap a recovery filled.
 	Recovered func(r event.Rank, from, to uint64)
-	// Fetch is called when a recovery fetch ends (err nil on success).
-	Fetch func(r event.Rank, full bool, d time.Duration, err error)
+	// Fetch is called on the rank's lane when a recovery fetch's answer was taken, with its
+	// outcome: "events", "treedump", "too_new", "invalid_range", "failed" or "discarded" (the
+	// fetch was cancelled, superseded or its rank removed).
+	Fetch func(r event.Rank, full bool, d time.Duration, outcome string)
 }
 
 // Result counts what a Submit did.
@@ -78,26 +91,47 @@ type RankStatus struct {
 	State     string // live, recovering or degraded
 	Lost      uint64 // gaps recorded lost
 	Recovered uint64 // gaps recorded recovered
+	Pending   int    // live events buffered (durably) while a recovery is in flight
+	Epoch     uint32 // publisher restarts seen
+	// Incarnation changes whenever the rank's state is replaced wholesale (reset, publisher
+	// restart, TreeDump install, removal): anything derived from one incarnation (a cached
+	// TreeDump) is stale in another (SPEC §5 lifecycle rule 8). Unique within the process.
+	Incarnation uint64
 }
 
+// rankState is the lanes' record of one rank: its RankState (the decisions) and what the
+// executor made of them (the durable cursor, the ledger counters, the fetch in flight).
 type rankState struct {
 	rank event.Rank
 	lane int
 
-	// st decides every live event and recovery answer; only the lane touches it.
+	// st decides every live event and recovery answer; only the lane touches it, and only
+	// through the executor (lane.decide).
 	st     *recovery.RankState
 	cancel context.CancelFunc // the recovery fetch in flight, if any; lane only
 
-	mu        sync.Mutex // guards the fields below against readers of Status; written only by the lane
-	last      uint64
-	hasLast   bool
-	degraded  bool
-	state     string
-	lost      uint64
-	recovered uint64
-	logged    uint64 // events logged since the last snapshot or reset (retention trigger)
-	removed   bool
+	mu          sync.Mutex // guards the fields below against readers of Status; written only by the lane
+	last        uint64
+	hasLast     bool
+	degraded    bool
+	state       string
+	lost        uint64
+	recovered   uint64
+	logged      uint64 // events logged since the last snapshot or reset (retention trigger)
+	seen        bool   // an event was accepted since the rank was created or removed: it is listed
+	removed     bool
+	pending     int
+	epoch       uint32
+	incarnation uint64
 }
+
+func (rs *rankState) status() RankStatus {
+	return RankStatus{Rank: rs.rank, Lane: rs.lane, Last: rs.last, HasLast: rs.hasLast, Degraded: rs.degraded,
+		State: rs.state, Lost: rs.lost, Recovered: rs.recovered, Pending: rs.pending, Epoch: rs.epoch, Incarnation: rs.incarnation}
+}
+
+// visible: listed in Status, answered by RankStatus (SPEC §5 lifecycle rule 2).
+func (rs *rankState) visible() bool { return rs.seen && !rs.removed }
 
 type opKind uint8
 
@@ -107,6 +141,8 @@ const (
 	opRemoveRank
 	opDo
 	opAnswer
+	opSource // the worker's recovery source was set or removed: SetHasSource
+	opResume // after the restart replay: Resume
 )
 
 type op struct {
@@ -116,6 +152,8 @@ type op struct {
 	fn     func()
 	w      *waiter // nil for internal ops (recovery answers)
 	token  uint64
+	full   bool          // opAnswer: the fetch was a full restore
+	took   time.Duration // opAnswer: how long the fetch ran
 	answer recovery.Answer
 	meta   []Meta // global metadata written in the same log batch as events
 }
@@ -157,13 +195,22 @@ type Pipeline struct {
 	ix   *index.Index
 	lg   *slog.Logger
 
-	mu     sync.RWMutex // guards ranks and next
-	ranks  map[event.Rank]*rankState
-	next   int
-	lanes  []*lane
-	closed atomic.Bool
-	wg     sync.WaitGroup
-	stop   chan struct{}
+	mu    sync.RWMutex // guards ranks and next
+	ranks map[event.Rank]*rankState
+	next  int
+	lanes []*lane
+	wg    sync.WaitGroup
+	stop  chan struct{} // closed once no submitter can enqueue any more: the lanes drain and end
+
+	// Closing never hangs a caller (SPEC §5 lifecycle rule 9): a submitter holds sendMu (read)
+	// from its closed check to the end of its send; Close sets closed and closes closing (which
+	// wakes submitters blocked on a full queue), then takes sendMu (write) so every send has
+	// finished before the lanes are told to drain.
+	sendMu  sync.RWMutex
+	closed  atomic.Bool
+	closing chan struct{}
+
+	incarnations atomic.Uint64
 
 	fetchCtx    context.Context // cancelled by Close: ends every recovery fetch
 	fetchCancel context.CancelFunc
@@ -199,7 +246,11 @@ func New(log *wal.Log, ix *index.Index, opts Options) *Pipeline {
 	if opts.Fetcher == nil {
 		opts.Fetcher = recovery.NewFetcher(recovery.FetcherOptions{Logger: opts.Logger})
 	}
-	p := &Pipeline{opts: opts, log: log, ix: ix, lg: opts.Logger, ranks: map[event.Rank]*rankState{}, stop: make(chan struct{})}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	p := &Pipeline{opts: opts, log: log, ix: ix, lg: opts.Logger, ranks: map[event.Rank]*rankState{},
+		stop: make(chan struct{}), closing: make(chan struct{})}
 	p.fetchCtx, p.fetchCancel = context.WithCancel(context.Background())
 	for i := range opts.Lanes {
 		p.lanes = append(p.lanes, &lane{id: i, p: p, q: make(chan *op, opts.QueueDepth)})
@@ -207,7 +258,9 @@ func New(log *wal.Log, ix *index.Index, opts Options) *Pipeline {
 	return p
 }
 
-// Start launches the lane goroutines. Close stops them.
+// Start launches the lane goroutines, then resumes every rank the replay left with work to do
+// (durable pending events, or degraded with a source): Resume goes through the rank's lane like
+// any input. Close stops them.
 func (p *Pipeline) Start() {
 	for _, ln := range p.lanes {
 		p.wg.Add(1)
@@ -216,14 +269,31 @@ func (p *Pipeline) Start() {
 			ln.run()
 		}()
 	}
+	p.mu.RLock()
+	var resume []*rankState
+	for _, rs := range p.ranks {
+		rs.mu.Lock()
+		if rs.visible() && (rs.pending > 0 || (rs.degraded && p.hasSource(rs.rank.WorkerID))) {
+			resume = append(resume, rs)
+		}
+		rs.mu.Unlock()
+	}
+	p.mu.RUnlock()
+	for _, rs := range resume {
+		_ = p.enqueue(p.fetchCtx, rs.lane, &op{kind: opResume, rank: rs.rank})
+	}
 }
 
 // Close stops accepting requests, lets every lane finish what is queued, and waits for the lanes.
-// It does not close the log or the index.
+// A submit racing with Close either completes or returns ErrClosed. It does not close the log or
+// the index.
 func (p *Pipeline) Close() {
 	if p.closed.Swap(true) {
 		return
 	}
+	close(p.closing)
+	p.sendMu.Lock() // every enqueue that passed its closed check has sent or given up
+	p.sendMu.Unlock()
 	p.fetchCancel() // fetches started from now on end at once
 	close(p.stop)
 	p.wg.Wait()
@@ -242,64 +312,88 @@ func (p *Pipeline) QueueDepth() []int {
 	return out
 }
 
-// state returns the rank's state, assigning it a lane (round robin) on first sight.
-func (p *Pipeline) state(r event.Rank) *rankState {
-	p.mu.RLock()
-	rs := p.ranks[r]
-	p.mu.RUnlock()
-	if rs != nil {
+// register returns the rank's state, assigning it a lane (round robin) on first sight. Only
+// writes (Submit, the restart replay) register a rank.
+func (p *Pipeline) register(r event.Rank) *rankState {
+	if rs := p.lookup(r); rs != nil {
 		return rs
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if rs = p.ranks[r]; rs == nil {
-		rs = &rankState{rank: r, lane: p.next % len(p.lanes), state: "live"}
-		rs.st = p.stateMachine(rs)
+	rs := p.ranks[r]
+	if rs == nil {
+		rs = &rankState{rank: r, lane: p.next % len(p.lanes), state: "live", incarnation: p.incarnations.Add(1)}
+		rs.st = p.stateMachine(rs, nil)
 		p.next++
 		p.ranks[r] = rs
 	}
 	return rs
 }
 
-// stateMachine builds rs's recovery.RankState from its durable cursor (rs.last, rs.hasLast,
-// rs.degraded): Live(last) when the rank has one, else Initial. Used on first sight, after a
-// restart, a removal and a failed commit.
-func (p *Pipeline) stateMachine(rs *rankState) *recovery.RankState {
+// lookup returns the rank's state, or nil for a rank never registered. It creates nothing.
+func (p *Pipeline) lookup(r event.Rank) *rankState {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.ranks[r]
+}
+
+// stateMachine builds rs's recovery.RankState from its durable state (rs.last, rs.hasLast,
+// rs.degraded and the durable pending events): Live(last) when the rank has a cursor, else
+// Initial. Used on first sight, after a restart, a removal and a failed commit.
+func (p *Pipeline) stateMachine(rs *rankState, pending []event.RouterEvent) *recovery.RankState {
 	opts := recovery.Options{HasSource: p.hasSource(rs.rank.WorkerID)}
+	cur := recovery.Cursor{}
 	if rs.hasLast {
-		return recovery.Restore(rs.rank, recovery.LiveCursor(rs.last), rs.degraded, opts)
+		cur = recovery.LiveCursor(rs.last)
 	}
-	return recovery.NewRankState(rs.rank, opts)
+	return recovery.Restore(rs.rank, cur, rs.degraded, pending, opts)
 }
 
 func (p *Pipeline) hasSource(workerID uint64) bool {
 	return p.opts.Source != nil && p.opts.Source(workerID) != ""
 }
 
-// SourceChanged tells every known rank of the worker (on its lane) whether it now has a
-// recovery source; call it after the worker's source was set or removed.
+// SourceChanged tells every known rank of the worker, on its lane, whether it now has a
+// recovery source, and waits until each acted on it (SPEC §5 lifecycle rule 3: a degraded rank
+// starts its restore; a fetch towards a removed source is cancelled and its loss recorded).
+// Call it after the worker's source was set or removed.
 func (p *Pipeline) SourceChanged(ctx context.Context, workerID uint64) error {
-	has := p.hasSource(workerID)
-	p.mu.RLock()
-	var targets []*rankState
-	for r, rs := range p.ranks {
-		if r.WorkerID == workerID {
-			targets = append(targets, rs)
-		}
-	}
-	p.mu.RUnlock()
+	targets := p.ranksOf(workerID)
+	w := &waiter{}
+	w.wg.Add(len(targets))
 	for _, rs := range targets {
-		if err := p.Do(ctx, rs.rank, func() { rs.st.SetHasSource(has) }); err != nil {
-			return err
+		if err := p.enqueue(ctx, rs.lane, &op{kind: opSource, rank: rs.rank, w: w}); err != nil {
+			w.finish(Result{}, 0, err)
 		}
 	}
-	return nil
+	w.wg.Wait()
+	return w.firstErr
 }
 
-// LaneOf returns the lane a rank is assigned to, assigning one on first sight.
-func (p *Pipeline) LaneOf(r event.Rank) int { return p.state(r).lane }
+// ranksOf returns the registered ranks of a worker (removed ones included).
+func (p *Pipeline) ranksOf(workerID uint64) []*rankState {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	var out []*rankState
+	for r, rs := range p.ranks {
+		if r.WorkerID == workerID {
+			out = append(out, rs)
+		}
+	}
+	return out
+}
+
+// LaneOf returns the lane of a registered rank; ok is false for an unknown one.
+func (p *Pipeline) LaneOf(r event.Rank) (lane int, ok bool) {
+	if rs := p.lookup(r); rs != nil {
+		return rs.lane, true
+	}
+	return 0, false
+}
 
 func (p *Pipeline) enqueue(ctx context.Context, lane int, o *op) error {
+	p.sendMu.RLock()
+	defer p.sendMu.RUnlock()
 	if p.closed.Load() {
 		return ErrClosed
 	}
@@ -311,7 +405,7 @@ func (p *Pipeline) enqueue(ctx context.Context, lane int, o *op) error {
 	select {
 	case p.lanes[lane].q <- o:
 		return nil
-	case <-p.stop:
+	case <-p.closing:
 		return ErrClosed
 	case <-ctx.Done():
 		return fmt.Errorf("%w: lane %d: %w", ErrBusy, lane, ctx.Err())
@@ -336,7 +430,7 @@ func (p *Pipeline) SubmitWithMeta(ctx context.Context, evs []event.RouterEvent, 
 	perLane := make([][]event.RouterEvent, len(p.lanes))
 	var used []int
 	for i := range evs {
-		l := p.state(evs[i].Rank()).lane
+		l := p.register(evs[i].Rank()).lane
 		if perLane[l] == nil {
 			used = append(used, l)
 		}
@@ -366,22 +460,33 @@ func (p *Pipeline) Flush(ctx context.Context) error {
 	return w.firstErr
 }
 
-// Do runs fn on the rank's lane (with the rank's writer exclusion), e.g. to dump it.
+// Do runs fn on the rank's lane (with the rank's writer exclusion), e.g. to dump it. A rank that
+// was never written or was removed gets ErrUnknownRank and fn does not run: reads never register
+// a rank (SPEC §5 lifecycle rule 5). fn may still find the rank removed by an op queued before.
 func (p *Pipeline) Do(ctx context.Context, r event.Rank, fn func()) error {
+	rs := p.lookup(r)
+	if rs == nil {
+		return ErrUnknownRank
+	}
+	rs.mu.Lock()
+	vis := rs.visible()
+	rs.mu.Unlock()
+	if !vis {
+		return ErrUnknownRank
+	}
 	w := &waiter{}
 	w.wg.Add(1)
-	if err := p.enqueue(ctx, p.state(r).lane, &op{kind: opDo, rank: r, fn: fn, w: w}); err != nil {
+	if err := p.enqueue(ctx, rs.lane, &op{kind: opDo, rank: r, fn: fn, w: w}); err != nil {
 		return err
 	}
 	w.wg.Wait()
 	return w.firstErr
 }
 
-// RemoveRank durably removes one rank (log, snapshot, cursor, tree) through its lane.
+// RemoveRank durably removes one rank (log, snapshot, cursor, pending, tree) through its lane; a
+// recovery in flight is cancelled and its late answer discarded (SPEC §5 lifecycle rule 4).
 func (p *Pipeline) RemoveRank(ctx context.Context, r event.Rank) (bool, error) {
-	p.mu.RLock()
-	rs := p.ranks[r]
-	p.mu.RUnlock()
+	rs := p.lookup(r)
 	if rs == nil {
 		return false, nil
 	}
@@ -397,14 +502,7 @@ func (p *Pipeline) RemoveRank(ctx context.Context, r event.Rank) (bool, error) {
 // RemoveWorker removes every rank of a worker, each through its own lane, then barriers every
 // lane before it returns.
 func (p *Pipeline) RemoveWorker(ctx context.Context, workerID uint64) (int, error) {
-	p.mu.RLock()
-	var targets []*rankState
-	for r, rs := range p.ranks {
-		if r.WorkerID == workerID {
-			targets = append(targets, rs)
-		}
-	}
-	p.mu.RUnlock()
+	targets := p.ranksOf(workerID)
 	w := &waiter{}
 	w.wg.Add(len(targets))
 	for _, rs := range targets {
@@ -425,9 +523,8 @@ func (p *Pipeline) Status() []RankStatus {
 	out := make([]RankStatus, 0, len(p.ranks))
 	for _, rs := range p.ranks {
 		rs.mu.Lock()
-		if !rs.removed && (rs.hasLast || rs.logged > 0 || rs.state == "recovering") {
-			out = append(out, RankStatus{Rank: rs.rank, Lane: rs.lane, Last: rs.last, HasLast: rs.hasLast,
-				Degraded: rs.degraded, State: rs.state, Lost: rs.lost, Recovered: rs.recovered})
+		if rs.visible() {
+			out = append(out, rs.status())
 		}
 		rs.mu.Unlock()
 	}
@@ -459,7 +556,7 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 	p.ix.RegisterRanks(ranks)
 	perLane := make([][]*rankState, len(p.lanes))
 	for _, r := range ranks {
-		rs := p.state(r)
+		rs := p.register(r)
 		perLane[rs.lane] = append(perLane[rs.lane], rs)
 	}
 	var (
@@ -502,27 +599,30 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 }
 
 func (p *Pipeline) replayRank(ctx context.Context, rs *rankState, events *atomic.Uint64) error {
-	meta, err := p.log.RankMeta(rs.rank)
+	r := rs.rank
+	meta, err := p.log.RankMeta(r)
 	if err != nil {
-		return fmt.Errorf("lanes: rank %v metadata: %w", rs.rank, err)
+		return fmt.Errorf("lanes: rank %v metadata: %w", r, err)
 	}
 	if meta.Removed {
 		return nil
 	}
-	n, err := ReplayRank(ctx, p.log, p.ix, rs.rank, 0, p.lg)
+	rep, err := recovery.ReplayRank(ctx, p.log, p.ix, r, 0)
 	if err != nil {
-		return fmt.Errorf("lanes: replaying rank %v: %w", rs.rank, err)
+		return fmt.Errorf("lanes: replaying rank %v: %w", r, err)
 	}
-	events.Add(uint64(n))
+	events.Add(uint64(rep.Events))
+	pending, err := p.log.Pending(r)
+	if err != nil {
+		return fmt.Errorf("lanes: rank %v pending events: %w", r, err)
+	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if meta.HasCursor {
-		rs.last, rs.hasLast, rs.degraded = meta.Cursor.LastEventID, true, meta.Cursor.Degraded
-	} else if last, err := p.log.Last(rs.rank); err == nil && last > 0 {
+		rs.last, rs.hasLast, rs.degraded, rs.epoch = meta.Cursor.LastEventID, true, meta.Cursor.Degraded, meta.Cursor.Epoch
+	} else if last, err := p.log.Last(r); err == nil && last > 0 {
 		rs.last, rs.hasLast = last, true
 	}
-	rs.st = p.stateMachine(rs)
-	rs.state = rs.st.State()
 	for _, g := range meta.Gaps {
 		switch g.Outcome {
 		case wal.GapLost:
@@ -531,8 +631,51 @@ func (p *Pipeline) replayRank(ctx context.Context, rs *rankState, events *atomic
 			rs.recovered++
 		}
 	}
-	if first, err := p.log.First(rs.rank); err == nil && first > 0 && rs.hasLast {
+	if rep.Damaged != nil {
+		if err := p.recordDamagedSnapshot(ctx, rs, meta, rep.Damaged); err != nil {
+			return err
+		}
+	}
+	rs.st = p.stateMachine(rs, pending)
+	rs.state = rs.st.State()
+	rs.pending = rs.st.Pending()
+	rs.seen = rs.hasLast || rs.pending > 0 || len(meta.Gaps) > 0
+	if first, err := p.log.First(r); err == nil && first > 0 && rs.hasLast {
 		rs.logged = rs.last - first + 1
+	}
+	return nil
+}
+
+// recordDamagedSnapshot makes a damaged snapshot a recorded loss (SPEC §5 lifecycle rule 6): the
+// ids it covered go to the ledger as lost, the rank is marked degraded (a later Cleared or full
+// restore repairs it), and the snapshot is dropped, in one synced batch. Caller holds rs.mu.
+func (p *Pipeline) recordDamagedSnapshot(ctx context.Context, rs *rankState, meta wal.RankMeta, cause error) error {
+	r := rs.rank
+	covered := meta.SnapshotID
+	if covered == 0 {
+		if first, err := p.log.First(r); err == nil && first > 0 {
+			covered = first - 1
+		}
+	}
+	p.lg.Error("snapshot is damaged: the events it folded are lost; the rank is degraded",
+		"worker_id", r.WorkerID, "dp_rank", r.DPRank, "lost_from", 0, "lost_to", covered, "err", cause)
+	if err := p.log.DropSnapshot(ctx, r); err != nil {
+		return fmt.Errorf("lanes: dropping the damaged snapshot of rank %v: %w", r, err)
+	}
+	b := p.log.NewBatch()
+	defer b.Close()
+	b.AddGap(r, wal.Gap{From: 0, To: covered, Outcome: wal.GapLost, At: p.opts.Now()})
+	if !rs.hasLast {
+		rs.last, rs.hasLast = covered, true
+	}
+	rs.degraded = true
+	b.SetCursor(r, wal.Cursor{LastEventID: rs.last, Degraded: true, Epoch: rs.epoch})
+	if err := p.log.Commit(ctx, b); err != nil {
+		return fmt.Errorf("lanes: recording the damaged snapshot of rank %v: %w", r, err)
+	}
+	rs.lost++
+	if f := p.opts.Listener.GapLost; f != nil {
+		f(r, 0, covered)
 	}
 	return nil
 }
@@ -540,16 +683,14 @@ func (p *Pipeline) replayRank(ctx context.Context, rs *rankState, events *atomic
 // RankStatus returns one rank's status; ok is false for an unknown or removed rank. Called on the
 // rank's lane (inside Do), it is consistent with the rank's log and tree.
 func (p *Pipeline) RankStatus(r event.Rank) (RankStatus, bool) {
-	p.mu.RLock()
-	rs := p.ranks[r]
-	p.mu.RUnlock()
+	rs := p.lookup(r)
 	if rs == nil {
 		return RankStatus{}, false
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if rs.removed || !rs.hasLast {
+	if !rs.visible() {
 		return RankStatus{}, false
 	}
-	return RankStatus{Rank: rs.rank, Lane: rs.lane, Last: rs.last, HasLast: rs.hasLast, Degraded: rs.degraded, State: rs.state, Lost: rs.lost, Recovered: rs.recovered}, true
+	return rs.status(), true
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/store"
 	"github.com/kvindex/kvindex/testutil"
 	"github.com/kvindex/kvindex/wal"
@@ -79,13 +80,14 @@ func TestSiblingRanksLandOnDifferentLanes(t *testing.T) {
 	defer f.close()
 	a, b := event.Rank{WorkerID: 5, DPRank: 0}, event.Rank{WorkerID: 5, DPRank: 1}
 	f.submit(event.Stored(a, 1, nil, blk(1)), event.Stored(b, 1, nil, blk(2)))
-	if la, lb := f.p.LaneOf(a), f.p.LaneOf(b); la == lb {
+	la, _ := f.p.LaneOf(a)
+	lb, _ := f.p.LaneOf(b)
+	if la == lb {
 		t.Fatalf("sibling ranks share lane %d", la)
 	}
 	// Stickiness: a later batch keeps the assignment.
-	before := f.p.LaneOf(b)
 	f.submit(event.Stored(event.Rank{WorkerID: 9}, 1, nil, blk(3)), event.Stored(b, 2, ptr(2), blk(4)))
-	if f.p.LaneOf(b) != before {
+	if after, _ := f.p.LaneOf(b); after != lb {
 		t.Fatal("rank moved lanes")
 	}
 }
@@ -94,6 +96,7 @@ func TestFlushIsABarrier(t *testing.T) {
 	f := open(t, vfs.NewMem(), Options{Lanes: 2})
 	defer f.close()
 	r := event.Rank{WorkerID: 1}
+	f.submit(event.Stored(r, 1, nil, blk(1)))
 	release := make(chan struct{})
 	entered := make(chan struct{})
 	go func() {
@@ -117,16 +120,19 @@ func TestFullLanePushesBack(t *testing.T) {
 	f := open(t, vfs.NewMem(), Options{Lanes: 1, QueueDepth: 1})
 	defer f.close()
 	r := event.Rank{WorkerID: 1}
+	f.submit(event.Stored(r, 1, nil, blk(1)))
 	release := make(chan struct{})
 	entered := make(chan struct{})
 	go func() { _ = f.p.Do(context.Background(), r, func() { close(entered); <-release }) }()
 	<-entered
 	// One request fits the queue; the next waits and gives up with ErrBusy.
-	go func() { _, _ = f.p.Submit(context.Background(), []event.RouterEvent{event.Stored(r, 1, nil, blk(1))}) }()
+	go func() {
+		_, _ = f.p.Submit(context.Background(), []event.RouterEvent{event.Stored(r, 2, ptr(1), blk(2))})
+	}()
 	time.Sleep(20 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	_, err := f.p.Submit(ctx, []event.RouterEvent{event.Stored(r, 2, ptr(1), blk(2))})
+	_, err := f.p.Submit(ctx, []event.RouterEvent{event.Stored(r, 3, ptr(2), blk(3))})
 	if err == nil || !errorsIs(err, ErrBusy) {
 		t.Fatalf("want ErrBusy, got %v", err)
 	}
@@ -406,11 +412,11 @@ func TestFoldRefusesStrandedBlocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Fold(context.Background(), f.log, r, 2); !errorsIs(err, ErrNotFoldable) {
+	if err := recovery.Fold(context.Background(), f.log, r, 2); !errorsIs(err, recovery.ErrNotFoldable) {
 		t.Fatalf("want ErrNotFoldable, got %v", err)
 	}
 	f.submit(event.Stored(r, 3, ptr(1), blk(2)))
-	if err := Fold(context.Background(), f.log, r, 3); err != nil {
+	if err := recovery.Fold(context.Background(), f.log, r, 3); err != nil {
 		t.Fatalf("after the re-store the rank folds: %v", err)
 	}
 	if first, _ := f.log.First(r); first != 0 {

@@ -10,7 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/lanes"
+	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/store"
 	"github.com/kvindex/kvindex/wal"
 )
@@ -40,7 +40,7 @@ type CompactResult struct {
 }
 
 // Compact is `kvindex compact`: it folds every rank's log into a snapshot at the rank's newest
-// event (lanes.Fold, which deletes the folded prefix in the same synced batch), then flushes and
+// event (recovery.Fold, which deletes the folded prefix in the same synced batch), then flushes and
 // compacts Pebble over the whole keyspace so the deleted records leave the disk. It writes one
 // line per rank and a summary to w.
 //
@@ -106,8 +106,8 @@ func Compact(ctx context.Context, w io.Writer, opts CompactOptions) (res Compact
 			pb.add(1)
 			continue
 		}
-		if err := lanes.Fold(ctx, l, r, last); err != nil {
-			var nf *lanes.NotFoldableError
+		if err := recovery.Fold(ctx, l, r, last); err != nil {
+			var nf *recovery.NotFoldableError
 			if !errors.As(err, &nf) {
 				return res, fmt.Errorf("compact: rank %v: %w", r, err)
 			}

@@ -12,7 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/lanes"
+	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/store"
 	"github.com/kvindex/kvindex/testutil"
 	"github.com/kvindex/kvindex/wal"
@@ -84,7 +84,7 @@ func TestTranscripts(t *testing.T) {
 				}
 				s := openRW(t, fs)
 				defer s.close(t)
-				if err := lanes.Fold(bg, s.log, r, upTo); err != nil {
+				if err := recovery.Fold(bg, s.log, r, upTo); err != nil {
 					return "error: " + err.Error()
 				}
 				return "ok"

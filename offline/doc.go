@@ -13,7 +13,7 @@
 //
 //   - export, inspect and verify open the store read-only (store.Options.ReadOnly): they never
 //     write, not even to drop a corrupt snapshot (the server does that on its next start).
-//   - compact only writes through lanes.Fold (one synced, atomic Pebble batch per rank: the new
+//   - compact only writes through recovery.Fold (one synced, atomic Pebble batch per rank: the new
 //     snapshot, its id, the log cut and the DeleteRange of the folded prefix) and Pebble's own
 //     compaction. Killed at any moment, the dir opens and rebuilds the same tree and cursors:
 //     each rank is either folded or not. A rank whose snapshot is corrupt makes compact refuse
@@ -39,7 +39,7 @@
 //
 // # What verify can and cannot compare
 //
-// A snapshot replaces the log prefix it folds: lanes.Fold writes it and deletes that prefix in
+// A snapshot replaces the log prefix it folds: recovery.Fold writes it and deletes that prefix in
 // one batch, so a snapshot and "the log it replaced" never coexist in a healthy dir. verify
 // therefore reports any log record at or below a snapshot's boundary as a problem, and checks
 // the snapshot on its own: it decodes, every event applies cleanly to an empty rank, and

@@ -7,7 +7,7 @@ import (
 
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
-	"github.com/kvindex/kvindex/lanes"
+	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/wal"
 )
 
@@ -192,15 +192,16 @@ func exportEvents(ctx context.Context, l *wal.Log, r event.Rank, from uint64, ou
 
 func exportDump(ctx context.Context, l *wal.Log, r event.Rank, out *ndjson) (ExportedRank, error) {
 	er := ExportedRank{Rank: r}
-	// ReplayRank drops a corrupt snapshot, which a read-only store cannot do: check it first.
-	if _, _, err := l.ReadSnapshot(r); err != nil {
-		return er, err
-	}
 	ix := index.New(index.Options{RankCapacity: 1})
-	if _, err := lanes.ReplayRank(ctx, l, ix, r, 0, nil); err != nil {
+	rep, err := recovery.ReplayRank(ctx, l, ix, r, 0)
+	if err != nil {
 		return er, err
 	}
-	err := ix.DumpRank(r, func(ev *event.RouterEvent) error {
+	if rep.Damaged != nil {
+		// A dump without the snapshot's blocks would pass for the rank's state: refuse it.
+		return er, rep.Damaged
+	}
+	err = ix.DumpRank(r, func(ev *event.RouterEvent) error {
 		if err := out.write(ev); err != nil {
 			return err
 		}

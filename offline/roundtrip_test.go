@@ -12,7 +12,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/lanes"
+	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/server"
 	"github.com/kvindex/kvindex/store"
 )
@@ -62,7 +62,7 @@ func randomDir(t testing.TB, fs vfs.FS, seed uint64) {
 					// Fold at the newest event, when the rank holds no stranded blocks (which a
 					// snapshot cannot express: lanes keeps the log then).
 					upTo = id - 1
-					if err := lanes.Fold(bg, s.log, r, upTo); err != nil && !errors.Is(err, lanes.ErrNotFoldable) {
+					if err := recovery.Fold(bg, s.log, r, upTo); err != nil && !errors.Is(err, recovery.ErrNotFoldable) {
 						t.Error(err)
 					}
 				}); err != nil {
@@ -94,7 +94,7 @@ func TestExportRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := s.pipe.Do(bg, r, func() {
-			if err := lanes.Fold(bg, s.log, r, 3); err != nil {
+			if err := recovery.Fold(bg, s.log, r, 3); err != nil {
 				t.Error(err)
 			}
 		}); err != nil {

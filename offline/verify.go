@@ -30,7 +30,7 @@ type VerifyReport struct {
 
 // knownPrefixes are the key prefixes of store's layout.
 var knownPrefixes = []byte{store.PrefixLog, store.PrefixSnapshot, store.PrefixRankMeta, store.PrefixGap,
-	store.PrefixTombstone, store.PrefixVersion, store.PrefixGlobal}
+	store.PrefixTombstone, store.PrefixVersion, store.PrefixGlobal, store.PrefixPending}
 
 // Verify is `kvindex verify`: read-only, it rebuilds every rank from its snapshot and log and
 // checks, per rank:
@@ -156,7 +156,7 @@ func (v *rankVerifier) run() error {
 	snap, hasSnap, err := v.l.ReadSnapshot(r)
 	switch {
 	case err != nil && errors.Is(err, wal.ErrCorruption):
-		v.problem("snapshot: %v (kvindex serve drops it and rebuilds the rank from the log alone)", err)
+		v.problem("snapshot: %v (the events it folded are lost: kvindex serve drops it, records them lost and marks the rank degraded)", err)
 	case err != nil:
 		return err
 	case hasSnap:

@@ -29,4 +29,8 @@ var (
 	// ErrGaveUp is returned by Fetcher.Fetch when every try failed with a retryable error; the
 	// last error is wrapped too.
 	ErrGaveUp = errors.New("gave up fetching range")
+
+	// ErrNoSource is the Decision.Failure of a recovery whose source was removed while it was in
+	// flight, or of buffered events found at restart for a rank that has no source any more.
+	ErrNoSource = errors.New("the worker has no recovery source")
 )

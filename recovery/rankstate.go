@@ -23,17 +23,13 @@ const (
 	CursorInitial CursorKind = iota
 	// CursorLive: events up to and including Last are applied.
 	CursorLive
-	// CursorInvalidated: a worker-wide barrier (Options.WorkerWideClear) wiped the rank; ids
-	// ≤ Last (when HasLast) are stale, the next higher id is applied as it comes, without gap
-	// recovery: what was missed before the barrier no longer matters.
-	CursorInvalidated
 )
 
 // Cursor is where a rank's event stream stands.
 type Cursor struct {
 	Kind    CursorKind
 	Last    uint64 // the last applied id, meaningful when HasLast
-	HasLast bool   // false for CursorInitial and for a barrier that hit a rank before its first event
+	HasLast bool   // false for CursorInitial
 }
 
 // LiveCursor is Cursor{Kind: CursorLive, Last: last, HasLast: true}.
@@ -43,13 +39,8 @@ func (c Cursor) String() string {
 	switch c.Kind {
 	case CursorInitial:
 		return "initial"
-	case CursorLive:
-		return "live(" + strconv.FormatUint(c.Last, 10) + ")"
 	}
-	if !c.HasLast {
-		return "invalidated(-)"
-	}
-	return "invalidated(" + strconv.FormatUint(c.Last, 10) + ")"
+	return "live(" + strconv.FormatUint(c.Last, 10) + ")"
 }
 
 // IDRange is an inclusive range of event ids [First, Last].
@@ -85,11 +76,6 @@ type Options struct {
 	// PendingCap bounds the live events buffered during a recovery. Default (0)
 	// DefaultPendingCap (1,024); values below 1 mean the default.
 	PendingCap int
-	// WorkerWideClear makes a Cleared a barrier for the emitting worker's other ranks too
-	// (Dynamo's worker-wide clear): decisions that apply a Cleared set InvalidateSiblings and the
-	// driver calls Invalidate on every other rank of the worker. Default false: SPEC §3 makes
-	// Cleared rank-scoped, so a sibling's state (and its gaps) are untouched by it.
-	WorkerWideClear bool
 }
 
 // Decision is what the driver must do after an input, in this order:
@@ -100,9 +86,11 @@ type Options struct {
 //  4. Apply: log and apply these events, in order.
 //  5. Lost, Recovered: record these id ranges in the rank's gap ledger.
 //  6. Fetch: start this fetch and later call OnAnswer with its token and answer.
-//  7. InvalidateSiblings: call Invalidate on every other rank of the same worker.
+//  7. Pending: make the rank's buffered events durable as Pending says (they were acknowledged).
 //
 // Slices in a Decision belong to the RankState and stay valid only until its next method call.
+// The zero Decision asks for nothing. Every field asks for an action, except the counters
+// (Ignored, Dropped) and the state flags (Degraded, Recovering), which report.
 type Decision struct {
 	CancelFetch bool
 	CancelToken uint64
@@ -117,18 +105,25 @@ type Decision struct {
 	// Ignored counts live events ignored as stale or duplicate (an id already applied, already
 	// buffered, or delivered by the recovery answer that made it redundant).
 	Ignored int
-	// Dropped counts buffered events thrown away: the pending cap overflowed, a failed recovery,
-	// a barrier.
+	// Dropped counts buffered events thrown away: the pending cap overflowed (the recovery in
+	// flight fetches them again), a Cleared erased them, or a failed recovery left them inside
+	// its lost range.
 	Dropped int
-	// Buffered: the live event was buffered until the recovery in flight ends.
+	// Buffered: the live event was buffered until the recovery in flight ends. The driver must
+	// make it durable (PendingFrom) before it acknowledges it.
 	Buffered bool
+	// Pending describes the buffered events after the decision, for the driver's durable copy:
+	// PendingChanged says the set changed; PendingFrom is the lowest buffered id (every durable
+	// pending event below it is gone from the set); PendingEmpty says none is left.
+	PendingChanged bool
+	PendingEmpty   bool
+	PendingFrom    uint64
 	// StaleAnswer: OnAnswer got an answer for a fetch that is no longer the rank's (cancelled by
 	// a Cleared, a new epoch or a barrier, or superseded); it was discarded.
 	StaleAnswer bool
 	// Failure is why a recovery failed (wraps ErrTooNew, ErrInvalidRange, or the fetch error).
-	Failure            error
-	Fetch              *FetchRequest
-	InvalidateSiblings bool
+	Failure error
+	Fetch   *FetchRequest
 	// Degraded and Recovering describe the rank after the decision (see RankState.State).
 	Degraded, Recovering bool
 }
@@ -190,9 +185,6 @@ func (d *Decision) String() string {
 			parts = append(parts, fmt.Sprintf("fetch#%d(start=%d)", d.Fetch.Token, d.Fetch.Start))
 		}
 	}
-	if d.InvalidateSiblings {
-		parts = append(parts, "invalidate-siblings")
-	}
 	if len(parts) == 0 {
 		return "-"
 	}
@@ -240,7 +232,6 @@ type RankState struct {
 	rank       event.Rank
 	hasSource  bool
 	pendingCap int
-	workerWide bool
 
 	cursor Cursor
 	trust  trust
@@ -272,25 +263,50 @@ func NewRankState(rank event.Rank, opts Options) *RankState {
 	if capacity < 1 {
 		capacity = DefaultPendingCap
 	}
-	return &RankState{rank: rank, hasSource: opts.HasSource, pendingCap: capacity, workerWide: opts.WorkerWideClear}
+	return &RankState{rank: rank, hasSource: opts.HasSource, pendingCap: capacity}
 }
 
 // Restore returns the state of a rank rebuilt after a restart from its log: cursor is what the
 // log says (normally LiveCursor(newest id), or Cursor{} when the rank logged nothing). degraded
 // restores a rank that was degraded when the process stopped; it stays degraded until a Cleared
-// or a full restore (call RequestRestore or SetHasSource(true) to start one).
-func Restore(rank event.Rank, cursor Cursor, degraded bool, opts Options) *RankState {
+// or a full restore. pending are the durable buffered events of a recovery the restart
+// interrupted (ids ≤ the cursor are dropped). Call Resume once the driver can fetch.
+func Restore(rank event.Rank, cursor Cursor, degraded bool, pending []event.RouterEvent, opts Options) *RankState {
 	s := NewRankState(rank, opts)
-	switch {
-	case cursor.Kind == CursorInitial || (cursor.Kind == CursorLive && !cursor.HasLast):
-		s.cursor = Cursor{}
-	default:
+	if cursor.Kind == CursorLive && cursor.HasLast {
 		s.cursor = cursor
 	}
 	if degraded {
 		s.trust = trustBroken
 	}
+	for i := range pending {
+		ev := pending[i]
+		if ev.Kind == event.KindCleared || (s.cursor.HasLast && ev.EventID <= s.cursor.Last) {
+			continue
+		}
+		var d Decision
+		s.buffer(&d, &ev)
+	}
 	return s
+}
+
+// Resume continues a rank restored after a restart: with durable pending events it restarts
+// their recovery (or, without a source, applies them after recording the gap lost); a degraded
+// rank with a source starts a full restore. Otherwise it does nothing.
+func (s *RankState) Resume() Decision {
+	s.apply = s.apply[:0]
+	var d Decision
+	switch {
+	case s.inflight:
+	case len(s.pending) > 0 && s.hasSource:
+		full := s.trust == trustBroken || !s.cursor.HasLast
+		s.startFetch(&d, full, s.cursor.Last+1)
+	case len(s.pending) > 0:
+		s.fail(&d, ErrNoSource)
+	case s.trust != trustExact && s.hasSource:
+		s.startFetch(&d, true, 0)
+	}
+	return s.decide(d)
 }
 
 // Rank is the rank this state is for.
@@ -329,14 +345,27 @@ func (s *RankState) FetchToken() uint64 {
 	return s.token
 }
 
-// SetHasSource records whether the rank's worker has a recovery source. Setting it on a degraded
-// rank with no recovery in flight starts a full restore (the returned Decision's Fetch).
+// SetHasSource records whether the rank's worker has a recovery source, and acts at once (SPEC §5
+// lifecycle rule 3): setting it on a degraded rank with no recovery in flight starts a full
+// restore (the Decision's Fetch); removing it while a recovery is in flight cancels the fetch
+// and fails the recovery (loss recorded, buffered events applied after the gap).
 func (s *RankState) SetHasSource(has bool) Decision {
 	s.hasSource = has
-	if has && s.trust != trustExact && !s.inflight {
-		return s.RequestRestore()
+	s.apply = s.apply[:0]
+	if has {
+		s.blocked = false
+		if s.trust != trustExact && !s.inflight {
+			return s.RequestRestore()
+		}
+		return s.decide(Decision{})
 	}
-	return s.decide(Decision{})
+	var d Decision
+	if s.inflight {
+		d.CancelFetch, d.CancelToken = true, s.token
+		s.inflight = false
+		s.fail(&d, ErrNoSource)
+	}
+	return s.decide(d)
 }
 
 // RequestRestore starts a full restore (a TreeDump) when the rank has a source and no recovery
@@ -356,25 +385,30 @@ func (s *RankState) RequestRestore() Decision {
 func (s *RankState) OnLive(ev *event.RouterEvent) Decision {
 	s.apply = s.apply[:0]
 	var d Decision
+	s.onLive(&d, ev)
+	return s.decide(d)
+}
+
+func (s *RankState) onLive(d *Decision, ev *event.RouterEvent) {
 	id := ev.EventID
 	last, has := s.cursor.Last, s.cursor.HasLast
 	switch {
 	case has && id <= 1 && id < last:
-		s.newEpoch(&d, ev)
+		s.newEpoch(d, ev)
 	case ev.Kind == event.KindCleared:
 		if has && id <= last {
 			d.Ignored++
 		} else {
-			s.barrier(&d, ev)
+			s.barrier(d, ev)
 		}
 	case has && id <= last:
 		d.Ignored++
 	case s.inflight:
-		s.buffer(&d, ev)
+		s.buffer(d, ev)
 	case s.cursor.Kind == CursorInitial:
 		if s.hasSource && !s.blocked {
-			s.buffer(&d, ev)
-			s.startFetch(&d, true, 0)
+			s.buffer(d, ev)
+			s.startFetch(d, true, 0)
 			break
 		}
 		if s.blocked {
@@ -382,18 +416,17 @@ func (s *RankState) OnLive(ev *event.RouterEvent) Decision {
 			s.trust = trustBroken
 		}
 		s.applyOne(ev)
-	case s.cursor.Kind == CursorInvalidated || id == last+1:
+	case id == last+1:
 		s.applyOne(ev)
 	case s.hasSource && !s.blocked:
-		s.buffer(&d, ev)
-		s.startFetch(&d, s.trust == trustBroken, last+1)
+		s.buffer(d, ev)
+		s.startFetch(d, s.trust == trustBroken, last+1)
 	default:
-		s.recordLost(&d, last+1, id-1)
+		s.recordLost(d, last+1, id-1)
 		d.Reset = true
 		s.trust = trustBroken
 		s.applyOne(ev)
 	}
-	return s.decide(d)
 }
 
 // OnAnswer applies the answer of fetch token. An answer for another token than the one in
@@ -429,26 +462,17 @@ func (s *RankState) OnAnswer(token uint64, a Answer) Decision {
 	return s.decide(d)
 }
 
-// Invalidate is called when a sibling rank of the same worker applied a worker-wide Cleared
-// (Options.WorkerWideClear, Decision.InvalidateSiblings). The worker's whole cache is gone, so
-// the rank is reset, its recovery in flight cancelled and its pending events dropped; the cursor
-// becomes InvalidatedByBarrier(last): ids ≤ last stay stale and the next higher id is applied
-// as it comes, without recovering the ids in between (they predate the barrier).
-func (s *RankState) Invalidate() Decision {
-	s.apply = s.apply[:0]
-	var d Decision
-	s.cancel(&d)
-	d.Reset = true
-	s.trust = trustExact
-	s.blocked = false
-	s.cursor = Cursor{Kind: CursorInvalidated, Last: s.cursor.Last, HasLast: s.cursor.HasLast}
-	return s.decide(d)
-}
-
-// decide fills the state flags and the Apply scratch.
+// decide fills the state flags, the Apply scratch and the pending summary.
 func (s *RankState) decide(d Decision) Decision {
 	if len(s.apply) > 0 {
 		d.Apply = s.apply
+	}
+	if d.Buffered || d.Dropped > 0 || len(d.Apply) > 0 || d.Reset || d.Replace != nil || d.CancelFetch {
+		d.PendingChanged = true
+		d.PendingEmpty = len(s.pending) == 0
+		if !d.PendingEmpty {
+			d.PendingFrom = s.pending[0].EventID
+		}
 	}
 	d.Degraded = s.trust != trustExact
 	d.Recovering = s.inflight
@@ -494,12 +518,22 @@ func (s *RankState) cancel(d *Decision) {
 	s.hasLostTo = false
 }
 
-// barrier applies a live Cleared newer than the cursor.
+// barrier applies a live Cleared newer than the cursor. Buffered events below it are erased by
+// it; any above it (delivered out of order) are taken again as live events after it.
 func (s *RankState) barrier(d *Decision, ev *event.RouterEvent) {
+	var after []event.RouterEvent
+	for i := range s.pending {
+		if s.pending[i].EventID > ev.EventID {
+			after = append(after, s.pending[i])
+		}
+	}
 	s.cancel(d)
+	d.Dropped -= len(after)
 	s.trust = trustExact
 	s.applyOne(ev)
-	d.InvalidateSiblings = s.workerWide
+	for i := range after {
+		s.onLive(d, &after[i])
+	}
 }
 
 // newEpoch handles a publisher restart: reset, synthetic Cleared, then the event.
@@ -544,22 +578,41 @@ func (s *RankState) startFetch(d *Decision, full bool, start uint64) {
 	d.Fetch = &FetchRequest{Token: s.token, Start: start, Full: full}
 }
 
-// fail records a failed recovery: cursor unchanged, pending dropped, loss recorded.
+// fail records a failed recovery (SPEC §5 lifecycle rule 1). Without buffered events the state
+// is unchanged (exact up to the cursor). With buffered events — acknowledged, so they must not
+// vanish — the gap up to the last contiguous run of them is recorded lost, the rank is reset
+// (when it had state) and marked degraded, and that run is applied. Buffered events before the
+// run lie inside the lost range: the reset would erase them anyway.
 func (s *RankState) fail(d *Decision, err error) {
 	d.Failure = err
-	if n := len(s.pending); n > 0 {
-		first := s.pending[0].EventID
-		if s.cursor.HasLast {
-			first = s.cursor.Last + 1
+	n := len(s.pending)
+	if n == 0 {
+		if s.trust == trustExact {
+			s.trust = trustBehind
 		}
-		s.recordLost(d, first, s.pending[n-1].EventID)
+		s.blocked = true
+		return
 	}
-	d.Dropped += len(s.pending)
+	run := n - 1
+	for run > 0 && s.pending[run-1].EventID+1 == s.pending[run].EventID {
+		run--
+	}
+	first := uint64(1)
+	if s.cursor.HasLast {
+		first = s.cursor.Last + 1
+	}
+	if runStart := s.pending[run].EventID; runStart > first {
+		s.recordLost(d, first, runStart-1)
+		d.Reset = s.cursor.HasLast
+		s.trust = trustBroken
+	}
+	d.Dropped += run
+	for i := run; i < n; i++ {
+		s.applyOne(&s.pending[i])
+	}
 	clear(s.pending)
 	s.pending = s.pending[:0]
-	if s.trust == trustExact {
-		s.trust = trustBehind
-	}
+	s.hasLostTo = false
 	s.blocked = true
 }
 
@@ -584,7 +637,6 @@ func (s *RankState) applyEvents(d *Decision, a Answer) bool {
 		}
 		if e.Kind == event.KindCleared {
 			s.trust = trustExact
-			d.InvalidateSiblings = d.InvalidateSiblings || s.workerWide
 		} else if c.HasLast && e.EventID != c.Last+1 {
 			hole = true
 			break

@@ -15,12 +15,12 @@ var testRank = event.Rank{WorkerID: 7, DPRank: 1}
 
 // TestRankState runs the scripts in testdata/rankstate. Commands:
 //
-//	new [source] [cap=N] [worker-wide] [restore=N] [degraded]
+//	new [source] [cap=N] [restore=N [initial] [degraded] [pending=A..B]]
 //	live [summary]       input: one event per line: "stored|removed|cleared ID" or "KIND A..B"
 //	answer token=N       input: first line "events last=N" | "dump last=N" |
 //	                     "toonew start=N newest=N" | "invalid start=N end=N" | "failed",
 //	                     then the answer's events as for live
-//	invalidate | source on|off | request-restore
+//	source on|off | request-restore | resume
 //
 // Every command prints the decisions and then the rank's state; the harness checks the
 // package's invariants after every decision.
@@ -39,12 +39,22 @@ func TestRankState(t *testing.T) {
 			}
 			switch td.Cmd {
 			case "new":
-				opts := Options{HasSource: td.HasArg("source"), WorkerWideClear: td.HasArg("worker-wide")}
+				opts := Options{HasSource: td.HasArg("source")}
 				td.MaybeScanArgs(t, "cap", &opts.PendingCap)
 				if td.HasArg("restore") {
 					var last uint64
 					td.ScanArgs(t, "restore", &last)
-					s = Restore(testRank, LiveCursor(last), td.HasArg("degraded"), opts)
+					var pending []event.RouterEvent
+					if td.HasArg("pending") {
+						var span string
+						td.ScanArgs(t, "pending", &span)
+						pending = parseEvents(t, "stored "+span)
+					}
+					cur := LiveCursor(last)
+					if td.HasArg("initial") {
+						cur = Cursor{}
+					}
+					s = Restore(testRank, cur, td.HasArg("degraded"), pending, opts)
 				} else {
 					s = NewRankState(testRank, opts)
 				}
@@ -72,9 +82,9 @@ func TestRankState(t *testing.T) {
 				a := parseAnswer(t, td.Input)
 				before := s.Cursor()
 				step("", before, s.OnAnswer(token, a))
-			case "invalidate":
+			case "resume":
 				before := s.Cursor()
-				step("", before, s.Invalidate())
+				step("", before, s.Resume())
 			case "source":
 				before := s.Cursor()
 				step("", before, s.SetHasSource(td.CmdArgs[0].Key == "on"))
@@ -282,22 +292,24 @@ func TestDecisionFailureWraps(t *testing.T) {
 		{Answer{Kind: AnswerFailed, Err: cause}, ErrFetchFailed},
 		{Answer{Kind: AnswerFailed}, ErrFetchFailed},
 	} {
-		s := Restore(testRank, LiveCursor(10), false, Options{HasSource: true})
+		s := Restore(testRank, LiveCursor(10), false, nil, Options{HasSource: true})
 		ev := event.Stored(testRank, 12, nil)
 		d := s.OnLive(&ev)
 		d = s.OnAnswer(d.Fetch.Token, tc.a)
 		if !errors.Is(d.Failure, tc.want) {
 			t.Errorf("%v: failure %v does not wrap %v", tc.a.Kind, d.Failure, tc.want)
 		}
-		if s.Cursor() != LiveCursor(10) || !d.Degraded || len(d.Apply) != 0 {
-			t.Errorf("%v: after failure cursor=%v degraded=%v apply=%d", tc.a.Kind, s.Cursor(), d.Degraded, len(d.Apply))
+		// Lifecycle rule 1: the buffered event 12 was acknowledged; the failure records 11 lost,
+		// resets the rank and applies 12, degraded.
+		if s.Cursor() != LiveCursor(12) || !d.Degraded || !d.Reset || len(d.Apply) != 1 || len(d.Lost) != 1 || d.Lost[0] != (IDRange{11, 11}) {
+			t.Errorf("%v: after failure %s cursor=%v degraded=%v", tc.a.Kind, d.String(), s.Cursor(), d.Degraded)
 		}
 	}
 }
 
 // BenchmarkOnLiveContiguous measures the hot path: a contiguous live event on a live rank.
 func BenchmarkOnLiveContiguous(b *testing.B) {
-	s := Restore(testRank, LiveCursor(0), false, Options{HasSource: true})
+	s := Restore(testRank, LiveCursor(0), false, nil, Options{HasSource: true})
 	ev := event.Stored(testRank, 0, nil, event.Block{BlockHash: 1, TokensHash: 1})
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
@@ -311,7 +323,7 @@ func BenchmarkOnLiveContiguous(b *testing.B) {
 
 // BenchmarkRecoveryCycle measures a gap of 8 with 8 events buffered, answered by Events.
 func BenchmarkRecoveryCycle(b *testing.B) {
-	s := Restore(testRank, LiveCursor(0), false, Options{HasSource: true})
+	s := Restore(testRank, LiveCursor(0), false, nil, Options{HasSource: true})
 	live := make([]event.RouterEvent, 8)
 	ans := Answer{Kind: AnswerEvents, Events: make([]event.RouterEvent, 8)}
 	b.ReportAllocs()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/wal"
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,21 +63,22 @@ var ErrDumpCacheClosed = errors.New("server: dump cache closed")
 //	{"TreeDump":{"events":[ev0,ev1,…,evN-1],"last_event_id":L}}\n
 //	                                      ^ bodyEnd (the ']' closing the events)
 //
-// Validity (checked on the rank's lane before the entry is served): the rank's cursor is still
-// last (or moved past it, for a tail), the lost/recovered gap counters and the degraded flag are
-// unchanged, and the log still holds event last with the same content (fp = xxh3 of its log
-// record). Any reset of the rank (gap, publisher restart, restore, removal) empties the log, so a
-// later event at id last is a different record unless it is byte-identical.
+// Validity (checked on the rank's lane before the entry is served): the rank is the same
+// incarnation (lanes.RankStatus.Incarnation: no reset, publisher restart, restore, removal or
+// re-add since the build; SPEC §5 lifecycle rule 8), its cursor is still last (or moved past it,
+// for a tail), the lost/recovered gap counters and the degraded flag are unchanged, and the log
+// still holds event last with the same content (fp = xxh3 of its log record).
 type dumpEntry struct {
-	rank      event.Rank
-	last      uint64
-	lost, rec uint64
-	degraded  bool
-	fp        uint64
-	events    int // events in the dump (synthetic ids 0..events-1)
-	appended  int // log events covered by tails since the last full build
-	bodyEnd   int
-	buf       []byte
+	rank        event.Rank
+	incarnation uint64
+	last        uint64
+	lost, rec   uint64
+	degraded    bool
+	fp          uint64
+	events      int // events in the dump (synthetic ids 0..events-1)
+	appended    int // log events covered by tails since the last full build
+	bodyEnd     int
+	buf         []byte
 }
 
 // outcome says how a TreeDump request was served.
@@ -275,7 +277,7 @@ func (s *Server) dumpFlight(ctx context.Context, c *ristretto.Cache[string, *dum
 	)
 	derr := s.pipe.Do(ctx, rk, func() {
 		st = s.rankStatus(rk)
-		if cached != nil && st.known && cached.last <= st.last && cached.lost == st.lost &&
+		if cached != nil && st.known && cached.incarnation == st.incarnation && cached.last <= st.last && cached.lost == st.lost &&
 			cached.rec == st.rec && cached.degraded == st.degraded {
 			var ok bool
 			tail, fp, ok, err = s.readTail(rk, cached, st.last, d.appendBudget())
@@ -305,6 +307,11 @@ func (s *Server) dumpFlight(ctx context.Context, c *ristretto.Cache[string, *dum
 		}
 		fp, hasFP, err = s.fingerprint(rk, st.last)
 	})
+	if errors.Is(derr, lanes.ErrUnknownRank) {
+		// Never written, or removed: an empty dump, built without registering the rank (SPEC §5
+		// lifecycle rule 5) and never cached.
+		st, how, dumped, derr = ruleStatus{}, outcomeBuilt, nil, nil
+	}
 	if derr != nil {
 		err = derr
 	}
@@ -400,7 +407,7 @@ func (s *Server) fingerprint(rk event.Rank, id uint64) (fp uint64, ok bool, err 
 }
 
 func newDumpEntry(rk event.Rank, evs []event.RouterEvent, st ruleStatus, fp uint64) (*dumpEntry, error) {
-	e := &dumpEntry{rank: rk, last: st.last, lost: st.lost, rec: st.rec, degraded: st.degraded, fp: fp, events: len(evs)}
+	e := &dumpEntry{rank: rk, incarnation: st.incarnation, last: st.last, lost: st.lost, rec: st.rec, degraded: st.degraded, fp: fp, events: len(evs)}
 	size := 64
 	for i := range evs {
 		size += 96 + 64*len(evs[i].Blocks)

@@ -44,7 +44,16 @@ func newMetrics(s *Server) *metrics {
 	m.skipped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_events_not_applied_total",
 		Help: "Logged events not applied to the device tree, by storage tier."}, []string{"storage_tier"})
 	m.gaps = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_gaps_total", Help: "Event id gaps by outcome."}, []string{"outcome"})
-	m.fetches = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_recovery_fetches_total", Help: "Recovery fetches from upstream sources by kind and result."}, []string{"kind", "result"})
+	m.fetches = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_recovery_fetches_total",
+		Help: "Recovery fetches from upstream sources by kind (full = TreeDump restore, range) and result: events, treedump, too_new, invalid_range, failed, discarded."}, []string{"kind", "result"})
+	for _, kind := range []string{"full", "range"} {
+		for _, res := range []string{"events", "treedump", "too_new", "invalid_range", "failed", "discarded"} {
+			m.fetches.WithLabelValues(kind, res) // every outcome exported from the start, at 0
+		}
+	}
+	for _, o := range []string{"lost", "recovered"} {
+		m.gaps.WithLabelValues(o)
+	}
 	m.epochs = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvindex_publisher_restarts_total", Help: "Publisher restarts (new epochs) seen."})
 	m.snapshots = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_retention_snapshots_total", Help: "Online retention snapshots by result."}, []string{"result"})
 	m.findSec = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvindex_find_matches_seconds",
@@ -77,8 +86,16 @@ func (m *metrics) listener(mode string) lanes.Listener {
 			m.appendSec.Observe(d.Seconds())
 			m.logged.Add(float64(events))
 		},
-		Ignored: func(event.Rank, uint64) { m.ignored.Inc() },
-		GapLost: func(event.Rank, uint64, uint64) { m.gaps.WithLabelValues("lost").Inc() },
+		Ignored:   func(event.Rank, uint64) { m.ignored.Inc() },
+		GapLost:   func(event.Rank, uint64, uint64) { m.gaps.WithLabelValues("lost").Inc() },
+		Recovered: func(event.Rank, uint64, uint64) { m.gaps.WithLabelValues("recovered").Inc() },
+		Fetch: func(_ event.Rank, full bool, _ time.Duration, outcome string) {
+			kind := "range"
+			if full {
+				kind = "full"
+			}
+			m.fetches.WithLabelValues(kind, outcome).Inc()
+		},
 		Epoch:   func(event.Rank, uint64, uint64) { m.epochs.Inc() },
 		Skipped: func(_ event.Rank, t event.Tier) { m.skipped.WithLabelValues(t.String()).Inc() },
 		Snapshot: func(_ event.Rank, _ uint64, _ time.Duration, err error) {
@@ -99,7 +116,7 @@ type indexCollector struct{ s *Server }
 
 var (
 	descApplied = prometheus.NewDesc("kvindex_events_applied_total", "Events applied to the tree by event type and status.", []string{"event_type", "status"}, nil)
-	descRanks   = prometheus.NewDesc("kvindex_ranks", "Ranks in the index.", nil, nil)
+	descRanks   = prometheus.NewDesc("kvindex_ranks", "Ranks by lifecycle state (live, recovering, degraded), as GET /v1/ranks lists them.", []string{"state"}, nil)
 	descBlocks  = prometheus.NewDesc("kvindex_blocks", "(rank, block) entries in the index.", nil, nil)
 	descNodes   = prometheus.NewDesc("kvindex_tree_nodes", "Radix tree nodes.", nil, nil)
 	descQueue   = prometheus.NewDesc("kvindex_lane_queue_depth", "Requests queued per lane.", []string{"lane"}, nil)
@@ -120,7 +137,13 @@ func (c *indexCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descApplied, prometheus.CounterValue, float64(counts.Get(k, st)), k.String(), st.String())
 		}
 	}
-	ch <- prometheus.MustNewConstMetric(descRanks, prometheus.GaugeValue, float64(len(ix.Ranks())))
+	byState := map[string]int{"live": 0, "recovering": 0, "degraded": 0}
+	for _, st := range c.s.pipe.Status() {
+		byState[st.State]++
+	}
+	for state, n := range byState {
+		ch <- prometheus.MustNewConstMetric(descRanks, prometheus.GaugeValue, float64(n), state)
+	}
 	ch <- prometheus.MustNewConstMetric(descBlocks, prometheus.GaugeValue, float64(ix.Blocks()))
 	ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(ix.NodeCount()))
 	for i, d := range c.s.pipe.QueueDepth() {

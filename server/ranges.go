@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/recovery"
 )
 
@@ -77,7 +78,7 @@ func (s *Server) rankEvents(w http.ResponseWriter, r *http.Request) {
 			oldest, hasOldest = ev.EventID, true
 			return nil
 		})
-	}); derr != nil {
+	}); derr != nil && !errors.Is(derr, lanes.ErrUnknownRank) {
 		err = derr
 	}
 	if err != nil {
@@ -106,6 +107,13 @@ func (s *Server) rankEvents(w http.ResponseWriter, r *http.Request) {
 	evs, err := s.rangeEvents(rk, start, lim)
 	if err != nil {
 		s.submitError(w, err)
+		return
+	}
+	if !startsAt(evs, start, lim) {
+		// Retention folded start away (or the rank was reset) after oldest was read: an Events
+		// answer would start late and the consumer would record a false loss (SPEC §5 lifecycle
+		// rule 7). The rank's dump is exact.
+		s.serveTreeDump(w, r, rk)
 		return
 	}
 	// Nothing returned (limit=0): the answer covers nothing past start-1 (0 for start 0).
@@ -139,24 +147,39 @@ func (s *Server) rangeEvents(rk event.Rank, start uint64, lim int) ([]event.Rout
 	return evs, nil
 }
 
+// startsAt reports whether a range read from start begins where it must: at start itself, or at a
+// device-tier Cleared (what precedes a Cleared may be left out). An empty read (limit 0) is exact.
+func startsAt(evs []event.RouterEvent, start uint64, lim int) bool {
+	if lim == 0 {
+		return true
+	}
+	if len(evs) == 0 {
+		return false
+	}
+	first := &evs[0]
+	return first.EventID == start || (first.Kind == event.KindCleared && first.Tier == event.TierDevice && first.EventID > start)
+}
+
 // errPageFull stops a range read once a page is full.
 var errPageFull = errors.New("page full")
 
 // ruleStatus is what the range rules and the dump cache need of a rank's status.
 type ruleStatus struct {
-	known     bool
-	last      uint64
-	lost, rec uint64
-	degraded  bool
+	known       bool
+	last        uint64
+	lost, rec   uint64
+	degraded    bool
+	incarnation uint64
 }
 
-// rankStatus reads rk's status; call it on the rank's lane.
+// rankStatus reads rk's status; call it on the rank's lane. A rank with no logged id yet (its
+// first events buffered during a restore) has nothing to serve: unknown to the range rules.
 func (s *Server) rankStatus(rk event.Rank) ruleStatus {
 	st, ok := s.pipe.RankStatus(rk)
-	if !ok {
+	if !ok || !st.HasLast {
 		return ruleStatus{}
 	}
-	return ruleStatus{known: true, last: st.Last, lost: st.Lost, rec: st.Recovered, degraded: st.Degraded}
+	return ruleStatus{known: true, last: st.Last, lost: st.Lost, rec: st.Recovered, degraded: st.Degraded, incarnation: st.Incarnation}
 }
 
 func (s *Server) serveTreeDump(w http.ResponseWriter, r *http.Request, rk event.Rank) {

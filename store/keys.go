@@ -15,6 +15,7 @@ const (
 	PrefixTombstone byte = 'T' // 'T' | rank: the rank was removed
 	PrefixVersion   byte = 'V' // 'V': the format version record
 	PrefixGlobal    byte = 'K' // 'K' | name: global metadata
+	PrefixPending   byte = 'P' // 'P' | rank | event_id: a live event buffered during a recovery
 )
 
 // Key sizes. Part of the on-disk format.

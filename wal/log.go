@@ -228,10 +228,10 @@ func (b *Batch) ResetRank(r event.Rank) {
 	b.n++
 }
 
-// RemoveRank deletes everything of r (log, snapshot, cursor, gaps) and writes a tombstone.
+// RemoveRank deletes everything of r (log, snapshot, cursor, gaps, pending) and writes a tombstone.
 func (b *Batch) RemoveRank(r event.Rank) {
 	pb := b.pebble()
-	for _, p := range []byte{store.PrefixLog, store.PrefixRankMeta, store.PrefixGap} {
+	for _, p := range []byte{store.PrefixLog, store.PrefixRankMeta, store.PrefixGap, store.PrefixPending} {
 		lo, hi := store.RankBounds(p, r)
 		_ = pb.DeleteRange(lo, hi, nil)
 	}
@@ -404,13 +404,13 @@ func (l *Log) Range(r event.Rank, fromID uint64, limit int, fn func(ev *event.Ro
 	return nil
 }
 
-// Ranks returns every rank with a log, a snapshot or metadata (not removed), sorted.
+// Ranks returns every rank with a log, a snapshot, metadata or pending events (not removed), sorted.
 func (l *Log) Ranks() ([]event.Rank, error) {
 	if l.closed.Load() {
 		return nil, ErrClosed
 	}
 	var out []event.Rank
-	for _, p := range []byte{store.PrefixLog, store.PrefixRankMeta, store.PrefixSnapshot} {
+	for _, p := range []byte{store.PrefixLog, store.PrefixRankMeta, store.PrefixSnapshot, store.PrefixPending} {
 		lo, hi := store.PrefixBounds(p)
 		it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 		if err != nil {

@@ -1,0 +1,117 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/wal"
+)
+
+// Snapshot replay and fold: how a rank's state is rebuilt from its snapshot and log, and how a
+// log prefix is folded into a snapshot. The lanes call them on the rank's lane (restart replay,
+// online retention); the offline tools call them on a data dir no server holds.
+
+var errStop = errors.New("stop")
+
+// ErrNotFoldable is returned by Fold when the rank's state at the cut point holds blocks that a
+// dump cannot express (blocks left below a removed mid-chain block: held, but not reachable from
+// the root through the rank's own blocks). Folding would drop them, and a later re-store of the
+// missing block would then score differently than the log says; the log is kept instead.
+var ErrNotFoldable = errors.New("recovery: rank holds blocks a snapshot cannot express")
+
+// NotFoldableError is the error of a refused Fold: which rank, at which cut, and how many of its
+// held blocks a dump can express. errors.Is(err, ErrNotFoldable) holds.
+type NotFoldableError struct {
+	Rank            event.Rank
+	UpTo            uint64
+	Held, Reachable uint64
+}
+
+func (e *NotFoldableError) Error() string {
+	return fmt.Sprintf("%v: rank %v at event %d holds %d blocks, %d reachable", ErrNotFoldable, e.Rank, e.UpTo, e.Held, e.Reachable)
+}
+
+func (e *NotFoldableError) Unwrap() error { return ErrNotFoldable }
+
+// Fold writes a snapshot of rank r as of event id upTo (its previous snapshot plus its log events
+// ≤ upTo, replayed into a scratch index) and lets the log delete the folded prefix. The caller
+// must own the rank (its lane, or an offline tool).
+func Fold(ctx context.Context, log *wal.Log, r event.Rank, upTo uint64) error {
+	scratch := index.New(index.Options{})
+	rep, err := ReplayRank(ctx, log, scratch, r, upTo)
+	if err != nil {
+		return err
+	}
+	if rep.Damaged != nil {
+		return fmt.Errorf("recovery: fold of rank %v: %w", r, rep.Damaged)
+	}
+	var stored []event.RouterEvent
+	blocks := 0
+	if err := scratch.DumpRank(r, func(ev *event.RouterEvent) error {
+		stored = append(stored, ev.Clone())
+		blocks += len(ev.Blocks)
+		return nil
+	}); err != nil {
+		return err
+	}
+	if held := scratch.RankBlocks(r); uint64(blocks) != held {
+		return &NotFoldableError{Rank: r, UpTo: upTo, Held: held, Reachable: uint64(blocks)}
+	}
+	return log.WriteSnapshot(ctx, r, upTo, stored)
+}
+
+// Replayed is what ReplayRank did.
+type Replayed struct {
+	Events int // snapshot and log events applied
+	// Damaged is the error of a snapshot that failed its checksum or did not parse (wrapping
+	// wal.ErrCorruption); nil otherwise. The snapshot was skipped and the log replayed alone: the
+	// events it folded are gone (the log prefix was cut), so the caller must record them lost
+	// and mark the rank degraded (SPEC §5 lifecycle rule 6). ReplayRank writes nothing.
+	Damaged error
+}
+
+// ReplayRank rebuilds rank r in ix from its snapshot and its log events with id ≤ upTo (0 means
+// no bound). It writes nothing: a damaged snapshot is reported in Replayed.Damaged.
+func ReplayRank(ctx context.Context, log *wal.Log, ix *index.Index, r event.Rank, upTo uint64) (Replayed, error) {
+	var res Replayed
+	n := 0
+	from := uint64(0)
+	snap, ok, err := log.ReadSnapshot(r)
+	switch {
+	case err != nil && errors.Is(err, wal.ErrCorruption):
+		res.Damaged = err
+	case err != nil:
+		return res, err
+	case ok:
+		for i := range snap.Events {
+			if i&1023 == 0 && ctx.Err() != nil {
+				res.Events = n
+				return res, ctx.Err()
+			}
+			ix.Apply(&snap.Events[i])
+			n++
+		}
+		from = snap.LastEventID + 1
+	}
+	err = log.Range(r, from, 0, func(ev *event.RouterEvent) error {
+		if upTo != 0 && ev.EventID > upTo {
+			return errStop
+		}
+		if n&1023 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if ev.Tier == event.TierDevice {
+			ix.Apply(ev)
+		}
+		n++
+		return nil
+	})
+	res.Events = n
+	if err != nil && !errors.Is(err, errStop) {
+		return res, err
+	}
+	return res, nil
+}

@@ -1,0 +1,68 @@
+package wal
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/store"
+)
+
+// Pending events: the live events a rank buffers while a recovery is in flight (SPEC §5). They
+// were acknowledged, so they are made durable in the batch that decided to buffer them, under
+// 'P' | rank | event_id with a log record value, and deleted once applied or recorded lost. They
+// are not the log: the log holds only what the tree holds.
+
+// AddPending makes ev durable as a pending event of its rank.
+func (b *Batch) AddPending(ev *event.RouterEvent) {
+	b.key = binary.BigEndian.AppendUint64(store.AppendRankKey(b.key[:0], store.PrefixPending, ev.Rank()), ev.EventID)
+	b.val = EncodeRecord(b.val[:0], ev)
+	_ = b.pebble().Set(b.key, b.val, nil)
+	b.n++
+}
+
+// DropPending deletes r's pending events with ids below `below`; every one when all is set.
+func (b *Batch) DropPending(r event.Rank, below uint64, all bool) {
+	lo, hi := store.RankBounds(store.PrefixPending, r)
+	if !all {
+		hi = binary.BigEndian.AppendUint64(store.RankKey(store.PrefixPending, r), below)
+	}
+	_ = b.pebble().DeleteRange(lo, hi, nil)
+	b.n++
+}
+
+// Pending returns r's durable pending events in id order.
+func (l *Log) Pending(r event.Rank) ([]event.RouterEvent, error) {
+	if l.closed.Load() {
+		return nil, ErrClosed
+	}
+	lo, hi := store.RankBounds(store.PrefixPending, r)
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, store.MapError("wal: pending", err)
+	}
+	var out []event.RouterEvent
+	key := make([]byte, 0, store.LogKeyLen)
+	for valid := it.First(); valid; valid = it.Next() {
+		val, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return nil, store.MapError("wal: pending", err)
+		}
+		// A pending record is a log record under another prefix: its checksum covers the same
+		// rank and id.
+		key = append(append(key[:0], store.PrefixLog), it.Key()[1:]...)
+		var ev event.RouterEvent
+		if err := DecodeRecord(&ev, key, bytes.Clone(val)); err != nil {
+			_ = it.Close()
+			return nil, fmt.Errorf("wal: pending of rank %v: %w", r, err)
+		}
+		out = append(out, ev.Clone())
+	}
+	if err := it.Close(); err != nil {
+		return nil, store.MapError("wal: pending", err)
+	}
+	return out, nil
+}
