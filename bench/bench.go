@@ -19,8 +19,8 @@ import (
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/server"
 	"github.com/kvindex/kvindex/store"
-	"github.com/kvindex/kvindex/testutil"
 	"github.com/kvindex/kvindex/wal"
+	"github.com/kvindex/kvindex/workload"
 	"github.com/schollz/progressbar/v3"
 )
 
@@ -39,13 +39,13 @@ var (
 type Options struct {
 	// The workload: exactly one of Requests (an already loaded trace), TracePath (a Mooncake
 	// JSONL trace) or WorkloadDir (events.ndjson + queries.ndjson) is set.
-	Requests    []testutil.Request
+	Requests    []workload.Request
 	TracePath   string
 	WorkloadDir string
 	// Scale is the number of disjoint trace copies; default 1. Ignored with WorkloadDir.
 	Scale int
 	// Workload shapes the generator (workers 256, cache blocks 512, speedup 16, seed 42).
-	Workload testutil.WorkloadOptions
+	Workload workload.WorkloadOptions
 	// Producers is the number of concurrent submitters; default 16.
 	Producers int
 	// Batch is the number of events per Submit (and per commit in the Pebble ceiling); default 1.
@@ -100,7 +100,7 @@ func (o Options) withDefaults() (Options, error) {
 type run struct {
 	o      Options
 	lg     *slog.Logger
-	wl     *testutil.Workload
+	wl     *workload.Workload
 	parts  [][]event.RouterEvent // the stream split by producer
 	rep    *Report
 	dir    string // the kvindex data dir
@@ -109,21 +109,21 @@ type run struct {
 }
 
 // LoadWorkload returns the workload o describes (BENCH.md stage 1).
-func LoadWorkload(o Options) (*testutil.Workload, error) {
+func LoadWorkload(o Options) (*workload.Workload, error) {
 	o, err := o.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	if o.WorkloadDir != "" {
-		return testutil.ReadWorkloadDir(o.WorkloadDir)
+		return workload.ReadWorkloadDir(o.WorkloadDir)
 	}
 	reqs := o.Requests
 	if reqs == nil {
-		if reqs, err = testutil.LoadTraceFile(o.TracePath); err != nil {
+		if reqs, err = workload.LoadTraceFile(o.TracePath); err != nil {
 			return nil, err
 		}
 	}
-	return testutil.Generate(reqs, o.Scale, o.Workload)
+	return workload.Generate(reqs, o.Scale, o.Workload)
 }
 
 // Run performs the benchmark of BENCH.md and returns the metrics measured. On a failure after
@@ -289,7 +289,7 @@ func (r *run) pipelineStages(ctx context.Context) error {
 }
 
 // compareAll asks every query of qs of both indexes and returns the first mismatch.
-func compareAll(ctx context.Context, queries []testutil.Query, qs []int, before, after *index.Index) error {
+func compareAll(ctx context.Context, queries []workload.Query, qs []int, before, after *index.Index) error {
 	var a, b []index.Score
 	for i, qi := range qs {
 		if i%4096 == 0 && ctx.Err() != nil {
@@ -566,7 +566,7 @@ func shiftWorkers(evs []event.RouterEvent) []event.RouterEvent {
 }
 
 // nonEmpty returns the indexes of the queries that name at least one block.
-func nonEmpty(qs []testutil.Query) []int {
+func nonEmpty(qs []workload.Query) []int {
 	out := make([]int, 0, len(qs))
 	for i := range qs {
 		if len(qs[i].BlockHashes) > 0 {

@@ -13,17 +13,17 @@ import (
 
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
-	"github.com/kvindex/kvindex/testutil"
 	"github.com/kvindex/kvindex/wal"
+	"github.com/kvindex/kvindex/workload"
 	"go.uber.org/goleak"
 	"pgregory.net/rapid"
 )
 
 // smallTrace is the head of the repo's real conversation trace: real prompt shapes, small enough
 // for -race.
-func smallTrace(t *testing.T, n int) []testutil.Request {
+func smallTrace(t *testing.T, n int) []workload.Request {
 	t.Helper()
-	reqs, err := testutil.LoadTraceFile("../testdata/conversation_trace.jsonl")
+	reqs, err := workload.LoadTraceFile("../testdata/conversation_trace.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,8 +35,8 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 func TestRunReportsEveryMetric(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	reqs := smallTrace(t, 150)
-	wopts := testutil.WorkloadOptions{Workers: 8, CacheBlocks: 64}
-	want, err := testutil.Generate(reqs, 2, wopts)
+	wopts := workload.WorkloadOptions{Workers: 8, CacheBlocks: 64}
+	want, err := workload.Generate(reqs, 2, wopts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestRunReportsEveryMetric(t *testing.T) {
 func TestRunRefusesAUsedDataDir(t *testing.T) {
 	dir := t.TempDir()
 	reqs := smallTrace(t, 20)
-	o := Options{Requests: reqs, Workload: testutil.WorkloadOptions{Workers: 2}, Durability: wal.NoSync, Lanes: 1,
+	o := Options{Requests: reqs, Workload: workload.WorkloadOptions{Workers: 2}, Durability: wal.NoSync, Lanes: 1,
 		DataDir: dir, LoadedMax: time.Second, Logger: quiet()}
 	if _, err := Run(context.Background(), o); err != nil {
 		t.Fatal(err)
@@ -129,7 +129,7 @@ func TestRunCancelled(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := Run(ctx, Options{Requests: smallTrace(t, 50), Workload: testutil.WorkloadOptions{Workers: 4},
+	_, err := Run(ctx, Options{Requests: smallTrace(t, 50), Workload: workload.WorkloadOptions{Workers: 4},
 		Durability: wal.NoSync, Logger: quiet()})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
@@ -180,7 +180,7 @@ func TestCompareScores(t *testing.T) {
 // TestCompareAllCatchesALostBlock is stage 4's check on real indexes: the rebuilt index lost one
 // block, and the first query that reaches it fails the run.
 func TestCompareAllCatchesALostBlock(t *testing.T) {
-	wl, err := testutil.Generate(smallTrace(t, 60), 1, testutil.WorkloadOptions{Workers: 4})
+	wl, err := workload.Generate(smallTrace(t, 60), 1, workload.WorkloadOptions{Workers: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,8 @@
 //
 // # What Run does, in order
 //
-//  1. Workload: generated once from a Mooncake trace (testutil.Generate) or read from a workload
-//     dir (testutil.ReadWorkloadDir); not timed.
+//  1. Workload: generated once from a Mooncake trace (workload.Generate) or read from a workload
+//     dir (workload.ReadWorkloadDir); not timed.
 //  2. Ingest: the whole stream through the real pipeline (server.Open + Recover, then
 //     Pipeline().Submit: cursor → log → lane → tree) by Producers goroutines. Rank number i in
 //     order of first appearance belongs to producer i % Producers, which submits that rank's

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/testutil"
+	"github.com/kvindex/kvindex/workload"
 )
 
 // Loadgen metric names (`kvindex loadgen --json`).
@@ -59,10 +59,10 @@ type LoadOptions struct {
 	// AllowRemote permits a target that is not loopback (127.0.0.0/8, ::1, localhost).
 	AllowRemote bool
 	// The workload, as for Run: Requests or TracePath, Scale (default 1) and Workload.
-	Requests  []testutil.Request
+	Requests  []workload.Request
 	TracePath string
 	Scale     int
-	Workload  testutil.WorkloadOptions
+	Workload  workload.WorkloadOptions
 	// Rate caps the events posted per second, over all clients; 0 (default) is unlimited.
 	Rate float64
 	// Clients is the number of concurrent posting clients, each owning a set of ranks; default 4.

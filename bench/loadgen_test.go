@@ -9,8 +9,8 @@ import (
 
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/server"
-	"github.com/kvindex/kvindex/testutil"
 	"github.com/kvindex/kvindex/wal"
+	"github.com/kvindex/kvindex/workload"
 )
 
 func TestCheckTarget(t *testing.T) {
@@ -58,7 +58,7 @@ func loadGenAgainstAServer(t *testing.T, msgpack bool) {
 	defer hs.Close()
 
 	reqs := smallTrace(t, 80)
-	wopts := testutil.WorkloadOptions{Workers: 6}
+	wopts := workload.WorkloadOptions{Workers: 6}
 	rep, err := LoadGen(context.Background(), LoadOptions{
 		Target: hs.URL, Requests: reqs, Workload: wopts, Clients: 3, Batch: 5, Msgpack: msgpack,
 		Duration: time.Minute, Logger: quiet(), HTTPClient: hs.Client(),
@@ -66,7 +66,7 @@ func loadGenAgainstAServer(t *testing.T, msgpack bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wl, err := testutil.Generate(reqs, 1, wopts)
+	wl, err := workload.Generate(reqs, 1, wopts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestLoadGenMaxEvents(t *testing.T) {
 	hs := httptest.NewServer(s.Handler())
 	defer hs.Close()
 	rep, err := LoadGen(context.Background(), LoadOptions{
-		Target: hs.URL, Requests: smallTrace(t, 80), Workload: testutil.WorkloadOptions{Workers: 6},
+		Target: hs.URL, Requests: smallTrace(t, 80), Workload: workload.WorkloadOptions{Workers: 6},
 		MaxEvents: 17, Rate: 2000, Logger: quiet(), HTTPClient: hs.Client(),
 	})
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
-	"github.com/kvindex/kvindex/testutil"
+	"github.com/kvindex/kvindex/workload"
 )
 
 // chainBlocks fills blocks with a chain whose first block (tokens 0) every rank shares and whose
@@ -244,17 +244,17 @@ func liveHeap() uint64 {
 
 var (
 	traceOnce sync.Once
-	traceWL   *testutil.Workload
+	traceWL   *workload.Workload
 	traceErr  error
 )
 
 // traceWorkload is `kvindex bench --scale 8`'s stream (BENCH.md stage 1) from the repository's
 // conversation trace: 2,048 ranks, block 0 of each copy held by its 256 workers.
-func traceWorkload(b *testing.B) *testutil.Workload {
+func traceWorkload(b *testing.B) *workload.Workload {
 	traceOnce.Do(func() {
-		var reqs []testutil.Request
-		if reqs, traceErr = testutil.LoadTraceFile("../testdata/conversation_trace.jsonl"); traceErr == nil {
-			traceWL, traceErr = testutil.Generate(reqs, 8, testutil.WorkloadOptions{})
+		var reqs []workload.Request
+		if reqs, traceErr = workload.LoadTraceFile("../testdata/conversation_trace.jsonl"); traceErr == nil {
+			traceWL, traceErr = workload.Generate(reqs, 8, workload.WorkloadOptions{})
 		}
 	})
 	if traceErr != nil {

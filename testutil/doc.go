@@ -1,15 +1,14 @@
-// Package testutil holds the workloads and the oracle that tests and the benchmark share:
+// Package testutil holds the oracle and helpers that tests share. It is for tests only: no
+// production package imports it (the kvindex binary must not link it, nor the test-only modules
+// it uses, goleak and errorfs; cmd/kvindex TestBinaryLinksNoTestOnlyPackages checks that).
 //
 //   - model.go: the SPEC §3 reference model of the index (per rank held and reachable blocks);
 //     deliberately naive (maps, linear scans, no concurrency) so it is easy to check by reading.
 //     index, lanes, recovery and end-to-end tests compare their results against it.
-//   - trace.go: the Mooncake trace loader (bad lines named by number) and --scale copies.
-//   - workload.go: simulated workers with prefix-closed LRU caches routed by cost (BENCH.md
-//     stage 1) emitting contiguous-id Stored/Removed events, and the workload dir format; the
-//     decisions BENCH.md leaves open are listed at the top of that file.
 //   - script.go: the compact one-line event notation of the datadriven scripts.
+//   - faults.go: the errorfs WAL-failure file system and the goroutines a fatally failed Pebble
+//     leaves behind (for goleak).
 //
-// The generator and the workload dir are also used by `kvindex bench` and `kvindex loadgen`
-// (package bench): the benchmark and the tests drive the same streams. Nothing else in
-// production code imports this package.
+// The Mooncake trace loader and the benchmark workload generator are not here: they are
+// production code used by `kvindex bench` and `kvindex loadgen`, in package workload.
 package testutil

@@ -10,8 +10,8 @@ import (
 	"strings"
 
 	"github.com/kvindex/kvindex/bench"
-	"github.com/kvindex/kvindex/testutil"
 	"github.com/kvindex/kvindex/wal"
+	"github.com/kvindex/kvindex/workload"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 )
@@ -21,15 +21,15 @@ func workloadFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "trace", Usage: "Mooncake JSONL trace to generate the workload from", EnvVars: env("trace")},
 		&cli.IntFlag{Name: "scale", Value: 1, Usage: "disjoint copies of the trace (hash ids offset per copy), each on its own workers", EnvVars: env("scale")},
-		&cli.IntFlag{Name: "workers", Value: testutil.DefaultWorkers, Usage: "simulated workers per copy", EnvVars: env("workers")},
-		&cli.IntFlag{Name: "cache-blocks", Value: testutil.DefaultCacheBlocks, Usage: "LRU capacity of each simulated worker, in blocks", EnvVars: env("cache-blocks")},
-		&cli.Float64Flag{Name: "speedup", Value: testutil.DefaultSpeedup, Usage: "trace time is divided by this", EnvVars: env("speedup")},
-		&cli.Int64Flag{Name: "seed", Value: testutil.DefaultSeed, Usage: "seed of the workers' tie-breaking order", EnvVars: env("seed")},
+		&cli.IntFlag{Name: "workers", Value: workload.DefaultWorkers, Usage: "simulated workers per copy", EnvVars: env("workers")},
+		&cli.IntFlag{Name: "cache-blocks", Value: workload.DefaultCacheBlocks, Usage: "LRU capacity of each simulated worker, in blocks", EnvVars: env("cache-blocks")},
+		&cli.Float64Flag{Name: "speedup", Value: workload.DefaultSpeedup, Usage: "trace time is divided by this", EnvVars: env("speedup")},
+		&cli.Int64Flag{Name: "seed", Value: workload.DefaultSeed, Usage: "seed of the workers' tie-breaking order", EnvVars: env("seed")},
 	}
 }
 
-func workloadOptions(c *cli.Context) testutil.WorkloadOptions {
-	return testutil.WorkloadOptions{
+func workloadOptions(c *cli.Context) workload.WorkloadOptions {
+	return workload.WorkloadOptions{
 		Workers:     c.Int("workers"),
 		CacheBlocks: c.Int("cache-blocks"),
 		Speedup:     c.Float64("speedup"),

@@ -1,0 +1,27 @@
+// Package workload owns the benchmark input of kvindex (BENCH.md stage 1): the Mooncake trace
+// loader and the simulated workers that turn a trace into the Stored/Removed event stream and the
+// find_matches queries a KV-aware router would see. `kvindex bench` and `kvindex loadgen`
+// (package bench) drive it, and tests use the same streams, so benchmark and tests measure one
+// thing. It is production code: it imports no test-only package (the kvindex binary links it;
+// cmd/kvindex TestBinaryLinksNoTestOnlyPackages checks that).
+//
+//   - trace.go: LoadTrace / LoadTraceFile (bad lines named by 1-based number) and Scale (--scale
+//     disjoint copies, hash ids shifted by ScaleOffset per copy).
+//   - workload.go: Generate (workers with prefix-closed LRU caches routed by cost), Worker, and
+//     the workload dir format (WriteWorkloadDir / ReadWorkloadDir, events.ndjson and
+//     queries.ndjson); the decisions BENCH.md leaves open are listed at the top of that file.
+//
+// # Invariants
+//
+//   - Generate is deterministic: the same trace, scale and WorkloadOptions give the same
+//     Workload, event for event and query for query. No function modifies its inputs.
+//   - In a generated stream, per rank the event ids run 1, 2, 3, … with no gap; a Removed names
+//     only cached blocks with no cached child (leaves first); a Stored's parent is the deepest
+//     prompt block the worker held (or the root); queries come in stream order.
+//   - Every Query.AfterEvent lies in [0, len(Events)]: ReadWorkloadDir refuses any other.
+//   - An input is refused whole on its first bad line; nothing partial is returned.
+//
+// Errors are sentinels, wrapped with context and checked with errors.Is: ErrBadTrace (with the
+// line number), ErrScale, ErrBadOptions, ErrBadWorkload (with file and line number) and
+// ErrGenerate (a broken internal invariant: a bug).
+package workload
