@@ -14,8 +14,8 @@ import (
 )
 
 // TestCommitFailureAppliesNothing: WAL syncs start failing while producers submit. The submit
-// that hits it gets an error, the lane refuses later writes, the tree holds exactly the
-// acknowledged events, and after a restart every acknowledged event is there.
+// that hits it gets an error, the lane refuses later writes (and Failure reports it), the tree
+// holds exactly the acknowledged events, and after a restart every acknowledged event is there.
 func TestCommitFailureAppliesNothing(t *testing.T) {
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
@@ -46,6 +46,9 @@ func TestCommitFailureAppliesNothing(t *testing.T) {
 		}()
 	}
 	time.Sleep(time.Duration(10+rand.New(rand.NewPCG(seed, 99)).IntN(40)) * time.Millisecond)
+	if err := f.p.Failure(); err != nil {
+		t.Fatalf("Failure before any failed commit: %v", err)
+	}
 	on.Store(true)
 	wg.Wait()
 	for g, err := range failed {
@@ -56,6 +59,9 @@ func TestCommitFailureAppliesNothing(t *testing.T) {
 	// A later submit fails too: the lanes refuse writes after a failed commit.
 	if _, err := f.p.Submit(context.Background(), []event.RouterEvent{event.Stored(event.Rank{WorkerID: 77}, 1, nil, blk(1))}); err == nil {
 		t.Fatal("submit after a failed commit succeeded")
+	}
+	if f.p.Failure() == nil {
+		t.Fatal("Failure is nil after a failed commit")
 	}
 	model := testutil.NewModel()
 	for _, evs := range acked {

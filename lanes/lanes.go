@@ -303,6 +303,17 @@ func (p *Pipeline) Close() {
 // Lanes returns the number of lanes.
 func (p *Pipeline) Lanes() int { return len(p.lanes) }
 
+// Failure returns the first commit error of the first lane that has one: such a lane refuses
+// writes until the store is reopened. Nil while every lane accepts writes.
+func (p *Pipeline) Failure() error {
+	for _, ln := range p.lanes {
+		if err := ln.failure(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // QueueDepth returns the number of queued requests of each lane.
 func (p *Pipeline) QueueDepth() []int {
 	out := make([]int, len(p.lanes))

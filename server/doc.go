@@ -9,7 +9,7 @@
 //     events are durable under the configured durability.
 //   - Bad input is answered 4xx with {"error": "..."} (and "index" for the first bad event) before
 //     anything is submitted; nothing of a rejected request is written.
-//   - Until the restart replay is done, /readyz and every /v1 route answer 503; /healthz and
-//     /metrics answer 200.
+//   - Until the restart replay is done, /readyz and every /v1 route answer 503; /healthz,
+//     /metrics and the status page / (status.go) answer 200.
 //   - Every metric lives in the Server's own Prometheus registry (no global state).
 package server

@@ -43,10 +43,14 @@ func (s *Server) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	route("GET /readyz", false, s.readyz)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
+	route("GET /metrics", false, promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}).ServeHTTP)
+	route("GET /{$}", false, s.statusPage)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pattern := mux.Handler(r); pattern == "" {
-			s.noRoute(mux, w, r)
+			start := time.Now()
+			sw := &statusWriter{ResponseWriter: w}
+			s.noRoute(mux, sw, r)
+			s.m.observeHTTP(routeUnmatched, sw.code, start)
 			return
 		}
 		mux.ServeHTTP(w, r)
@@ -91,6 +95,7 @@ func (sw *statusWriter) Write(b []byte) (int, error) {
 // wrap adds the readiness gate, panic recovery and request metrics.
 func (s *Server) wrap(pattern string, needReady bool, h func(http.ResponseWriter, *http.Request)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
 		defer func() {
 			if p := recover(); p != nil {
@@ -103,7 +108,7 @@ func (s *Server) wrap(pattern string, needReady bool, h func(http.ResponseWriter
 					writeError(sw, http.StatusInternalServerError, "internal error")
 				}
 			}
-			s.m.httpRequests.WithLabelValues(pattern, strconv.Itoa(sw.code)).Inc()
+			s.m.observeHTTP(pattern, sw.code, start)
 		}()
 		if needReady && !s.ready.Load() {
 			writeError(sw, http.StatusServiceUnavailable, s.status.Load().(string))

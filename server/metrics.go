@@ -1,6 +1,9 @@
 package server
 
 import (
+	"fmt"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -9,11 +12,55 @@ import (
 	"github.com/kvindex/kvindex/lanes"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
 )
+
+// Version is kvindex's version, set at build time with
+// -ldflags "-X github.com/kvindex/kvindex/server.Version=v1.2.3". Empty: BuildVersion derives one
+// from the build info.
+var Version = ""
+
+// BuildVersion is Version when set, else the main module's version and VCS revision from the
+// build info (e.g. "devel-8495b73a1c2e-dirty"), else "devel".
+func BuildVersion() string {
+	if Version != "" {
+		return Version
+	}
+	v := "devel"
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return v
+	}
+	if mv := bi.Main.Version; mv != "" && mv != "(devel)" {
+		v = mv
+	}
+	var rev, dirty string
+	for _, st := range bi.Settings {
+		switch st.Key {
+		case "vcs.revision":
+			rev = st.Value[:min(12, len(st.Value))]
+		case "vcs.modified":
+			if st.Value == "true" {
+				dirty = "-dirty"
+			}
+		}
+	}
+	if rev != "" && v == "devel" {
+		v += "-" + rev + dirty
+	}
+	return v
+}
+
+// routeUnmatched is the route label of requests no route matched (answered 404 or 405).
+const routeUnmatched = "unmatched"
 
 // metrics is the one metrics struct of the service.
 type metrics struct {
-	reg          *prometheus.Registry
+	reg        *prometheus.Registry
+	collectors []prometheus.Collector // everything registered, for the dashboard/alerts test
+
+	httpSec      *prometheus.HistogramVec
+	buildInfo    *prometheus.GaugeVec
 	appendSec    prometheus.Histogram
 	commits      *prometheus.CounterVec
 	logged       prometheus.Counter
@@ -34,7 +81,7 @@ type metrics struct {
 
 func newMetrics(s *Server) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
-	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
+	f := m.register
 	m.appendSec = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvindex_log_append_seconds",
 		Help: "Latency of one lane's log commit (durable under the configured durability).", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)})
 	m.commits = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_log_commits_total",
@@ -60,19 +107,38 @@ func newMetrics(s *Server) *metrics {
 		Help: "find_matches latency inside the index (excluding HTTP).", Buckets: prometheus.ExponentialBuckets(250e-9, 2, 18)})
 	m.httpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_http_requests_total", Help: "HTTP requests by route and status code."}, []string{"route", "code"})
 	m.replayRanks = prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvindex_replay_ranks_done", Help: "Ranks rebuilt by the restart replay."})
-	m.replayTotal = prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvindex_replay_ranks_total", Help: "Ranks the restart replay has to rebuild."})
+	m.replayTotal = prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvindex_replay_ranks", Help: "Ranks the restart replay has to rebuild."})
 	m.replayEvents = prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvindex_replay_events", Help: "Events (snapshot + log) applied by the restart replay."})
 	m.replaySec = prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvindex_replay_seconds", Help: "Duration of the restart replay (0 until it finished)."})
 	m.panics = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvindex_http_panics_total", Help: "Panics recovered in request handlers."})
+	m.httpSec = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvindex_http_request_duration_seconds",
+		Help:    "HTTP request latency by route pattern and status code (route \"unmatched\" for 404/405 answers no route matched).",
+		Buckets: prometheus.ExponentialBuckets(100e-6, 3, 12)}, []string{"route", "code"})
+	m.buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvindex_build_info", Help: "Always 1; the labels name the build."}, []string{"version", "go"})
+	m.buildInfo.WithLabelValues(BuildVersion(), runtime.Version()).Set(1)
 	for _, c := range []prometheus.Collector{m.appendSec, m.commits, m.logged, m.ignored, m.skipped, m.gaps, m.fetches, m.epochs, m.snapshots,
-		m.findSec, m.httpRequests, m.replayRanks, m.replayTotal, m.replayEvents, m.replaySec, m.panics} {
+		m.findSec, m.httpRequests, m.replayRanks, m.replayTotal, m.replayEvents, m.replaySec, m.panics, m.httpSec, m.buildInfo} {
 		f(c)
 	}
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	f(&indexCollector{s: s})
+	f(&storeCollector{s: s})
 	f(&s.dumps)
 	return m
+}
+
+// register adds c to the registry (panicking on a clash, as MustRegister does) and remembers it.
+func (m *metrics) register(c prometheus.Collector) {
+	m.reg.MustRegister(c)
+	m.collectors = append(m.collectors, c)
+}
+
+// observeHTTP counts one answered request and its latency.
+func (m *metrics) observeHTTP(route string, code int, start time.Time) {
+	c := strconv.Itoa(code)
+	m.httpRequests.WithLabelValues(route, c).Inc()
+	m.httpSec.WithLabelValues(route, c).Observe(time.Since(start).Seconds())
 }
 
 func (m *metrics) listener(mode string) lanes.Listener {
@@ -154,4 +220,39 @@ func (c *indexCollector) Collect(ch chan<- prometheus.Metric) {
 		ready = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
+}
+
+// storeCollector exports the store's size and whether a failed commit stopped the lanes.
+type storeCollector struct{ s *Server }
+
+var (
+	descStoreBytes  = prometheus.NewDesc("kvindex_store_bytes", "Bytes the Pebble store uses on disk (sstables, WAL, manifests).", nil, nil)
+	descStoreFailed = prometheus.NewDesc("kvindex_store_failed",
+		"1 after a log commit failed: the failed lanes refuse writes until the store is reopened (restart).", nil, nil)
+)
+
+func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descStoreBytes
+	ch <- descStoreFailed
+}
+
+func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(descStoreBytes, prometheus.GaugeValue, float64(c.s.st.DiskUsage()))
+	ch <- prometheus.MustNewConstMetric(descStoreFailed, prometheus.GaugeValue, boolGauge(c.s.pipe.Failure() != nil))
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// gaugeValue reads a gauge's current value (the status page shows the replay gauges).
+func gaugeValue(g prometheus.Gauge) float64 {
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		panic(fmt.Sprintf("reading a gauge: %v", err)) // a plain Gauge's Write never fails
+	}
+	return m.GetGauge().GetValue()
 }

@@ -11,7 +11,8 @@ import (
 )
 
 // TestNotReadyUntilReplayed: between Open and the end of Recover, /readyz and every /v1 route
-// answer 503 with the replay status; /healthz and /metrics answer 200. Afterwards all is served.
+// answer 503 with the replay status; /healthz, /metrics and the status page answer 200.
+// Afterwards all is served.
 func TestNotReadyUntilReplayed(t *testing.T) {
 	dir := t.TempDir()
 	lg := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -40,7 +41,7 @@ func TestNotReadyUntilReplayed(t *testing.T) {
 			t.Fatalf("%s %s before the replay: %d %s", c.method, c.path, code, body)
 		}
 	}
-	for _, p := range []string{"/healthz", "/metrics"} {
+	for _, p := range []string{"/healthz", "/metrics", "/"} {
 		if code, _ := get("GET", p, ""); code != 200 {
 			t.Fatalf("%s before the replay: %d", p, code)
 		}

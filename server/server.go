@@ -78,6 +78,7 @@ type Server struct {
 	srcs   *sources
 	dumps  dumpCache     // TreeDump cache of the range route (dumpcache.go)
 	zmq    *vllm.Manager // vLLM ZMQ sources (sources_zmq.go), started by Recover
+	start  time.Time     // when Open began (uptime on the status page)
 }
 
 // Open opens the data dir (store.ErrLocked when another process holds it, store.ErrFormatTooNew
@@ -93,7 +94,7 @@ func Open(cfg Config) (*Server, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	s := &Server{cfg: cfg, lg: cfg.Logger, st: st, log: lg, ix: index.New(index.Options{})}
+	s := &Server{cfg: cfg, lg: cfg.Logger, st: st, log: lg, ix: index.New(index.Options{}), start: time.Now()}
 	s.status.Store("not started")
 	mode := "sync"
 	if cfg.Durability == wal.NoSync {
@@ -113,7 +114,7 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.zmq = vllm.NewManager(s.pipe, lg, vllm.Options{Logger: cfg.Logger})
-	s.m.reg.MustRegister(s.zmq)
+	s.m.register(s.zmq)
 	return s, nil
 }
 

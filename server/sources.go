@@ -53,6 +53,17 @@ func (s *sources) get(worker uint64) string {
 	return s.def
 }
 
+// snapshot returns the --upstream default and a copy of the per-worker sources.
+func (s *sources) snapshot() (def string, byWorker map[uint64]string) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	byWorker = make(map[uint64]string, len(s.byWorker))
+	for w, u := range s.byWorker {
+		byWorker[w] = u
+	}
+	return s.def, byWorker
+}
+
 func checkSourceURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

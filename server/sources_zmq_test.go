@@ -24,8 +24,20 @@ import (
 // zmqServer opens a server on dir (reused across restarts) and serves it over HTTP.
 func zmqServer(t *testing.T, dir string, flags ...string) (*Server, string, func()) {
 	t.Helper()
-	s, err := Open(Config{DataDir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Durability: wal.NoSync,
+	s, url, stop := serveConfig(t, Config{DataDir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Durability: wal.NoSync,
 		Lanes: 2, BlockSize: 4, ZMQ: flags})
+	return s, url, func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// serveConfig opens and recovers a server and serves it over HTTP; stop closes both and
+// returns the server's Close error.
+func serveConfig(t *testing.T, cfg Config) (*Server, string, func() error) {
+	t.Helper()
+	s, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,11 +45,9 @@ func zmqServer(t *testing.T, dir string, flags ...string) (*Server, string, func
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(s.Handler())
-	return s, ts.URL, func() {
+	return s, ts.URL, func() error {
 		ts.Close()
-		if err := s.Close(); err != nil {
-			t.Error(err)
-		}
+		return s.Close()
 	}
 }
 

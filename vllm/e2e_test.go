@@ -16,6 +16,8 @@ import (
 	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/store"
 	"github.com/kvindex/kvindex/wal"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 )
 
@@ -457,4 +459,63 @@ func BenchmarkIngest(b *testing.B) {
 	el := time.Since(start).Seconds()
 	b.ReportMetric(float64(b.N)/el, "events/s")
 	b.ReportMetric(float64(b.N*16)/el, "blocks/s")
+}
+
+// TestEventAgeAndLastEvent: a batch stamped ts is observed in kvindex_event_age_seconds as its
+// age at apply, the source reports when its last batch was applied (Status and
+// kvindex_zmq_seconds_since_last_event), and Remove drops the source's age series.
+func TestEventAgeAndLastEvent(t *testing.T) {
+	pub := startPub(t, topic, "", "", false)
+	defer pub.close()
+	n := openNode(t, vfs.NewMem())
+	defer n.close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(n.m)
+	id := n.add(Config{Endpoint: pub.pubEP})
+	pub.waitSubscribed()
+	if st := n.status(id); st.LastEventAt != nil {
+		t.Fatalf("last event before any batch: %v", st.LastEventAt)
+	}
+	ts := float64(time.Now().Add(-3*time.Second).UnixNano()) / 1e9
+	before := time.Now()
+	pub.publish(storedPayloadAt(ts, 0, 100, nil, 1, 2, 3, 4))
+	st := n.waitSeq(id, 0)
+	if st.LastEventAt == nil || st.LastEventAt.Before(before) || st.LastBatchTS != ts {
+		t.Fatalf("last event at %v ts %v, want after %v with ts %v", st.LastEventAt, st.LastBatchTS, before, ts)
+	}
+	var ageCount uint64
+	var ageSum, silent float64 = 0, -1
+	for _, f := range gather(t, reg) {
+		for _, m := range f.GetMetric() {
+			switch f.GetName() {
+			case "kvindex_event_age_seconds":
+				ageCount, ageSum = m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+			case "kvindex_zmq_seconds_since_last_event":
+				silent = m.GetGauge().GetValue()
+			}
+		}
+	}
+	if ageCount != 1 || ageSum < 3 || ageSum > 60 {
+		t.Fatalf("event age: %d observations summing %vs, want 1 of about 3s", ageCount, ageSum)
+	}
+	if silent < 0 || silent > 60 {
+		t.Fatalf("seconds since last event %v, want a small non-negative number", silent)
+	}
+	if err := n.m.Remove(id); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range gather(t, reg) {
+		if f.GetName() == "kvindex_event_age_seconds" {
+			t.Fatalf("age series after Remove: %v", f)
+		}
+	}
+}
+
+func gather(t *testing.T, reg *prometheus.Registry) []*dto.MetricFamily {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fams
 }

@@ -145,6 +145,10 @@ type Status struct {
 	Epochs       uint64  `json:"epochs"`              // publisher restarts (seq back to 0)
 	Reconnects   uint64  `json:"reconnects"`          // sessions ended (dial failures and lost connections)
 	LastError    string  `json:"last_error,omitempty"`
+	// LastEventAt is when the newest batch with events was applied (nil before the first);
+	// LastBatchTS is that batch's publisher timestamp (unix seconds; 0 when it carried none).
+	LastEventAt *time.Time `json:"last_event_at,omitempty"`
+	LastBatchTS float64    `json:"last_batch_ts,omitempty"`
 }
 
 // Manager owns the running sources: one goroutine per source, stopped by Remove or Close.
@@ -158,13 +162,18 @@ type Manager struct {
 	mu     sync.Mutex
 	subs   map[string]*subscriber
 	closed bool
+
+	age *prometheus.HistogramVec // kvindex_event_age_seconds{source}
 }
 
 // NewManager returns a Manager with no sources.
 func NewManager(sink Sink, cursors Cursors, opts Options) *Manager {
 	opts.defaults()
 	ctx, stop := context.WithCancel(context.Background())
-	return &Manager{sink: sink, cursors: cursors, opts: opts, ctx: ctx, stop: stop, subs: map[string]*subscriber{}}
+	age := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvindex_event_age_seconds",
+		Help:    "Age of a vLLM batch when its events were applied: now minus the batch's publisher timestamp ts (batches without ts are not observed).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 17)}, []string{"source"})
+	return &Manager{sink: sink, cursors: cursors, opts: opts, ctx: ctx, stop: stop, subs: map[string]*subscriber{}, age: age}
 }
 
 // Normalize validates cfg and fills its default id.
@@ -218,6 +227,7 @@ func (m *Manager) Remove(id string) error {
 	}
 	s.cancel()
 	<-s.done
+	m.age.DeleteLabelValues(id)
 	return nil
 }
 
@@ -271,7 +281,9 @@ func (m *Manager) Close() {
 var (
 	descConnected = prometheus.NewDesc("kvindex_zmq_connected", "1 while the source's SUB socket is connected.", []string{"source"}, nil)
 	descSeq       = prometheus.NewDesc("kvindex_zmq_seq", "Newest publisher seq applied by the source.", []string{"source"}, nil)
-	descCounters  = []struct {
+	descSilent    = prometheus.NewDesc("kvindex_zmq_seconds_since_last_event",
+		"Seconds since the source's newest batch with events was applied (absent before its first).", []string{"source"}, nil)
+	descCounters = []struct {
 		d   *prometheus.Desc
 		get func(*Status) uint64
 	}{
@@ -292,9 +304,11 @@ var (
 func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descConnected
 	ch <- descSeq
+	ch <- descSilent
 	for _, c := range descCounters {
 		ch <- c.d
 	}
+	m.age.Describe(ch)
 }
 
 // Collect implements prometheus.Collector: one series per source and metric.
@@ -306,8 +320,12 @@ func (m *Manager) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descConnected, prometheus.GaugeValue, conn, st.ID)
 		ch <- prometheus.MustNewConstMetric(descSeq, prometheus.GaugeValue, float64(st.Seq), st.ID)
+		if st.LastEventAt != nil {
+			ch <- prometheus.MustNewConstMetric(descSilent, prometheus.GaugeValue, time.Since(*st.LastEventAt).Seconds(), st.ID)
+		}
 		for _, c := range descCounters {
 			ch <- prometheus.MustNewConstMetric(c.d, prometheus.CounterValue, float64(c.get(&st)), st.ID)
 		}
 	}
+	m.age.Collect(ch)
 }

@@ -175,7 +175,12 @@ func eventually(t testing.TB, what string, cond func() bool) {
 
 // storedPayload is a map-era batch with one BlockStored of tokens under parent (nil: root).
 func storedPayload(dp uint32, hash uint64, parent *uint64, tokens ...uint64) []byte {
-	x := newEnc().mp(3).key("ts").f64(1.5).key("events").arr(1)
+	return storedPayloadAt(1.5, dp, hash, parent, tokens...)
+}
+
+// storedPayloadAt is storedPayload stamped ts (unix seconds).
+func storedPayloadAt(ts float64, dp uint32, hash uint64, parent *uint64, tokens ...uint64) []byte {
+	x := newEnc().mp(3).key("ts").f64(ts).key("events").arr(1)
 	x.mp(6).key("type").str("BlockStored").key("block_hashes").arr(1).u(hash).key("parent_block_hash")
 	if parent == nil {
 		x.null()

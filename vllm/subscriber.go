@@ -66,6 +66,8 @@ type subscriber struct {
 	hasWorker bool
 	seq       uint64 // copy of cursor for Status
 	hasSeq    bool
+	lastEvent time.Time // when the newest batch with events was applied (zero before)
+	lastTS    float64   // that batch's ts
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -331,6 +333,7 @@ func (s *subscriber) apply(ctx context.Context, topic []byte, seq uint64, payloa
 		if _, err := s.m.sink.SubmitWithMeta(ctx, s.evs, lanes.Meta{Name: s.meta, Value: v[:]}); err != nil {
 			return &sinkError{err}
 		}
+		s.applied(b.TS)
 	}
 	s.setCursor(seq)
 	s.ctr.batches.Add(1)
@@ -341,6 +344,18 @@ func (s *subscriber) apply(ctx context.Context, topic []byte, seq uint64, payloa
 	return nil
 }
 
+// applied records that a batch stamped ts (unix seconds; 0 = none) was just applied: its age
+// goes to kvindex_event_age_seconds (never negative: a publisher clock ahead counts as 0).
+func (s *subscriber) applied(ts float64) {
+	now := time.Now()
+	if ts > 0 {
+		s.m.age.WithLabelValues(s.cfg.ID).Observe(max(0, float64(now.UnixNano())/1e9-ts))
+	}
+	s.mu.Lock()
+	s.lastEvent, s.lastTS = now, ts
+	s.mu.Unlock()
+}
+
 func (s *subscriber) status() Status {
 	st := Status{Config: s.cfg,
 		Batches: s.ctr.batches.Load(), Events: s.ctr.events.Load(), Gaps: s.ctr.gaps.Load(), Replayed: s.ctr.replayed.Load(),
@@ -349,6 +364,10 @@ func (s *subscriber) status() Status {
 	s.mu.Lock()
 	st.State, st.Connected, st.LastError = s.state, s.connected, s.lastErr
 	st.HasSeq, st.Seq = s.hasSeq, s.seq
+	if !s.lastEvent.IsZero() {
+		at := s.lastEvent
+		st.LastEventAt, st.LastBatchTS = &at, s.lastTS
+	}
 	if s.hasWorker {
 		w := s.worker
 		st.Worker = &w
