@@ -1,0 +1,124 @@
+package lanes
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/recovery"
+	"github.com/kvindex/kvindex/store"
+	"github.com/kvindex/kvindex/wal"
+)
+
+// TestRule6DamagedSnapshotIsARecordedLoss (SPEC §5 lifecycle rule 6; bug 5 of issue 11): after a
+// fold and a flipped snapshot byte, the rank restarts degraded with the ids the snapshot covered
+// recorded lost in its durable ledger, instead of restarting live with 0 blocks and no entry.
+func TestRule6DamagedSnapshotIsARecordedLoss(t *testing.T) {
+	fs := vfs.NewMem()
+	f := open(t, fs, Options{Lanes: 1})
+	r := event.Rank{WorkerID: 4}
+	f.submit(event.Stored(r, 1, nil, blk(1)), event.Stored(r, 2, ptr(1), blk(2)), event.Stored(r, 3, ptr(2), blk(3)))
+	if err := f.p.Do(context.Background(), r, func() {
+		if err := recovery.Fold(context.Background(), f.log, r, 2); err != nil {
+			t.Error(err)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	key := store.RankKey(store.PrefixSnapshot, r)
+	v, closer, err := f.st.DB().Get(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged := bytes.Clone(v)
+	_ = closer.Close()
+	damaged[len(damaged)/2] ^= 0xff
+	if err := f.st.DB().Set(key, damaged, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	f.close()
+
+	f2 := open(t, fs, Options{Lanes: 1})
+	defer f2.close()
+	st, ok := f2.p.RankStatus(r)
+	if !ok || st.State != "degraded" || !st.Degraded || st.Lost != 1 || st.Last != 3 {
+		t.Fatalf("after a damaged snapshot: %+v (listed %v), want degraded, last 3, one lost gap", st, ok)
+	}
+	meta, err := f2.log.RankMeta(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(meta.Gaps) != 1 || meta.Gaps[0].Outcome != wal.GapLost || meta.Gaps[0].From != 0 || meta.Gaps[0].To != 2 || !meta.Cursor.Degraded {
+		t.Fatalf("durable ledger %+v cursor %+v, want lost 0-2 and a degraded cursor", meta.Gaps, meta.Cursor)
+	}
+	if _, has, err := f2.log.ReadSnapshot(r); err != nil || has {
+		t.Fatalf("the damaged snapshot is still there (has %v, err %v)", has, err)
+	}
+}
+
+// TestRule9ClosingNeverHangsACaller (SPEC §5 lifecycle rule 9; bug 8 of issue 11): submits that
+// race with Close, including ones blocked on a full lane, return (nil or ErrClosed), never hang.
+func TestRule9ClosingNeverHangsACaller(t *testing.T) {
+	for round := range 20 {
+		f := open(t, vfs.NewMem(), Options{Lanes: 1, QueueDepth: 1})
+		var wg sync.WaitGroup
+		errs := make(chan error, 64)
+		for i := range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := event.Rank{WorkerID: uint64(i)}
+				_, err := f.p.Submit(context.Background(), []event.RouterEvent{event.Stored(r, 1, nil, blk(uint64(i)))})
+				errs <- err
+			}()
+		}
+		if round%2 == 1 {
+			time.Sleep(time.Duration(round) * 100 * time.Microsecond)
+		}
+		f.close()
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: a submit racing Close hangs", round)
+		}
+		close(errs)
+		for err := range errs {
+			if err != nil && !errors.Is(err, ErrClosed) {
+				t.Fatalf("round %d: submit racing Close: %v", round, err)
+			}
+		}
+	}
+}
+
+// TestRule5ReadsNeverCreateState (SPEC §5 lifecycle rule 5; bug 4 of issue 11): Do, RankStatus
+// and LaneOf for an unknown rank register nothing.
+func TestRule5ReadsNeverCreateState(t *testing.T) {
+	f := open(t, vfs.NewMem(), Options{Lanes: 2})
+	defer f.close()
+	for i := range 100 {
+		r := event.Rank{WorkerID: uint64(1000 + i)}
+		if err := f.p.Do(context.Background(), r, func() { t.Error("fn ran for an unknown rank") }); !errors.Is(err, ErrUnknownRank) {
+			t.Fatalf("Do on an unknown rank: %v", err)
+		}
+		if _, ok := f.p.RankStatus(r); ok {
+			t.Fatal("RankStatus answered an unknown rank")
+		}
+		if _, ok := f.p.LaneOf(r); ok {
+			t.Fatal("LaneOf assigned a lane to an unknown rank")
+		}
+	}
+	f.p.mu.RLock()
+	n := len(f.p.ranks)
+	f.p.mu.RUnlock()
+	if n != 0 || len(f.p.Status()) != 0 {
+		t.Fatalf("reads registered %d ranks", n)
+	}
+}
