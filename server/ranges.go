@@ -85,6 +85,9 @@ func (s *Server) rankEvents(w http.ResponseWriter, r *http.Request) {
 		s.submitError(w, err)
 		return
 	}
+	if s.testAfterOldest != nil {
+		s.testAfterOldest(rk)
+	}
 	switch {
 	case !st.known || !hasOldest:
 		s.serveTreeDump(w, r, rk)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/recovery"
@@ -78,6 +79,10 @@ type Server struct {
 	srcs   *sources
 	dumps  dumpCache     // TreeDump cache of the range route (dumpcache.go)
 	zmq    *vllm.Manager // vLLM ZMQ sources (sources_zmq.go), started by Recover
+
+	// testAfterOldest, if set, runs in the range route between reading the rank's oldest id
+	// (on its lane) and reading its events (off the lane): tests fold the log there.
+	testAfterOldest func(event.Rank)
 	start  time.Time     // when Open began (uptime on the status page)
 }
 
