@@ -18,15 +18,44 @@
 // is reopened (wal.ErrFailed), so the lane then refuses every write, and the touched ranks are
 // rolled back to their last durable cursor.
 //
-// Every live event of a rank goes through the rank's recovery.RankState (SPEC §5), owned by the
-// lane; its Decision is executed in order: cancel a fetch, reset the rank (log and tree), install
-// a TreeDump (a snapshot in the same batch), log+apply events, record lost/recovered gaps in the
-// ledger, start a fetch from the worker's recovery source. Without a source (Options.Source) a
-// gap is recorded lost, the rank reset and marked degraded; a publisher restart (id 0 or 1 after
-// a higher id) resets the rank and logs a synthetic Cleared; stale ids are ignored and counted.
-// Fetches run on their own goroutines (owned by the Pipeline, ended by Close) and hand their
-// answer back to the rank's lane. Live events buffered during a recovery count as accepted: their
-// durability is the recovery source's until the recovery applies them.
+// # Who owns a rank's lifecycle
+//
+// The rank's lifecycle (first sight → live ⇄ recovering → degraded → removed, across restarts;
+// SPEC §5 "Rank lifecycle") is split by kind of work, with one owner each:
+//
+//   - recovery.RankState decides (pure: no I/O, no clock): what to apply, buffer, fetch, reset,
+//     record lost or recovered. recovery also owns how a rank is rebuilt from snapshot + log
+//     (ReplayRank) and folded (Fold), and the wire shapes of range answers.
+//   - lanes (this package) executes, and is the only executor: lane.decide feeds one input to a
+//     rank's RankState — a live event, a recovery answer, a source change (opSource), the resume
+//     after a restart (opResume) — and lane.execute carries out the whole Decision it returns,
+//     in the batch the input belongs to. Nothing else calls a RankState. lanes also owns the rank
+//     registry (which ranks exist, their lane, whether they are listed), removal, the restart
+//     replay and online retention, and starts and cancels fetches.
+//   - server only parses requests, serves the range rules and keeps the TreeDump cache, reading
+//     a rank's state on its lane (Do) and keying cached dumps by RankStatus.Incarnation.
+//
+// Rules this package enforces (SPEC §5; tests named TestLifecycle/ruleN_… and TestRuleN…):
+//   - Buffered events are acknowledged only once durable: the batch that buffers a live event
+//     writes it under the rank's pending keys (wal.Batch.AddPending), and the batch that applies
+//     it or records it lost deletes it. A restart loads them back and Resume restarts their
+//     recovery (or, without a source, applies them after recording the gap lost).
+//   - A rank is listed from its first accepted event until removed, in every state.
+//   - Reads never register a rank: Do, RankStatus and LaneOf answer ErrUnknownRank / false for
+//     a rank that was never written or was removed; only Submit and the replay register.
+//   - Removal (RemoveRank, RemoveWorker) cancels the fetch in flight and replaces the rank's
+//     RankState, so a late answer finds no fetch with its token and is discarded.
+//   - Every change that replaces a rank's state wholesale (reset, publisher restart, TreeDump
+//     install, removal) gives it a new Incarnation.
+//   - A damaged snapshot found by the replay is a recorded loss: the ids it covered go to the
+//     ledger as lost and the rank restarts degraded.
+//   - Close never hangs a caller: a Submit racing it returns ErrClosed or completes.
+//
+// Without a source (Options.Source) a gap is recorded lost, the rank reset and marked degraded; a
+// publisher restart (id 0 or 1 after a higher id) resets the rank, logs a synthetic Cleared and
+// counts an epoch (persisted in the cursor); stale ids are ignored and counted. Fetches run on
+// their own goroutines (owned by the Pipeline, ended by Close) through Options.Fetcher and hand
+// their answer back to the rank's lane.
 //
 // Queues are bounded (QueueDepth requests per lane): Submit blocks while the lane is full until
 // its context ends, then returns ErrBusy. Flush is a FIFO barrier through every lane;

@@ -1,20 +1,18 @@
-// Package recovery owns the router side of event-stream recovery (SPEC §5): the per-rank state
-// machine that decides, for every live event and every recovery answer, what to apply, what to
-// buffer, what to fetch and what was lost (RankState); the client of an upstream's range route
-// (Fetcher); and the wire shapes of the range answers (Answer, shared with the server side).
+// Package recovery owns the decisions of a rank's lifecycle (SPEC §5): the per-rank state machine
+// that decides, for every live event, recovery answer, source change and restart, what to apply,
+// what to buffer, what to fetch and what was lost (RankState); how a rank is rebuilt from its
+// snapshot and log and how a log prefix is folded into a snapshot (ReplayRank, Fold); the client
+// of an upstream's range route (Fetcher); and the wire shapes of the range answers (Answer,
+// shared with the server side). Package lanes is the single executor of its decisions.
 //
 // # RankState: inputs → Decision
 //
 // RankState is pure: no I/O, no goroutines, no clock. The rank's lane feeds it (OnLive,
-// OnAnswer, Invalidate, SetHasSource, RequestRestore) and performs the returned Decision in the
-// order its doc gives (cancel, reset, replace, apply, ledger, fetch, invalidate siblings). A
-// Decision's slices are scratch, valid until the next call.
+// OnAnswer, SetHasSource, RequestRestore, Resume) and performs the returned Decision in the
+// order its doc gives (cancel, reset, replace, apply, ledger, fetch, pending). A Decision's
+// slices are scratch, valid until the next call.
 //
 //	cursor:   Initial ──first event / Cleared──▶ Live(last) ◀──Cleared, TreeDump, Events──┐
-//	             │                                 │  ▲                                   │
-//	             │ Invalidate (worker-wide         │  │ next id > last, applied            │
-//	             ▼ barrier of a sibling)           ▼  │ without gap recovery               │
-//	          InvalidatedByBarrier(last?) ◀───Invalidate                                  │
 //	                                                                                      │
 //	live event (cursor Live(last), id):                                                   │
 //	   id ≤ 1 < last ............................ new epoch: Reset, Cleared(id), event ───┤
@@ -28,14 +26,15 @@
 //
 //	state:  live ──gap with source──▶ recovering ──Events/TreeDump──▶ live (or recovering again:
 //	                                      │                               follow-up fetch)
-//	                                      └─TooNew/InvalidRange/Failed──▶ degraded
+//	                                      └─TooNew/InvalidRange/Failed/source removed──▶ degraded
+//	                                        (the gap recorded lost, the buffered run applied)
 //	        live ──gap without source──▶ degraded ──Cleared or TreeDump──▶ live
 //
 // # Decisions this package takes where SPEC §5 is silent
 //
 //   - Tokens: every fetch gets a token, rising from 1 per rank. OnAnswer with a token other than
-//     the one in flight is discarded (StaleAnswer): a Cleared, a new epoch or Invalidate
-//     cancelled it. An answer for a removed rank has no RankState to go to: the driver drops it.
+//     the one in flight is discarded (StaleAnswer): a Cleared, a new epoch or a source removal
+//     cancelled it. A removed rank gets a new RankState, so its late answer is discarded too.
 //   - Publisher restart: an id of 0 or 1 below the cursor (for any kind, checked before the
 //     Cleared and stale rules) opens a new epoch. Decision: Reset + NewEpoch, Apply = [a
 //     synthetic Cleared carrying the new event's id, the event]. The synthetic Cleared takes the
@@ -48,26 +47,39 @@
 //     makes it the first arrived). A duplicate id in pending is ignored.
 //   - Recovered ranges: the ids in (old cursor, min(new cursor, highest pending)] that were not
 //     buffered. Ids above the highest pending were never seen missing, so they are not gaps.
-//   - Failure: cursor unchanged, pending dropped, lost = [last+1, highest pending] (or the
-//     pending span when the cursor is Initial), rank degraded. The next gap from the same cursor
-//     does not fetch again (an upstream that cannot serve would otherwise stall the rank
-//     forever): it takes the no-source path (loss, reset, apply). A later gap fetches again.
-//     An Initial rank whose restore failed applies its next event mid-stream, degraded.
-//   - Degraded has two grades. After a failed recovery the state is exact up to the cursor: the
-//     next successful recovery from the cursor repairs it. After a reset (gap without source)
+//   - Failure (SPEC §5 lifecycle rule 1): the buffered events were acknowledged, so they are not
+//     dropped. The last contiguous run of them is applied; the ids from the cursor (or 1, for an
+//     Initial rank) up to that run are recorded lost — buffered events before the run fall in
+//     that range, the reset would erase them anyway; the rank is reset (when it had state) and
+//     degraded. With nothing buffered the state is unchanged. The next gap after a failure does
+//     not fetch again (an upstream that cannot serve would otherwise stall the rank forever): it
+//     takes the no-source path (loss, reset, apply). A later gap fetches again.
+//   - Source changes (rule 3): SetHasSource(true) on a degraded rank starts a full restore at
+//     once; SetHasSource(false) with a fetch in flight cancels it and fails the recovery
+//     (ErrNoSource), as above.
+//   - Restart: Restore rebuilds the state from the durable cursor, degraded flag and pending
+//     events; Resume then restarts the recovery of pending events (or, without a source, fails it
+//     as above), or starts a full restore of a degraded rank that has a source.
+//   - Pending durability: every Decision that changes the buffered set says so (PendingChanged,
+//     PendingFrom, PendingEmpty); the set only ever loses its lowest ids or all of them, so
+//     "delete every durable pending id below PendingFrom" keeps the durable copy exact.
+//   - Degraded has two grades. After a failed recovery with nothing buffered the state is exact
+//     up to the cursor: the next successful recovery from the cursor repairs it. After a reset (a
+//     gap without source, or a failed recovery that applied its buffered run)
 //     blocks stored before are missing: only a Cleared or a TreeDump repairs it, so every
 //     recovery of such a rank, follow-ups included, is a full restore; SetHasSource(true) and
 //     RequestRestore start one at once.
-//   - Cleared is rank-scoped (SPEC §3). Options.WorkerWideClear switches to Dynamo's
-//     worker-wide clear: a Cleared sets InvalidateSiblings, and Invalidate resets a sibling and
-//     puts its cursor to InvalidatedByBarrier(last): ids ≤ last stay stale, the next higher id
-//     is applied without recovering pre-barrier gaps.
+//   - Cleared is rank-scoped (SPEC §3): a live Cleared erases the buffered events below it; any
+//     buffered above it (delivered out of order) are taken again as live events after it.
 //   - An Events answer: events before its last Cleared are skipped (the Cleared erases them);
 //     ids ≤ cursor are skipped; a hole inside the answer (a server bug) stops the apply there
 //     and the drain fetches again; an answer that makes no progress while events are pending
 //     counts as failed (ErrBadAnswer), so a broken upstream cannot loop the rank.
 //
-// Invariants (checked by the tests): the cursor never moves while a recovery is in flight;
+// Invariants (checked by the tests, among them the rapid property
+// TestRule1AcknowledgedEventsNeverVanish with source changes and restarts): every acknowledged
+// event is applied, or inside a recorded lost range, or erased by a later Cleared, TreeDump or
+// reset; the cursor never moves while a recovery is in flight;
 // pending is sorted, unique, every id above the cursor, never a Cleared, and empty unless a
 // recovery is in flight; at most one fetch
 // is in flight per rank; every event the driver applies has an id above the cursor it found,

@@ -15,8 +15,13 @@
 //     cut ('M'|rank|'x') says every log id below it was folded into the snapshot.
 //   - Every value carries a CRC-32C (Castagnoli) over the rank (and event id) its key names and
 //     the value bytes before it, so a damaged value or one moved under another key is caught;
-//     such a value is reported with an error wrapping ErrCorruption. The log is the truth: a bad
-//     snapshot is reported, dropped and rebuilt from the log.
+//     such a value is reported with an error wrapping ErrCorruption. A bad snapshot cannot be
+//     rebuilt: the log prefix it folded was deleted. The replay (recovery.ReplayRank) reports it;
+//     the lanes drop it, record the ids it covered as lost and mark the rank degraded.
+//   - A rank's pending events ('P'|rank|event_id, a log record value) are live events buffered
+//     during a recovery: durable because they were acknowledged, deleted once applied or
+//     recorded lost. They are not part of the log (the log holds what the tree holds).
+//   - The cursor's epoch counts the publisher restarts (new epochs) the rank has seen.
 //   - A fatal Pebble error (a failed WAL write or sync) fails the Commit that hit it and every
 //     later write with ErrFailed: reopen the store. What was acknowledged before is durable.
 //
@@ -62,6 +67,9 @@
 //	log cut      'M'|rank|'x'  payload: u64 LE, every log id below it is deleted
 //	gap          'G'|rank|seq  payload: from u64 LE | to u64 LE | outcome u8 | at i64 LE (unix ns)
 //	tombstone    'T'|rank      payload: removed-at i64 LE (unix ns)
+//
+// Pending event (key 'P'|rank|event_id): the log record value above, its crc over the same
+// worker | dp | event_id bytes.
 //
 // Gap sequence numbers rise per rank (1, 2, ...); a gap outcome is 0 lost, 1 recovered,
 // 2 pending. Global metadata ('K'|name) values are opaque here.

@@ -600,7 +600,7 @@ func (l *Log) WriteSnapshot(ctx context.Context, r event.Rank, lastID uint64, st
 
 // ReadSnapshot returns r's snapshot; ok false when it has none. A snapshot that fails its
 // checksum or does not parse returns an error wrapping ErrCorruption: report it and drop it
-// (DropSnapshot); the log is the truth.
+// (DropSnapshot) and record what it folded as lost: the folded log prefix is gone.
 func (l *Log) ReadSnapshot(r event.Rank) (Snapshot, bool, error) {
 	if l.closed.Load() {
 		return Snapshot{}, false, ErrClosed
