@@ -24,11 +24,11 @@ func TestDecodeJSONValid(t *testing.T) {
 	}
 	parent := uint64(1234)
 	want := []RouterEvent{
-		Stored(Rank{7, 0}, 12, &parent, Block{5678, 9012}),
-		Removed(Rank{7, 0}, 13, 5678),
-		Cleared(Rank{7, 0}, 14),
-		Stored(Rank{math.MaxUint64, math.MaxUint32}, math.MaxUint64, nil, Block{math.MaxUint64, 1 << 63}),
-		Stored(Rank{1, 0}, 0, nil),
+		Stored(Rank{WorkerID: 7, DPRank: 0}, 12, &parent, Block{5678, 9012}),
+		Removed(Rank{WorkerID: 7, DPRank: 0}, 13, 5678),
+		Cleared(Rank{WorkerID: 7, DPRank: 0}, 14),
+		Stored(Rank{WorkerID: math.MaxUint64, DPRank: math.MaxUint32}, math.MaxUint64, nil, Block{math.MaxUint64, 1 << 63}),
+		Stored(Rank{WorkerID: 1, DPRank: 0}, 0, nil),
 	}
 	want[3].Tier = TierHostPinned
 	want[4].Blocks = []Block{}
@@ -190,9 +190,9 @@ func FuzzDecodeJSON(f *testing.F) {
 func FuzzDecodeMsgpack(f *testing.F) {
 	parent := uint64(1)
 	seed, _ := AppendMsgpackBatch(nil, []RouterEvent{
-		Stored(Rank{1, 2}, 3, &parent, Block{4, 5}),
-		Removed(Rank{1, 2}, 4, 4),
-		Cleared(Rank{1, 2}, 5),
+		Stored(Rank{WorkerID: 1, DPRank: 2}, 3, &parent, Block{4, 5}),
+		Removed(Rank{WorkerID: 1, DPRank: 2}, 4, 4),
+		Cleared(Rank{WorkerID: 1, DPRank: 2}, 5),
 	})
 	f.Add(seed)
 	f.Add([]byte{0x91, 0x80})

@@ -4,16 +4,29 @@ import (
 	"fmt"
 )
 
-// Rank identifies one event stream: a worker's data-parallel rank. Event ids are per rank.
+// Rank identifies one event stream: a worker's data-parallel rank, in a partition. Event ids are
+// per rank. Partition is the id of the rank's (model_name, routing_group) partition, assigned by
+// package partition; 0 is the default partition ("default", "default"). A worker belongs to one
+// partition, so (WorkerID, DPRank) alone already tells ranks of one server apart; the partition
+// keeps the trees apart and is part of every rank key on disk.
 type Rank struct {
-	WorkerID uint64
-	DPRank   uint32
+	Partition uint32
+	WorkerID  uint64
+	DPRank    uint32
 }
 
-func (r Rank) String() string { return fmt.Sprintf("%d/%d", r.WorkerID, r.DPRank) }
+func (r Rank) String() string {
+	if r.Partition != 0 {
+		return fmt.Sprintf("p%d:%d/%d", r.Partition, r.WorkerID, r.DPRank)
+	}
+	return fmt.Sprintf("%d/%d", r.WorkerID, r.DPRank)
+}
 
-// Less orders ranks by worker id, then dp rank.
+// Less orders ranks by partition, worker id, then dp rank.
 func (r Rank) Less(o Rank) bool {
+	if r.Partition != o.Partition {
+		return r.Partition < o.Partition
+	}
 	if r.WorkerID != o.WorkerID {
 		return r.WorkerID < o.WorkerID
 	}
@@ -87,11 +100,14 @@ type Block struct {
 //	KindRemoved: Removed
 //	KindCleared: none
 type RouterEvent struct {
-	WorkerID uint64
-	DPRank   uint32
-	EventID  uint64
-	Tier     Tier
-	Kind     Kind
+	// Partition is the rank's partition id (see Rank). Not part of the wire shape: the route
+	// (or source) that receives the event sets it from model_name / routing_group.
+	Partition uint32
+	WorkerID  uint64
+	DPRank    uint32
+	EventID   uint64
+	Tier      Tier
+	Kind      Kind
 
 	HasParent  bool   // false: the blocks hang under the root (parent_hash null/absent)
 	ParentHash uint64 // the block_hash of the parent block, when HasParent
@@ -106,7 +122,9 @@ type RouterEvent struct {
 }
 
 // Rank returns the event's rank.
-func (e *RouterEvent) Rank() Rank { return Rank{WorkerID: e.WorkerID, DPRank: e.DPRank} }
+func (e *RouterEvent) Rank() Rank {
+	return Rank{Partition: e.Partition, WorkerID: e.WorkerID, DPRank: e.DPRank}
+}
 
 // NumBlocks is the number of blocks an event names (stored or removed); 0 for Cleared.
 func (e *RouterEvent) NumBlocks() int {
@@ -133,7 +151,7 @@ func (e *RouterEvent) Clone() RouterEvent {
 
 // Stored builds a Stored event; parent nil means the root.
 func Stored(rank Rank, id uint64, parent *uint64, blocks ...Block) RouterEvent {
-	e := RouterEvent{WorkerID: rank.WorkerID, DPRank: rank.DPRank, EventID: id, Kind: KindStored, Blocks: blocks}
+	e := RouterEvent{Partition: rank.Partition, WorkerID: rank.WorkerID, DPRank: rank.DPRank, EventID: id, Kind: KindStored, Blocks: blocks}
 	if parent != nil {
 		e.HasParent, e.ParentHash = true, *parent
 	}
@@ -142,10 +160,10 @@ func Stored(rank Rank, id uint64, parent *uint64, blocks ...Block) RouterEvent {
 
 // Removed builds a Removed event.
 func Removed(rank Rank, id uint64, hashes ...uint64) RouterEvent {
-	return RouterEvent{WorkerID: rank.WorkerID, DPRank: rank.DPRank, EventID: id, Kind: KindRemoved, Removed: hashes}
+	return RouterEvent{Partition: rank.Partition, WorkerID: rank.WorkerID, DPRank: rank.DPRank, EventID: id, Kind: KindRemoved, Removed: hashes}
 }
 
 // Cleared builds a Cleared event.
 func Cleared(rank Rank, id uint64) RouterEvent {
-	return RouterEvent{WorkerID: rank.WorkerID, DPRank: rank.DPRank, EventID: id, Kind: KindCleared}
+	return RouterEvent{Partition: rank.Partition, WorkerID: rank.WorkerID, DPRank: rank.DPRank, EventID: id, Kind: KindCleared}
 }

@@ -42,7 +42,7 @@ func (ix *Index) DumpRank(r event.Rank, fn func(ev *event.RouterEvent) error) er
 		slices.SortFunc(k, func(a, b *node) int { return cmp.Compare(a.tokens, b.tokens) })
 	}
 
-	ev := event.RouterEvent{WorkerID: r.WorkerID, DPRank: r.DPRank, Kind: event.KindStored}
+	ev := event.RouterEvent{Partition: r.Partition, WorkerID: r.WorkerID, DPRank: r.DPRank, Kind: event.KindStored}
 	var buf []event.Block
 	emit := func(hasParent bool, parent uint64, blocks []event.Block) error {
 		ev.HasParent, ev.ParentHash, ev.Blocks = hasParent, parent, blocks

@@ -18,23 +18,24 @@ const (
 	PrefixPending   byte = 'P' // 'P' | rank | event_id: a live event buffered during a recovery
 )
 
-// Key sizes. Part of the on-disk format.
+// Key sizes. Part of the on-disk format (2; format 1 had no partition: RankKeyLen 13).
 const (
-	RankKeyLen = 1 + 8 + 4      // prefix | worker | dp
+	RankKeyLen = 1 + 4 + 8 + 4  // prefix | partition | worker | dp
 	LogKeyLen  = RankKeyLen + 8 // ... | event_id
 	MetaKeyLen = RankKeyLen + 1 // ... | kind
 	GapKeyLen  = RankKeyLen + 8 // ... | gap_seq
 	VersionKey = string(PrefixVersion)
 )
 
-// AppendRankKey appends prefix | worker | dp to dst.
+// AppendRankKey appends prefix | partition | worker | dp to dst (all big-endian).
 func AppendRankKey(dst []byte, prefix byte, r event.Rank) []byte {
 	dst = append(dst, prefix)
+	dst = binary.BigEndian.AppendUint32(dst, r.Partition)
 	dst = binary.BigEndian.AppendUint64(dst, r.WorkerID)
 	return binary.BigEndian.AppendUint32(dst, r.DPRank)
 }
 
-// RankKey returns prefix | worker | dp: the snapshot key ('S'), the tombstone key ('T'), or the
+// RankKey returns prefix | partition | worker | dp: the snapshot key ('S'), the tombstone key ('T'), or the
 // common prefix of a rank's keys under any per-rank prefix.
 func RankKey(prefix byte, r event.Rank) []byte {
 	return AppendRankKey(make([]byte, 0, RankKeyLen), prefix, r)
@@ -66,8 +67,9 @@ func ParseRankKey(k []byte) (event.Rank, bool) {
 		return event.Rank{}, false
 	}
 	return event.Rank{
-		WorkerID: binary.BigEndian.Uint64(k[1:9]),
-		DPRank:   binary.BigEndian.Uint32(k[9:13]),
+		Partition: binary.BigEndian.Uint32(k[1:5]),
+		WorkerID:  binary.BigEndian.Uint64(k[5:13]),
+		DPRank:    binary.BigEndian.Uint32(k[13:17]),
 	}, true
 }
 

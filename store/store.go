@@ -22,7 +22,11 @@ import (
 // FormatVersion is the on-disk format this binary writes and reads (key layout here, record,
 // snapshot and metadata encodings in wal). Bump it for any incompatible change; older binaries
 // refuse a newer dir with ErrFormatTooNew.
-const FormatVersion uint32 = 1
+const FormatVersion uint32 = 2
+
+// FormatV1 is the format before partitions (rank keys without the partition). A read-write Open
+// accepts it and wal.Open upgrades it in place (wal/upgrade.go); read-only opens refuse it.
+const FormatV1 uint32 = 1
 
 // PebbleFormat is the Pebble format major version kvindex creates and pins (it includes WAL sync
 // chunks, so a torn WAL tail is told apart from corruption). Never the default, never
@@ -241,7 +245,10 @@ func (s *Store) checkVersion() error {
 		case s.version > FormatVersion:
 			return fmt.Errorf("open %s: %w: dir format %d, this binary supports up to %d (upgrade kvindex)",
 				s.dir, ErrFormatTooNew, s.version, FormatVersion)
-		case s.version != FormatVersion:
+		case s.version == FormatV1 && s.readOnly:
+			return fmt.Errorf("open %s: %w: dir format 1 must be upgraded to %d first: start `kvindex serve` on it once (or run `kvindex compact`), which upgrades it in place",
+				s.dir, ErrFormatUnsupported, FormatVersion)
+		case s.version != FormatVersion && s.version != FormatV1:
 			return fmt.Errorf("open %s: %w: dir format %d is not readable by this binary (format %d)",
 				s.dir, ErrFormatUnsupported, s.version, FormatVersion)
 		}
@@ -301,6 +308,15 @@ func (s *Store) ReadOnly() bool { return s.readOnly }
 
 // Version returns the dir's format version.
 func (s *Store) Version() uint32 { return s.version }
+
+// SetVersion writes the dir's format version record (synced); the upgrade calls it last.
+func (s *Store) SetVersion(v uint32) error {
+	if err := s.db.Set([]byte(VersionKey), binary.BigEndian.AppendUint32(nil, v), pebble.Sync); err != nil {
+		return mapPebbleErr(fmt.Sprintf("%s: write format version", s.dir), err)
+	}
+	s.version = v
+	return nil
+}
 
 // Logger returns the store's logger.
 func (s *Store) Logger() *slog.Logger { return s.log }

@@ -322,11 +322,14 @@ func TestMapErrorMarksCorruption(t *testing.T) {
 }
 
 func TestKeys(t *testing.T) {
-	r := event.Rank{WorkerID: 0x0102030405060708, DPRank: 0x0a0b0c0d}
+	r := event.Rank{Partition: 0xe0e1e2e3, WorkerID: 0x0102030405060708, DPRank: 0x0a0b0c0d}
 	k := LogKey(r, 0x1112131415161718)
-	want := []byte{'L', 1, 2, 3, 4, 5, 6, 7, 8, 0xa, 0xb, 0xc, 0xd, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18}
+	want := []byte{'L', 0xe0, 0xe1, 0xe2, 0xe3, 1, 2, 3, 4, 5, 6, 7, 8, 0xa, 0xb, 0xc, 0xd, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18}
 	if !bytes.Equal(k, want) {
 		t.Fatalf("LogKey = %x, want %x", k, want)
+	}
+	if got, id, ok := ParseLogKey(k); !ok || got != r || id != 0x1112131415161718 {
+		t.Fatalf("ParseLogKey = %v %x %v", got, id, ok)
 	}
 	for _, tc := range []struct {
 		in, want []byte

@@ -46,7 +46,7 @@ func ParseEvent(line string) (event.RouterEvent, error) {
 	if err != nil {
 		return event.RouterEvent{}, err
 	}
-	ev := event.RouterEvent{WorkerID: r.WorkerID, DPRank: r.DPRank, EventID: id}
+	ev := event.RouterEvent{Partition: r.Partition, WorkerID: r.WorkerID, DPRank: r.DPRank, EventID: id}
 	switch f[2] {
 	case "stored":
 		ev.Kind = event.KindStored

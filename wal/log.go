@@ -137,10 +137,13 @@ type Log struct {
 	gapSeq map[event.Rank]uint64 // next gap seq per rank, loaded lazily
 }
 
-// Open returns the log on st.
+// Open returns the log on st, first upgrading a format-1 dir in place (upgrade.go).
 func Open(st *store.Store, opts Options) (*Log, error) {
 	if opts.Logger == nil {
 		opts.Logger = st.Logger()
+	}
+	if err := upgrade(st, opts.Logger); err != nil {
+		return nil, err
 	}
 	wo := pebble.Sync
 	if opts.Durability == NoSync {

@@ -138,7 +138,7 @@ func DecodeRecord(ev *event.RouterEvent, key, val []byte) error {
 	if body[0] != recordVersion {
 		return fmt.Errorf("wal: rank %v event %d: %w: record version %d", r, id, ErrCorruption, body[0])
 	}
-	ev.WorkerID, ev.DPRank, ev.EventID = r.WorkerID, r.DPRank, id
+	ev.Partition, ev.WorkerID, ev.DPRank, ev.EventID = r.Partition, r.WorkerID, r.DPRank, id
 	rest, err := decodeBody(ev, body[1:])
 	if err == nil && len(rest) != 0 {
 		err = fmt.Errorf("%d trailing bytes", len(rest))
@@ -265,7 +265,7 @@ func decodeSnapshot(r event.Rank, val []byte) (Snapshot, error) {
 			return Snapshot{}, fmt.Errorf("snapshot event %d length: %w", i, errShort)
 		}
 		b = b[k1+k2:]
-		ev.WorkerID, ev.DPRank, ev.EventID = r.WorkerID, r.DPRank, id
+		ev.Partition, ev.WorkerID, ev.DPRank, ev.EventID = r.Partition, r.WorkerID, r.DPRank, id
 		rest, err := decodeBody(ev, b[:l])
 		if err != nil {
 			return Snapshot{}, fmt.Errorf("snapshot event %d: %w", i, err)
