@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,5 +119,33 @@ func TestLoadGenRefusesRemote(t *testing.T) {
 	_, err := LoadGen(context.Background(), LoadOptions{Target: "http://10.1.2.3:7070", Requests: smallTrace(t, 3)})
 	if !errors.Is(err, ErrRemoteTarget) {
 		t.Fatalf("err = %v, want ErrRemoteTarget", err)
+	}
+}
+
+// TestLoadGenSendsAuthToken checks the rule "loadgen sends LoadOptions.AuthToken, so it can load a
+// server started with --auth-token-file; without it the server's 401 is an ErrHTTP".
+func TestLoadGenSendsAuthToken(t *testing.T) {
+	s, err := server.Open(server.Config{DataDir: t.TempDir(), Durability: wal.NoSync, Lanes: 1, Logger: quiet(), AuthToken: "lg-token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	defer hs.Close()
+	opts := LoadOptions{Target: hs.URL, Requests: smallTrace(t, 20), Workload: testutil.WorkloadOptions{Workers: 3},
+		MaxEvents: 10, IdleQueries: -1, Logger: quiet(), HTTPClient: hs.Client()}
+	if _, err := LoadGen(context.Background(), opts); !errors.Is(err, ErrHTTP) || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("without the token: %v, want ErrHTTP 401", err)
+	}
+	opts.AuthToken = "lg-token"
+	rep, err := LoadGen(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := rep.Get(MetricLoadAccepted); got != 10 {
+		t.Fatalf("accepted %v, want 10", got)
 	}
 }
