@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"mime"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -157,46 +157,12 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, map[string]string{"error": msg})
 }
 
-// readBody reads the whole body within the limit; it answers 413 itself and returns false.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds the limit of %d bytes", s.cfg.MaxBodyBytes))
-		} else {
-			writeError(w, http.StatusBadRequest, "reading body: "+err.Error())
-		}
-		return nil, false
-	}
-	return body, true
-}
-
 func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readBody(w, r)
+	body, kind, ok := s.readBody(w, r, bodyJSON, bodyNDJSON, bodyMsgpack)
 	if !ok {
 		return
 	}
-	ct := r.Header.Get("Content-Type")
-	if ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err == nil {
-			ct = mt
-		}
-	}
-	var evs []event.RouterEvent
-	var err error
-	switch ct {
-	case "", "application/json", "application/x-www-form-urlencoded", "text/json":
-		// curl -d sends application/x-www-form-urlencoded: the body is JSON all the same.
-		evs, err = event.DecodeJSONBatch(body)
-	case "application/x-ndjson", "application/ndjson", "application/jsonl":
-		evs, err = event.DecodeNDJSON(bytes.NewReader(body))
-	case "application/msgpack", "application/x-msgpack", "application/vnd.msgpack":
-		evs, err = event.DecodeMsgpackBatch(body)
-	default:
-		writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("unsupported Content-Type %q (want application/json, application/x-ndjson or application/msgpack)", ct))
-		return
-	}
+	evs, err := s.decodeEvents(body, kind)
 	if err != nil {
 		var de *event.DecodeError
 		if errors.As(err, &de) && de.Index >= 0 {
@@ -299,7 +265,7 @@ func decodeStrict(body []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return fmt.Errorf("field %s: JSON %s is not a valid %s", te.Field, te.Value, te.Type)
+			return fmt.Errorf("field %s: JSON %s, want %s", te.Field, te.Value, event.JSONTypeName(te.Type))
 		}
 		return fmt.Errorf("malformed JSON: %v", err)
 	}
@@ -310,7 +276,7 @@ func decodeStrict(body []byte, v any) error {
 }
 
 func (s *Server) findMatches(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readBody(w, r)
+	body, _, ok := s.readBody(w, r, bodyJSON)
 	if !ok {
 		return
 	}
@@ -330,7 +296,7 @@ func (s *Server) findMatches(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) findMatchesForRequest(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readBody(w, r)
+	body, _, ok := s.readBody(w, r, bodyJSON)
 	if !ok {
 		return
 	}
@@ -472,8 +438,26 @@ func (s *Server) dumpRank(ctx context.Context, rk event.Rank, dst []byte) ([]byt
 	return dst, err
 }
 
+// checkQuery refuses query parameters other than allowed (a typo such as ?worker=7 would
+// otherwise be ignored silently and answer for every worker) and repeated ones.
+func checkQuery(q url.Values, allowed ...string) error {
+	for name, vs := range q {
+		if !slices.Contains(allowed, name) {
+			return fmt.Errorf("unknown query parameter %q (this route takes %s)", name, strings.Join(allowed, ", "))
+		}
+		if len(vs) > 1 {
+			return fmt.Errorf("query parameter %s given %d times", name, len(vs))
+		}
+	}
+	return nil
+}
+
 func (s *Server) dump(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	if err := checkQuery(q, "worker_id", "dp_rank"); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	var wantW *uint64
 	var wantR *uint32
 	if v := q.Get("worker_id"); v != "" {

@@ -95,6 +95,9 @@ type Server struct {
 	// (on its lane) and reading its events (off the lane): tests fold the log there.
 	testAfterOldest func(event.Rank)
 	start  time.Time     // when Open began (uptime on the status page)
+
+	unknownFields atomic.Uint64 // unknown fields ignored in posted events (body.go)
+	unknownNames  sync.Map      // field name → struct{}: the names already logged
 }
 
 // Open opens the data dir (store.ErrLocked when another process holds it, store.ErrFormatTooNew
