@@ -135,7 +135,7 @@ func TestLoadGenSendsAuthToken(t *testing.T) {
 	}
 	hs := httptest.NewServer(s.Handler())
 	defer hs.Close()
-	opts := LoadOptions{Target: hs.URL, Requests: smallTrace(t, 20), Workload: testutil.WorkloadOptions{Workers: 3},
+	opts := LoadOptions{Target: hs.URL, Requests: smallTrace(t, 20), Workload: workload.WorkloadOptions{Workers: 3},
 		MaxEvents: 10, IdleQueries: -1, Logger: quiet(), HTTPClient: hs.Client()}
 	if _, err := LoadGen(context.Background(), opts); !errors.Is(err, ErrHTTP) || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("without the token: %v, want ErrHTTP 401", err)

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -102,6 +103,22 @@ func TestForeignDirRefused(t *testing.T) {
 		}
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestPebbleInfoAtDebug checks the rule "Pebble's info lines are logged at debug level: an
+// operator at the default info level does not see them".
+func TestPebbleInfoAtDebug(t *testing.T) {
+	for _, tc := range []struct {
+		level slog.Level
+		want  bool
+	}{{slog.LevelInfo, false}, {slog.LevelDebug, true}} {
+		var buf strings.Builder
+		l := pebbleLogger{log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: tc.level}))}
+		l.Infof("replaying WAL %d", 7)
+		if got := strings.Contains(buf.String(), "level=DEBUG") && strings.Contains(buf.String(), "replaying WAL 7"); got != tc.want {
+			t.Errorf("handler level %v: logged %q, want shown %v", tc.level, buf.String(), tc.want)
 		}
 	}
 }

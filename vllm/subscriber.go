@@ -118,7 +118,7 @@ func (s *subscriber) run(ctx context.Context) {
 		s.ctr.reconnects.Add(1)
 		s.setErr(err)
 		s.setState(StateBackoff)
-		s.lg.Warn("zmq source disconnected; retrying", "source", s.cfg.ID, "endpoint", s.cfg.Endpoint, "err", err, "backoff", backoff)
+		s.lg.Warn("zmq source disconnected; retrying", "source", s.cfg.ID, "endpoint", s.cfg.Endpoint, "err", err, "backoff_ms", backoff.Milliseconds())
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
