@@ -55,10 +55,6 @@ func (o *Options) defaults() {
 // open opens the store (read-only unless write) and its log. The caller closes the store.
 func (o *Options) open(write bool) (*store.Store, *wal.Log, error) {
 	o.defaults()
-	if _, err := o.FS.Stat(o.DataDir); err != nil {
-		// Not even compact creates a dir: a mistyped --data-dir is an error, not a new store.
-		return nil, nil, fmt.Errorf("open %s: %w: %w", o.DataDir, store.ErrNoData, err)
-	}
 	st, err := store.Open(o.DataDir, store.Options{FS: o.FS, Logger: o.Logger, ReadOnly: !write})
 	if err != nil {
 		return nil, nil, err
