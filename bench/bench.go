@@ -35,7 +35,7 @@ var (
 	ErrDataDirInUse = errors.New("data dir not empty")
 )
 
-// Options configure Run. Zero values take the documented defaults (BENCH.md's flag defaults).
+// Options configure Run. Zero values take the documented defaults (docs/BENCHMARKS.md's flag defaults).
 type Options struct {
 	// The workload: exactly one of Requests (an already loaded trace), TracePath (a Mooncake
 	// JSONL trace) or WorkloadDir (events.ndjson + queries.ndjson) is set.
@@ -108,7 +108,7 @@ type run struct {
 	ingest float64
 }
 
-// LoadWorkload returns the workload o describes (BENCH.md stage 1).
+// LoadWorkload returns the workload o describes (docs/BENCHMARKS.md stage 1).
 func LoadWorkload(o Options) (*workload.Workload, error) {
 	o, err := o.withDefaults()
 	if err != nil {
@@ -126,7 +126,7 @@ func LoadWorkload(o Options) (*workload.Workload, error) {
 	return workload.Generate(reqs, o.Scale, o.Workload)
 }
 
-// Run performs the benchmark of BENCH.md and returns the metrics measured. On a failure after
+// Run performs the benchmark of docs/BENCHMARKS.md and returns the metrics measured. On a failure after
 // some stages ran, the report holds what was measured and the error says what failed (a
 // *MismatchError for scores that changed across the restart).
 func Run(ctx context.Context, o Options) (*Report, error) {

@@ -391,7 +391,7 @@ func ScanNDJSON(r io.Reader, fn func(ev *RouterEvent) error) error {
 	return nil
 }
 
-// AppendJSON appends the event in its wire shape (SPEC §2) to dst. Hashes are written as exact
+// AppendJSON appends the event in its wire shape (docs/API.md) to dst. Hashes are written as exact
 // unsigned integers.
 func AppendJSON(dst []byte, ev *RouterEvent) []byte {
 	dst = append(dst, `{"worker_id":`...)

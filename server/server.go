@@ -49,7 +49,7 @@ type Config struct {
 	Version       string // reported in the start log line; default the module version from the build info
 }
 
-// DefaultRetainEvents is the default of Config.RetainEvents (SPEC §4).
+// DefaultRetainEvents is the default of Config.RetainEvents (docs/API.md).
 const DefaultRetainEvents = 100_000
 
 func (c *Config) defaults() {

@@ -277,7 +277,7 @@ func (s *subscriber) fillGap(ctx context.Context, topic []byte, from, to uint64)
 }
 
 // lose records n lost batches and, unless Options.KeepOnLoss, clears the publisher's ranks: a
-// lost Removed would otherwise over-count forever (SPEC §5).
+// lost Removed would otherwise over-count forever.
 func (s *subscriber) lose(ctx context.Context, topic []byte, n uint64) error {
 	s.ctr.lost.Add(n)
 	if s.m.opts.KeepOnLoss {

@@ -16,7 +16,7 @@ import (
 	"golang.org/x/term"
 )
 
-// workloadFlags are the generator flags bench and loadgen share (BENCH.md defaults).
+// workloadFlags are the generator flags bench and loadgen share (docs/BENCHMARKS.md defaults).
 func workloadFlags(cmd string) []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "trace", Usage: "Mooncake JSONL trace to generate the workload from", EnvVars: env(cmd, "trace")},
@@ -67,7 +67,7 @@ func benchCommand() *cli.Command {
 	)
 	return &cli.Command{
 		Name:  "bench",
-		Usage: "the trace-driven benchmark with its baselines in the same run (BENCH.md)",
+		Usage: "the trace-driven benchmark with its baselines in the same run (docs/BENCHMARKS.md)",
 		Flags: flags,
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
