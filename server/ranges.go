@@ -23,7 +23,8 @@ import (
 // Events: when a device-tier Cleared lies in [start, newest], the answer starts at the last such
 // Cleared (what precedes it cannot matter to a consumer that applies the Cleared). With limit, at
 // most limit events come back and last_event_id is the id of the last one returned (limit=0 is a
-// 400, as is a query parameter other than start, end and limit). A Cleared of another tier is not applied to the tree, so it cuts nothing.
+// 400, as is a query parameter other than start, end and limit). A Cleared of another tier is
+// not applied to the tree, so it cuts nothing.
 //
 // TreeDumps come from the single-flight, cached builder in dumpcache.go. newest and oldest are
 // read on the rank's lane (consistent with its writes); the Events themselves are read after,
