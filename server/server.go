@@ -94,7 +94,7 @@ type Server struct {
 	// testAfterOldest, if set, runs in the range route between reading the rank's oldest id
 	// (on its lane) and reading its events (off the lane): tests fold the log there.
 	testAfterOldest func(event.Rank)
-	start  time.Time     // when Open began (uptime on the status page)
+	start           time.Time // when Open began (uptime on the status page)
 
 	unknownFields atomic.Uint64 // unknown fields ignored in posted events (body.go)
 	unknownNames  sync.Map      // field name → struct{}: the names already logged
