@@ -35,7 +35,7 @@ var (
 	ErrDataDirInUse = errors.New("data dir not empty")
 )
 
-// Options configure Run. Zero values take the documented defaults (BENCH.md's flag defaults).
+// Options configure Run. Zero values take the documented defaults (docs/BENCHMARKS.md's flag defaults).
 type Options struct {
 	// The workload: exactly one of Requests (an already loaded trace), TracePath (a Mooncake
 	// JSONL trace) or WorkloadDir (events.ndjson + queries.ndjson) is set.
@@ -108,7 +108,7 @@ type run struct {
 	ingest float64
 }
 
-// LoadWorkload returns the workload o describes (BENCH.md stage 1).
+// LoadWorkload returns the workload o describes (docs/BENCHMARKS.md stage 1).
 func LoadWorkload(o Options) (*workload.Workload, error) {
 	o, err := o.withDefaults()
 	if err != nil {
@@ -126,7 +126,7 @@ func LoadWorkload(o Options) (*workload.Workload, error) {
 	return workload.Generate(reqs, o.Scale, o.Workload)
 }
 
-// Run performs the benchmark of BENCH.md and returns the metrics measured. On a failure after
+// Run performs the benchmark of docs/BENCHMARKS.md and returns the metrics measured. On a failure after
 // some stages ran, the report holds what was measured and the error says what failed (a
 // *MismatchError for scores that changed across the restart).
 func Run(ctx context.Context, o Options) (*Report, error) {
@@ -145,7 +145,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.rep.add(MetricBlocks, float64(r.wl.Blocks), UnitCount)
 	r.rep.add(MetricRoutingHitRatio, r.wl.RoutingHitRatio, UnitRatio)
 	r.lg.Info("bench: workload ready", "events", len(r.wl.Events), "blocks", r.wl.Blocks,
-		"queries", len(r.wl.Queries), "took", time.Since(start).Round(time.Millisecond))
+		"queries", len(r.wl.Queries), "took_ms", time.Since(start).Milliseconds())
 
 	base := o.DataDir
 	if base == "" {
@@ -172,7 +172,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if c, ok := r.rep.Get(MetricPebbleCeilingEventsPS); ok && c > 0 {
 		r.rep.add(MetricIngestVsCeiling, r.ingest/c, UnitRatio)
 	}
-	r.lg.Info("bench: done", "took", time.Since(start).Round(time.Millisecond))
+	r.lg.Info("bench: done", "took_ms", time.Since(start).Milliseconds())
 	return r.rep, nil
 }
 
@@ -221,7 +221,7 @@ func (r *run) pipelineStages(ctx context.Context) error {
 	r.rep.add(MetricIngestEventsPerS, r.ingest, UnitRate)
 	r.rep.add(MetricIngestBlocksPerS, float64(r.wl.Blocks)/took.Seconds(), UnitRate)
 	r.rep.add(MetricIndexEntries, float64(s.Index().Blocks()), UnitCount)
-	r.lg.Info("bench: ingest done", "events_per_s", int(r.ingest), "took", took.Round(time.Millisecond))
+	r.lg.Info("bench: ingest done", "events_per_s", int(r.ingest), "took_ms", took.Milliseconds())
 
 	// The log's size on disk: flush the memtable so the records are in sstables, then ask Pebble
 	// for the bytes of the 'L' key range.
@@ -280,7 +280,7 @@ func (r *run) pipelineStages(ctx context.Context) error {
 	restart := time.Since(t0)
 	r.rep.add(MetricRestartSeconds, restart.Seconds(), UnitSec)
 	r.rep.add(MetricRestartBlocksPerS, float64(s.Index().Blocks())/restart.Seconds(), UnitRate)
-	r.lg.Info("bench: restarted", "blocks", s.Index().Blocks(), "took", restart.Round(time.Millisecond))
+	r.lg.Info("bench: restarted", "blocks", s.Index().Blocks(), "took_ms", restart.Milliseconds())
 	if err := compareAll(ctx, r.wl.Queries, qs, before, s.Index()); err != nil {
 		return err
 	}
@@ -312,7 +312,7 @@ func (r *run) loadedQueries(ctx context.Context, s *server.Server, qs []int, sub
 		return nil
 	}
 	rate := r.ingest / 2
-	r.lg.Info("bench: stage 3: find_matches under load", "ingest_events_per_s", int(rate), "max", r.o.LoadedMax)
+	r.lg.Info("bench: stage 3: find_matches under load", "ingest_events_per_s", int(rate), "max_ms", r.o.LoadedMax.Milliseconds())
 	load := partition(shiftWorkers(r.wl.Events), r.o.Producers)
 	lctx, cancel := context.WithTimeout(ctx, r.o.LoadedMax)
 	defer cancel()

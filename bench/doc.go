@@ -1,5 +1,5 @@
 // Package bench is the benchmark harness library behind `kvindex bench` and `kvindex loadgen`
-// (shared contract: BENCH.md). It is its own package because nothing existing fits: the index,
+// (its stages, metrics and targets: docs/BENCHMARKS.md). It is its own package because nothing existing fits: the index,
 // lanes, wal and server packages are the things measured, and the CLI must stay a thin shell
 // (STYLE.md §7) whose logic tests can call directly.
 //

@@ -78,6 +78,9 @@ type LoadOptions struct {
 	IdleQueries int
 	// Msgpack posts the event batches as msgpack (application/msgpack) instead of JSON.
 	Msgpack bool
+	// AuthToken, when set, is sent as `Authorization: Bearer <token>` (a server started with
+	// --auth-token-file).
+	AuthToken string
 	// HTTPClient is used for the requests; default a client with a 30 s timeout.
 	HTTPClient *http.Client
 	// Logger; default slog.Default().
@@ -149,7 +152,7 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 	}
 	base := strings.TrimSuffix(u.String(), "/")
 	o.Logger.Info("loadgen: start", "target", base, "events", len(evs), "queries", len(wl.Queries),
-		"clients", o.Clients, "batch", o.Batch, "rate", o.Rate, "duration", o.Duration)
+		"clients", o.Clients, "batch", o.Batch, "rate", o.Rate, "duration_ms", o.Duration.Milliseconds())
 
 	ctx, cancel := context.WithTimeout(ctx, o.Duration)
 	defer cancel()
@@ -196,7 +199,7 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 					Accepted int `json:"accepted"`
 					Ignored  int `json:"ignored"`
 				}
-				if err := post(ctx, hc, base+"/v1/events", ctype, body, &res); err != nil {
+				if err := post(ctx, hc, base+"/v1/events", ctype, o.AuthToken, body, &res); err != nil {
 					if ctx.Err() == nil {
 						fail(err)
 					}
@@ -231,7 +234,7 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 				Scores []json.RawMessage `json:"scores"`
 			}
 			t := time.Now()
-			if err := postJSON(ctx, hc, base+"/v1/find_matches", body, &res); err != nil {
+			if err := postJSON(ctx, hc, base+"/v1/find_matches", o.AuthToken, body, &res); err != nil {
 				if ctx.Err() == nil {
 					fail(err)
 				}
@@ -265,7 +268,7 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 			Scores []json.RawMessage `json:"scores"`
 		}
 		t := time.Now()
-		if err := postJSON(ctx, hc, base+"/v1/find_matches", qbody, &res); err != nil {
+		if err := postJSON(ctx, hc, base+"/v1/find_matches", o.AuthToken, qbody, &res); err != nil {
 			if ctx.Err() == nil {
 				return nil, fmt.Errorf("loadgen: idle queries: %w", err)
 			}
@@ -313,17 +316,21 @@ func appendQueryBody(dst []byte, hashes []uint64) []byte {
 }
 
 // postJSON posts a JSON body and decodes a 200 answer into out; another status is an ErrHTTP.
-func postJSON(ctx context.Context, hc *http.Client, url string, body []byte, out any) error {
-	return post(ctx, hc, url, "application/json", body, out)
+func postJSON(ctx context.Context, hc *http.Client, url, token string, body []byte, out any) error {
+	return post(ctx, hc, url, "application/json", token, body, out)
 }
 
-// post posts body with the content type and decodes a 200 answer into out.
-func post(ctx context.Context, hc *http.Client, url, ctype string, body []byte, out any) error {
+// post posts body with the content type (and the bearer token when not "") and decodes a 200
+// answer into out.
+func post(ctx context.Context, hc *http.Client, url, ctype, token string, body []byte, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", ctype)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		return err

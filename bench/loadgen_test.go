@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +38,29 @@ func TestCheckTarget(t *testing.T) {
 	}
 }
 
+// loadTarget opens a server (temp dir, no fsync) with cfg, replays it and serves it over HTTP
+// until the test ends.
+func loadTarget(t *testing.T, cfg server.Config) (*server.Server, *httptest.Server) {
+	t.Helper()
+	cfg.DataDir, cfg.Durability, cfg.Logger = t.TempDir(), wal.NoSync, quiet()
+	s, err := server.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Recover(context.Background()); err != nil {
+		_ = s.Close()
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(func() {
+		hs.Close()
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s, hs
+}
+
 // TestLoadGenAgainstAServer posts a small workload to an in-process server over HTTP and checks
 // that every event arrived (the server's index equals one built in memory from the same stream).
 func TestLoadGenAgainstAServer(t *testing.T) {
@@ -46,16 +70,7 @@ func TestLoadGenAgainstAServer(t *testing.T) {
 }
 
 func loadGenAgainstAServer(t *testing.T, msgpack bool) {
-	s, err := server.Open(server.Config{DataDir: t.TempDir(), Durability: wal.NoSync, Lanes: 2, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Recover(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(s.Handler())
-	defer hs.Close()
+	s, hs := loadTarget(t, server.Config{Lanes: 2})
 
 	reqs := smallTrace(t, 80)
 	wopts := workload.WorkloadOptions{Workers: 6}
@@ -92,16 +107,7 @@ func loadGenAgainstAServer(t *testing.T, msgpack bool) {
 }
 
 func TestLoadGenMaxEvents(t *testing.T) {
-	s, err := server.Open(server.Config{DataDir: t.TempDir(), Durability: wal.NoSync, Lanes: 1, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Recover(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(s.Handler())
-	defer hs.Close()
+	_, hs := loadTarget(t, server.Config{Lanes: 1})
 	rep, err := LoadGen(context.Background(), LoadOptions{
 		Target: hs.URL, Requests: smallTrace(t, 80), Workload: workload.WorkloadOptions{Workers: 6},
 		MaxEvents: 17, Rate: 2000, Logger: quiet(), HTTPClient: hs.Client(),
@@ -118,5 +124,24 @@ func TestLoadGenRefusesRemote(t *testing.T) {
 	_, err := LoadGen(context.Background(), LoadOptions{Target: "http://10.1.2.3:7070", Requests: smallTrace(t, 3)})
 	if !errors.Is(err, ErrRemoteTarget) {
 		t.Fatalf("err = %v, want ErrRemoteTarget", err)
+	}
+}
+
+// TestLoadGenSendsAuthToken checks the rule "loadgen sends LoadOptions.AuthToken, so it can load a
+// server started with --auth-token-file; without it the server's 401 is an ErrHTTP".
+func TestLoadGenSendsAuthToken(t *testing.T) {
+	_, hs := loadTarget(t, server.Config{Lanes: 1, AuthToken: "lg-token"})
+	opts := LoadOptions{Target: hs.URL, Requests: smallTrace(t, 20), Workload: workload.WorkloadOptions{Workers: 3},
+		MaxEvents: 10, IdleQueries: -1, Logger: quiet(), HTTPClient: hs.Client()}
+	if _, err := LoadGen(context.Background(), opts); !errors.Is(err, ErrHTTP) || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("without the token: %v, want ErrHTTP 401", err)
+	}
+	opts.AuthToken = "lg-token"
+	rep, err := LoadGen(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := rep.Get(MetricLoadAccepted); got != 10 {
+		t.Fatalf("accepted %v, want 10", got)
 	}
 }

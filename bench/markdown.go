@@ -60,7 +60,7 @@ func (m Machine) String() string {
 	return fmt.Sprintf("%d CPUs, %s, %s %s/%s", m.CPUs, mem, m.Go, m.OS, m.Arch)
 }
 
-// Targets are BENCH.md's targets for the 2-core machine, shown next to the numbers.
+// Targets are the benchmark's targets for the 2-core machine, shown next to the numbers.
 var Targets = map[string]string{
 	MetricIngestVsCeiling:        "≥ 0.8",
 	MetricMemoryIngestBlocksPerS: "≥ 3,000,000",
@@ -71,7 +71,7 @@ var Targets = map[string]string{
 }
 
 // Markdown renders one run as a markdown section: a heading with the command, the machine and
-// date, and the metrics table with BENCH.md's targets.
+// date, and the metrics table with the targets.
 func Markdown(key, command string, m Machine, rep *Report) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "### %s\n\n", key)

@@ -14,7 +14,7 @@ import (
 	"github.com/kvindex/kvindex/index"
 )
 
-// Metric names required by BENCH.md (tools read them: never rename).
+// Metric names required by docs/BENCHMARKS.md (tools read them: never rename).
 const (
 	MetricEvents                 = "events"
 	MetricBlocks                 = "blocks"
@@ -34,7 +34,7 @@ const (
 	MetricRoutingHitRatio        = "routing_hit_ratio"
 )
 
-// Extra metrics (not required by BENCH.md; they explain the required ones).
+// Extra metrics (not required by docs/BENCHMARKS.md; they explain the required ones).
 const (
 	MetricQueries              = "queries"                    // non-empty queries timed per pass
 	MetricLoadedIngestEventsPS = "loaded_ingest_events_per_s" // what the loaded phase achieved
@@ -43,7 +43,7 @@ const (
 	MetricIndexEntries         = "index_entries"              // (rank, block) entries after stage 2
 )
 
-// RequiredMetrics lists BENCH.md's required metric names in the order of its table.
+// RequiredMetrics lists docs/BENCHMARKS.md's required metric names in the order of its table.
 var RequiredMetrics = []string{
 	MetricEvents, MetricBlocks, MetricIngestEventsPerS, MetricIngestBlocksPerS,
 	MetricMemoryIngestBlocksPerS, MetricPebbleCeilingEventsPS, MetricIngestVsCeiling,

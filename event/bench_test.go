@@ -5,6 +5,30 @@ import "testing"
 // BenchmarkDecodeJSONBatch decodes a 64-event batch of 16-block Stored events (the HTTP ingest
 // body of `kvindex loadgen --batch 64`).
 func BenchmarkDecodeJSONBatch(b *testing.B) {
+	evs, body := benchBatch()
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeJSONBatch(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*len(evs))/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkCheckKeys is the key check the server adds to DecodeJSONBatch on the same body.
+func BenchmarkCheckKeys(b *testing.B) {
+	_, body := benchBatch()
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := CheckKeys(body, true, 0, func(int, string) error { return nil }); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchBatch() ([]RouterEvent, []byte) {
 	evs := make([]RouterEvent, 64)
 	for i := range evs {
 		blocks := make([]Block, 16)
@@ -21,13 +45,5 @@ func BenchmarkDecodeJSONBatch(b *testing.B) {
 		}
 		body = AppendJSON(body, &evs[i])
 	}
-	body = append(body, ']')
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := DecodeJSONBatch(body); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.N*len(evs))/b.Elapsed().Seconds(), "events/s")
+	return evs, append(body, ']')
 }

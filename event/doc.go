@@ -1,4 +1,4 @@
-// Package event owns kvindex's event model: the RouterEvent of SPEC §2 (Stored, Removed,
+// Package event owns kvindex's event model: the RouterEvent of docs/API.md (Stored, Removed,
 // Cleared for one rank), its wire codecs (Dynamo's externally tagged JSON and msgpack with named
 // fields), strict validation, and the Dynamo-compatible block hashing of token sequences.
 //

@@ -55,7 +55,7 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-// Tier is the storage tier an event describes (SPEC §2 `storage_tier`).
+// Tier is the storage tier an event describes (`storage_tier` in docs/API.md).
 type Tier uint8
 
 // The storage tiers. The numeric values are part of the on-disk log format: never renumber.
@@ -93,7 +93,7 @@ type Block struct {
 	TokensHash uint64
 }
 
-// RouterEvent is one event of one rank (SPEC §2). It is a flat value; Kind selects the
+// RouterEvent is one event of one rank (docs/API.md). It is a flat value; Kind selects the
 // meaningful fields:
 //
 //	KindStored:  HasParent/ParentHash, Blocks

@@ -7,7 +7,7 @@ import (
 )
 
 // BaseBlockSeed is the XXH3 seed of a block hash without LoRA name or namespace, and the seed of
-// every sequence-hash link (SPEC §2; Dynamo-compatible).
+// every sequence-hash link (Dynamo-compatible).
 const BaseBlockSeed uint64 = 1337
 
 // BlockSeed is the seed used to hash the tokens of one block: 1337, plus xxh3(loraName, 0) when a
@@ -51,7 +51,7 @@ type HashOptions struct {
 	MMHashesByBlock map[int][]uint64
 }
 
-// BlockHashesOpts is BlockHashes with every hashing option of SPEC §2.
+// BlockHashesOpts is BlockHashes with every hashing option.
 func BlockHashesOpts(tokens []uint32, blockSize int, o HashOptions) []uint64 {
 	if blockSize <= 0 {
 		return nil

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strconv"
 )
 
@@ -127,12 +128,47 @@ func jsonTypeErr(field string, err error) *DecodeError {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
 		f := field
-		if te.Field != "" {
+		switch {
+		case te.Field == "":
+		case f == "":
+			f = te.Field
+		default:
 			f = field + "." + te.Field
 		}
-		return fieldErr(f, fmt.Errorf("%w: JSON %s, want %s", ErrBadType, te.Value, te.Type))
+		return fieldErr(f, fmt.Errorf("%w: JSON %s, want %s", ErrBadType, te.Value, JSONTypeName(te.Type)))
 	}
 	return fieldErr(field, fmt.Errorf("%w: %v", ErrMalformed, err))
+}
+
+// JSONTypeName names what a JSON value decoded into t must be, in the words of the API (never a
+// Go type name): "an unsigned 64-bit integer", "an array", "an object", ...
+func JSONTypeName(t reflect.Type) string {
+	if t == nil {
+		return "another type"
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Uint64, reflect.Uint32, reflect.Uint16, reflect.Uint8, reflect.Uint:
+		return fmt.Sprintf("an unsigned %d-bit integer", t.Bits())
+	case reflect.Int64, reflect.Int32, reflect.Int16, reflect.Int8, reflect.Int:
+		return fmt.Sprintf("a %d-bit integer", t.Bits())
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		if t.Elem().Kind() == reflect.Uint8 && t.Name() == "RawMessage" {
+			return "a JSON value"
+		}
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	}
+	return "another type"
 }
 
 // UnmarshalEvent decodes and validates one RouterEvent object. On failure it returns a
@@ -299,6 +335,10 @@ func decodeBatchChecked(data []byte) ([]RouterEvent, error) {
 		if errors.As(err, &se) {
 			return nil, &DecodeError{Index: -1, Err: fmt.Errorf("%w: %v at byte %d", ErrMalformed, err, se.Offset)}
 		}
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return nil, &DecodeError{Index: -1, Err: fmt.Errorf("%w: want a JSON array of events, got JSON %s", ErrMalformed, te.Value)}
+		}
 		return nil, &DecodeError{Index: -1, Err: fmt.Errorf("%w: want a JSON array of events: %v", ErrMalformed, err)}
 	}
 	out := make([]RouterEvent, len(raws))
@@ -351,7 +391,7 @@ func ScanNDJSON(r io.Reader, fn func(ev *RouterEvent) error) error {
 	return nil
 }
 
-// AppendJSON appends the event in its wire shape (SPEC §2) to dst. Hashes are written as exact
+// AppendJSON appends the event in its wire shape (docs/API.md) to dst. Hashes are written as exact
 // unsigned integers.
 func AppendJSON(dst []byte, ev *RouterEvent) []byte {
 	dst = append(dst, `{"worker_id":`...)

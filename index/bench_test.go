@@ -248,7 +248,7 @@ var (
 	traceErr  error
 )
 
-// traceWorkload is `kvindex bench --scale 8`'s stream (BENCH.md stage 1) from the repository's
+// traceWorkload is `kvindex bench --scale 8`'s stream (docs/BENCHMARKS.md stage 1) from the repository's
 // conversation trace: 2,048 ranks, block 0 of each copy held by its 256 workers.
 func traceWorkload(b *testing.B) *workload.Workload {
 	traceOnce.Do(func() {

@@ -49,7 +49,7 @@ func expectedScores(m *testutil.Model, q []uint64, earlyExit bool) map[event.Ran
 	return out
 }
 
-// checkScores checks a FindMatches answer against the model: the SPEC §3 bounds (reachable
+// checkScores checks a FindMatches answer against the model: the bounds (reachable
 // prefix ≤ score ≤ held prefix, without early exit), the exact expected scores, tree sizes and
 // the order.
 func checkScores(t tb, m *testutil.Model, q []uint64, earlyExit bool, got []index.Score) {

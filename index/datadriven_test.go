@@ -19,7 +19,7 @@ import (
 //	store rank=W/D [parent=H|-] blocks=(H:T,...)   a Stored event (block hash : tokens hash)
 //	store-seq rank=W/D n=N tokens=T [diverge-at=K tokens-after=U]
 //	    a Stored of N blocks from the root with tokens hashes T, T+1, … (from block K on:
-//	    U+K, U+K+1, …) and their SPEC §2 sequence hashes as block hashes
+//	    U+K, U+K+1, …) and their chained sequence hashes as block hashes
 //	remove rank=W/D hashes=(H,...)       a Removed event
 //	clear rank=W/D                       a Cleared event
 //	remove-rank rank=W/D | remove-worker worker=W

@@ -1,5 +1,5 @@
 // Package index is kvindex's in-memory KV-block index: a radix tree of block positions shared by
-// every rank, per-rank block lookups, scoring (FindMatches) and dumps (SPEC §3, Dynamo-compatible).
+// every rank, per-rank block lookups, scoring (FindMatches) and dumps (Dynamo-compatible).
 //
 // # Model
 //
@@ -11,7 +11,7 @@
 //	      │                                     └─ 204 {2/0}
 //	      └─ 110 {3/0}
 //
-// Decisions where SPEC §3 is silent, and the invariants the tests check:
+// Decisions beyond Dynamo's semantics, and the invariants the tests check:
 //
 //   - Stored: a block whose hash equals the event's parent hash, or the block before it, makes the
 //     event invalid_block; this is checked before the parent lookup and before any mutation. A
@@ -25,7 +25,7 @@
 //   - A rank becomes known with its first successful Stored and stays known (even empty, after a
 //     Cleared) until RemoveRank/RemoveWorker. Removed/Cleared of an unknown rank change nothing.
 //   - Score: the number of leading query blocks whose positions the rank all holds — ranks are
-//     intersected along the query path, so score == the model's held prefix, and the SPEC bound
+//     intersected along the query path, so score == the model's held prefix, and the bound
 //     reachable ≤ score ≤ held holds. With earlyExit the walk stops when one rank is left.
 //   - DumpRank emits the blocks whose ancestors the rank all holds; stranded blocks (above) are
 //     not expressible as Stored events and are left out. Replay reproduces every score.

@@ -10,7 +10,7 @@ import (
 	"github.com/kvindex/kvindex/event"
 )
 
-// Status is the outcome of applying one event (SPEC §3). Its String form is the `status` label of
+// Status is the outcome of applying one event (see doc.go). Its String form is the `status` label of
 // the outcome counters.
 type Status uint8
 

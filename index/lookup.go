@@ -8,7 +8,7 @@ import (
 // lookup is a rank's block_hash → node map, owned by the rank's writer.
 //
 // Nearly every entry maps a block hash to a node created under that very hash (node.hash): the
-// ranks holding one position name it with the same chained sequence hash (SPEC §2). Such an
+// ranks holding one position name it with the same chained sequence hash (event.BlockHashes). Such an
 // entry is stored as the bare node pointer, its key read back from the node, in an open-
 // addressing table with linear probing and backward-shift deletion (no tombstones), at most
 // 4/5 full. Any other entry (a rank naming a shared position with its own hash, or a second

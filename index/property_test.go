@@ -16,7 +16,7 @@ const propSteps = 100
 // TestPropertyAgainstModel drives the index and the reference model with the same random event
 // stream over 2 workers × 3 dp ranks, with small hash alphabets so that shared prefixes, repeated
 // block hashes and collisions are common. After every step the per-rank state matches and random
-// queries (and prefixes of held paths) score exactly as the model predicts, within the SPEC §3
+// queries (and prefixes of held paths) score exactly as the model predicts, within the
 // bounds. At the end, each rank's dump replayed into a fresh index gives the same scores.
 func TestPropertyAgainstModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {

@@ -602,7 +602,7 @@ func (ln *lane) retain(rs *rankState) {
 		rs.mu.Lock()
 		rs.logged = p.opts.RetainEvents
 		rs.mu.Unlock()
-		p.lg.Info("retention: log prefix folded into a snapshot", "worker_id", rs.rank.WorkerID, "dp_rank", rs.rank.DPRank, "lane", ln.id, "up_to", upTo, "took", time.Since(start))
+		p.lg.Info("retention: log prefix folded into a snapshot", "worker_id", rs.rank.WorkerID, "dp_rank", rs.rank.DPRank, "lane", ln.id, "up_to", upTo, "took_ms", time.Since(start).Milliseconds())
 	} else if errors.Is(err, recovery.ErrNotFoldable) {
 		// Try again after another RetainEvents events (a Cleared or re-store usually ends it).
 		rs.mu.Lock()

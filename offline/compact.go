@@ -176,7 +176,9 @@ func logSpan(db *pebble.DB, r event.Rank) (n, first, last uint64, err error) {
 	return n, first, last, nil
 }
 
-// dirBytes sums the sizes of the files directly in dir (Pebble keeps a flat dir).
+// dirBytes sums the disk space of the files directly in dir (Pebble keeps a flat dir): the blocks
+// allocated, as du counts them, where the file system reports them (Pebble preallocates WAL
+// files, so their apparent size understates what they take), else the apparent size.
 func dirBytes(fs vfs.FS, dir string) (uint64, error) {
 	names, err := fs.List(dir)
 	if err != nil {
@@ -189,7 +191,7 @@ func dirBytes(fs vfs.FS, dir string) (uint64, error) {
 			continue // removed meanwhile
 		}
 		if !fi.IsDir() {
-			total += uint64(fi.Size())
+			total += allocatedBytes(fi)
 		}
 	}
 	return total, nil

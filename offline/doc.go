@@ -19,7 +19,7 @@
 //     each rank is either folded or not. A rank whose snapshot is corrupt makes compact refuse
 //     before it changes anything (folding would bake the loss into a new snapshot).
 //
-// # Export ids (decided here: SPEC §5 is silent)
+// # Export ids (decided here)
 //
 // `export --what events` writes each rank's retained log with its original ids. When the rank
 // has a snapshot at boundary B (every id ≤ B was folded into it) and the export starts at or

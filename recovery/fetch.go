@@ -34,6 +34,9 @@ type FetcherOptions struct {
 	// Logger gets one Warn line per failed try (keys worker_id, dp_rank, try, err).
 	// Default: discard.
 	Logger *slog.Logger
+	// AuthToken, when set, is sent as `Authorization: Bearer <token>` with every request (an
+	// upstream started with --auth-token-file). Default: none.
+	AuthToken string
 }
 
 // The defaults of FetcherOptions.
@@ -54,6 +57,7 @@ type Fetcher struct {
 	timeout  time.Duration
 	maxBytes int64
 	log      *slog.Logger
+	token    string
 	sem      chan struct{}
 }
 
@@ -66,6 +70,7 @@ func NewFetcher(opts FetcherOptions) *Fetcher {
 		timeout:  opts.RequestTimeout,
 		maxBytes: opts.MaxAnswerBytes,
 		log:      opts.Logger,
+		token:    opts.AuthToken,
 	}
 	if f.client == nil {
 		f.client = &http.Client{}
@@ -203,6 +208,9 @@ func (f *Fetcher) once(ctx context.Context, u string, r event.Rank) (a Answer, r
 		return Answer{}, false, fmt.Errorf("recovery: fetch %s: %w", u, err)
 	}
 	req.Header.Set("Accept", "application/json")
+	if f.token != "" {
+		req.Header.Set("Authorization", "Bearer "+f.token)
+	}
 	resp, err := f.client.Do(req)
 	if err != nil {
 		return Answer{}, true, fmt.Errorf("recovery: fetch %s: %w", u, err)

@@ -325,3 +325,21 @@ func TestFetchHonoursContext(t *testing.T) {
 		}
 	})
 }
+
+// TestFetchSendsAuthToken checks the rule "the fetcher sends FetcherOptions.AuthToken as a bearer
+// token on every request, and no Authorization header without one".
+func TestFetchSendsAuthToken(t *testing.T) {
+	for _, tc := range []struct{ token, want string }{{"s3cret", "Bearer s3cret"}, {"", ""}} {
+		var got atomic.Value
+		f, base := serve(t, FetcherOptions{AuthToken: tc.token}, func(w http.ResponseWriter, r *http.Request) {
+			got.Store(r.Header.Get("Authorization"))
+			writeAnswer(t, w, Answer{Kind: AnswerTreeDump})
+		})
+		if _, err := f.Fetch(context.Background(), base, testRank, nil, 0); err != nil {
+			t.Fatal(err)
+		}
+		if g, _ := got.Load().(string); g != tc.want {
+			t.Errorf("token %q: Authorization %q, want %q", tc.token, g, tc.want)
+		}
+	}
+}

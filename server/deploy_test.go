@@ -81,7 +81,7 @@ func dashboardExprs(v any, out *[]string) {
 	}
 }
 
-// TestDeployMetricsExist (SPEC §11, issue 16 item 3): every kvindex_* metric that the shipped
+// TestDeployMetricsExist (issue 16 item 3): every kvindex_* metric that the shipped
 // Grafana dashboard (deploy/grafana/kvindex.json) and Prometheus alert rules
 // (deploy/prometheus/alerts.yml) reference is exported by the server's registry; every alert
 // has a name, an expression, a severity and a summary.

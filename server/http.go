@@ -6,10 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"mime"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,32 +20,49 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// route is one entry of the API's route table. mutating routes change the index, the log or the
+// configuration: with an auth token configured they require `Authorization: Bearer <token>`
+// (auth.go). A new route states it here, so a mutating one cannot be added unprotected by
+// forgetting a check in its handler.
+type route struct {
+	pattern   string
+	needReady bool // answer 503 until the restart replay is done
+	mutating  bool // requires the auth token when one is configured
+	h         func(w http.ResponseWriter, r *http.Request)
+}
+
+// routes is the route table of Handler.
+func (s *Server) routes() []route {
+	return []route{
+		{"POST /v1/events", true, true, s.postEvents},
+		{"POST /v1/find_matches", true, false, s.findMatches},
+		{"POST /v1/find_matches_for_request", true, false, s.findMatchesForRequest},
+		{"GET /v1/ranks", true, false, s.listRanks},
+		{"GET /v1/ranks/{worker_id}/{dp_rank}/events", true, false, s.rankEvents},
+		{"DELETE /v1/workers/{worker_id}", true, true, s.removeWorker},
+		{"DELETE /v1/workers/{worker_id}/ranks/{dp_rank}", true, true, s.removeRank},
+		{"PUT /v1/workers/{worker_id}/source", true, true, s.putSource},
+		{"DELETE /v1/workers/{worker_id}/source", true, true, s.deleteSource},
+		{"GET /v1/sources", true, false, s.listSources},
+		{"POST /v1/sources", true, true, s.postSource},
+		{"DELETE /v1/sources/{id}", true, true, s.deleteZMQSource},
+		{"GET /v1/dump", true, false, s.dump},
+		{"POST /v1/flush", true, true, s.flush},
+		{"GET /healthz", false, false, func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		}},
+		{"GET /readyz", false, false, s.readyz},
+		{"GET /metrics", false, false, promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}).ServeHTTP},
+		{"GET /{$}", false, false, s.statusPage},
+	}
+}
+
 // Handler returns the HTTP API of API.md.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	route := func(pattern string, needReady bool, h func(w http.ResponseWriter, r *http.Request)) {
-		mux.Handle(pattern, s.wrap(pattern, needReady, h))
+	for _, rt := range s.routes() {
+		mux.Handle(rt.pattern, s.wrap(rt))
 	}
-	route("POST /v1/events", true, s.postEvents)
-	route("POST /v1/find_matches", true, s.findMatches)
-	route("POST /v1/find_matches_for_request", true, s.findMatchesForRequest)
-	route("GET /v1/ranks", true, s.listRanks)
-	route("GET /v1/ranks/{worker_id}/{dp_rank}/events", true, s.rankEvents)
-	route("DELETE /v1/workers/{worker_id}", true, s.removeWorker)
-	route("DELETE /v1/workers/{worker_id}/ranks/{dp_rank}", true, s.removeRank)
-	route("PUT /v1/workers/{worker_id}/source", true, s.putSource)
-	route("DELETE /v1/workers/{worker_id}/source", true, s.deleteSource)
-	route("GET /v1/sources", true, s.listSources)
-	route("POST /v1/sources", true, s.postSource)
-	route("DELETE /v1/sources/{id}", true, s.deleteZMQSource)
-	route("GET /v1/dump", true, s.dump)
-	route("POST /v1/flush", true, s.flush)
-	route("GET /healthz", false, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	route("GET /readyz", false, s.readyz)
-	route("GET /metrics", false, promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}).ServeHTTP)
-	route("GET /{$}", false, s.statusPage)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pattern := mux.Handler(r); pattern == "" {
 			start := time.Now()
@@ -57,18 +75,24 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
-// noRoute answers 405 when the path exists under another method, else 404, as JSON errors.
+// noRoute answers 405 with an Allow header when the path exists under other methods, else 404,
+// as JSON errors.
 func (s *Server) noRoute(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
-	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete} {
 		if m == r.Method {
 			continue
 		}
 		r2 := r.Clone(r.Context())
 		r2.Method = m
 		if _, p := mux.Handler(r2); p != "" {
-			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path))
-			return
+			allow = append(allow, m)
 		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+		return
 	}
 	writeError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
 }
@@ -92,8 +116,10 @@ func (sw *statusWriter) Write(b []byte) (int, error) {
 	return sw.ResponseWriter.Write(b)
 }
 
-// wrap adds the readiness gate, panic recovery and request metrics.
-func (s *Server) wrap(pattern string, needReady bool, h func(http.ResponseWriter, *http.Request)) http.Handler {
+// wrap adds the auth check of mutating routes, the readiness gate, panic recovery and request
+// metrics.
+func (s *Server) wrap(rt route) http.Handler {
+	pattern, needReady, h := rt.pattern, rt.needReady, rt.h
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
@@ -110,6 +136,9 @@ func (s *Server) wrap(pattern string, needReady bool, h func(http.ResponseWriter
 			}
 			s.m.observeHTTP(pattern, sw.code, start)
 		}()
+		if rt.mutating && !s.authorized(sw, r) {
+			return
+		}
 		if needReady && !s.ready.Load() {
 			writeError(sw, http.StatusServiceUnavailable, s.status.Load().(string))
 			return
@@ -128,46 +157,12 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, map[string]string{"error": msg})
 }
 
-// readBody reads the whole body within the limit; it answers 413 itself and returns false.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds the limit of %d bytes", s.cfg.MaxBodyBytes))
-		} else {
-			writeError(w, http.StatusBadRequest, "reading body: "+err.Error())
-		}
-		return nil, false
-	}
-	return body, true
-}
-
 func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readBody(w, r)
+	body, kind, ok := s.readBody(w, r, bodyJSON, bodyNDJSON, bodyMsgpack)
 	if !ok {
 		return
 	}
-	ct := r.Header.Get("Content-Type")
-	if ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err == nil {
-			ct = mt
-		}
-	}
-	var evs []event.RouterEvent
-	var err error
-	switch ct {
-	case "", "application/json", "application/x-www-form-urlencoded", "text/json":
-		// curl -d sends application/x-www-form-urlencoded: the body is JSON all the same.
-		evs, err = event.DecodeJSONBatch(body)
-	case "application/x-ndjson", "application/ndjson", "application/jsonl":
-		evs, err = event.DecodeNDJSON(bytes.NewReader(body))
-	case "application/msgpack", "application/x-msgpack", "application/vnd.msgpack":
-		evs, err = event.DecodeMsgpackBatch(body)
-	default:
-		writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("unsupported Content-Type %q (want application/json, application/x-ndjson or application/msgpack)", ct))
-		return
-	}
+	evs, err := s.decodeEvents(body, kind)
 	if err != nil {
 		var de *event.DecodeError
 		if errors.As(err, &de) && de.Index >= 0 {
@@ -270,7 +265,7 @@ func decodeStrict(body []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return fmt.Errorf("field %s: JSON %s is not a valid %s", te.Field, te.Value, te.Type)
+			return fmt.Errorf("field %s: JSON %s, want %s", te.Field, te.Value, event.JSONTypeName(te.Type))
 		}
 		return fmt.Errorf("malformed JSON: %v", err)
 	}
@@ -281,7 +276,7 @@ func decodeStrict(body []byte, v any) error {
 }
 
 func (s *Server) findMatches(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readBody(w, r)
+	body, _, ok := s.readBody(w, r, bodyJSON)
 	if !ok {
 		return
 	}
@@ -301,7 +296,7 @@ func (s *Server) findMatches(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) findMatchesForRequest(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readBody(w, r)
+	body, _, ok := s.readBody(w, r, bodyJSON)
 	if !ok {
 		return
 	}
@@ -443,8 +438,26 @@ func (s *Server) dumpRank(ctx context.Context, rk event.Rank, dst []byte) ([]byt
 	return dst, err
 }
 
+// checkQuery refuses query parameters other than allowed (a typo such as ?worker=7 would
+// otherwise be ignored silently and answer for every worker) and repeated ones.
+func checkQuery(q url.Values, allowed ...string) error {
+	for name, vs := range q {
+		if !slices.Contains(allowed, name) {
+			return fmt.Errorf("unknown query parameter %q (this route takes %s)", name, strings.Join(allowed, ", "))
+		}
+		if len(vs) > 1 {
+			return fmt.Errorf("query parameter %s given %d times", name, len(vs))
+		}
+	}
+	return nil
+}
+
 func (s *Server) dump(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	if err := checkQuery(q, "worker_id", "dp_rank"); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	var wantW *uint64
 	var wantR *uint32
 	if v := q.Get("worker_id"); v != "" {

@@ -16,14 +16,15 @@ import (
 //  1. start and end given, end < start → InvalidRange
 //  2. start absent                     → TreeDump (last_event_id = newest logged id or 0)
 //  3. no retained log events           → TreeDump
-//  4. start > newest                   → TooNew (requested_end = end or newest)
+//  4. start > newest                   → TooNew (requested_end = end as given, 0 without end)
 //  5. start < oldest retained          → TreeDump
 //  6. otherwise                        → Events from start to newest (end is not a cap)
 //
 // Events: when a device-tier Cleared lies in [start, newest], the answer starts at the last such
 // Cleared (what precedes it cannot matter to a consumer that applies the Cleared). With limit, at
-// most limit events come back and last_event_id is the id of the last one returned (start-1 when
-// none: limit=0). A Cleared of another tier is not applied to the tree, so it cuts nothing.
+// most limit events come back and last_event_id is the id of the last one returned (limit=0 is a
+// 400, as is a query parameter other than start, end and limit). A Cleared of another tier is
+// not applied to the tree, so it cuts nothing.
 //
 // TreeDumps come from the single-flight, cached builder in dumpcache.go. newest and oldest are
 // read on the rank's lane (consistent with its writes); the Events themselves are read after,
@@ -35,6 +36,10 @@ func (s *Server) rankEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
+	if err := checkQuery(q, "start", "end", "limit"); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	opt := func(name string) (uint64, bool, bool) {
 		v := q.Get(name)
 		if v == "" {
@@ -57,6 +62,10 @@ func (s *Server) rankEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	limit, hasLimit, ok := opt("limit")
 	if !ok {
+		return
+	}
+	if hasLimit && limit == 0 {
+		writeError(w, http.StatusBadRequest, "query parameter limit=0: want a page size ≥ 1 (omit limit for no limit)")
 		return
 	}
 	if hasStart && hasEnd && end < start {
@@ -93,11 +102,8 @@ func (s *Server) rankEvents(w http.ResponseWriter, r *http.Request) {
 		s.serveTreeDump(w, r, rk)
 		return
 	case start > st.last:
-		reqEnd := st.last
-		if hasEnd {
-			reqEnd = end
-		}
-		s.writeAnswer(w, &recovery.Answer{Kind: recovery.AnswerTooNew, RequestedStart: start, RequestedEnd: reqEnd, NewestAvailable: st.last})
+		// requested_end echoes the request: 0 when it gave no end (the field stays on the wire).
+		s.writeAnswer(w, &recovery.Answer{Kind: recovery.AnswerTooNew, RequestedStart: start, RequestedEnd: end, NewestAvailable: st.last})
 		return
 	case start < oldest:
 		s.serveTreeDump(w, r, rk)

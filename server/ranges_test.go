@@ -177,7 +177,7 @@ func TestRangeRules(t *testing.T) {
 		{url, "?start=5&end=3", "InvalidRange start=5 end=3"},
 		{url, "", "TreeDump blocks=10 last=10"},
 		{url, "?end=3", "TreeDump blocks=10 last=10"},
-		{url, "?start=11", "TooNew start=11 end=10 newest=10"},
+		{url, "?start=11", "TooNew start=11 end=0 newest=10"}, // no end requested: none echoed
 		{url, "?start=11&end=20", "TooNew start=11 end=20 newest=10"},
 		{url, "?start=3", "Events[3 4 5 6 7 8 9 10] last=10"},
 		{url, "?start=3&end=4", "Events[3 4 5 6 7 8 9 10] last=10"},
@@ -186,11 +186,10 @@ func TestRangeRules(t *testing.T) {
 		{url, "?start=3&limit=2", "Events[3 4] last=4"},
 		{url, "?start=5&limit=2", "Events[5 6] last=6"},
 		{url, "?start=9&limit=5", "Events[9 10] last=10"},
-		{url, "?start=3&limit=0", "Events[] last=2"},
 		{folded, "?start=1", "TreeDump blocks=10 last=10"},
 		{folded, "?start=6", "TreeDump blocks=10 last=10"},
 		{folded, "?start=7", "Events[7 8 9 10] last=10"},
-		{folded, "?start=11", "TooNew start=11 end=10 newest=10"},
+		{folded, "?start=11", "TooNew start=11 end=0 newest=10"},
 	} {
 		if got := describe(getAnswer(t, tc.url, tc.query)); got != tc.want {
 			t.Errorf("%s %s: got %q, want %q", map[bool]string{true: "folded", false: "full"}[tc.url == folded], tc.query, got, tc.want)
@@ -209,7 +208,7 @@ func TestRangeRules(t *testing.T) {
 			t.Errorf("unknown rank %q: got %s, want %s", q, got, want)
 		}
 	}
-	for _, q := range []string{"?start=x", "?limit=-1", "?end=1.5"} {
+	for _, q := range []string{"?start=x", "?limit=-1", "?end=1.5", "?start=3&limit=0", "?start=3&limt=2", "?start=1&start=2"} {
 		if code, b := getRaw(t, url, q); code != http.StatusBadRequest {
 			t.Errorf("%s: got %d %s, want 400", q, code, b)
 		}

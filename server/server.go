@@ -2,11 +2,13 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -39,9 +41,15 @@ type Config struct {
 	FS            vfs.FS           // default the OS file system (tests pass a crashable MemFS)
 	DumpCache     DumpCacheOptions // the TreeDump cache of the range route; defaults in DumpCacheOptions
 	ZMQ           []string         // vLLM publishers to subscribe to: ENDPOINT[?replay=ENDPOINT&worker_id=N] (ParseZMQFlag)
+	AuthToken     string           // when set, mutating routes require `Authorization: Bearer <AuthToken>`; also sent to upstreams
+	TLSCertFile   string           // with TLSKeyFile: serve HTTPS (Run only); both or neither
+	TLSKeyFile    string
+	Strict        bool   // refuse events with fields kvindex does not know (400) instead of counting them
+	Force         bool   // open a non-empty dir that is not a kvindex data dir (store.Options.Force)
+	Version       string // reported in the start log line; default the module version from the build info
 }
 
-// DefaultRetainEvents is the default of Config.RetainEvents (SPEC §4).
+// DefaultRetainEvents is the default of Config.RetainEvents (docs/API.md).
 const DefaultRetainEvents = 100_000
 
 func (c *Config) defaults() {
@@ -62,6 +70,9 @@ func (c *Config) defaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Version == "" {
+		c.Version = BuildVersion()
 	}
 }
 
@@ -84,13 +95,16 @@ type Server struct {
 	// (on its lane) and reading its events (off the lane): tests fold the log there.
 	testAfterOldest func(event.Rank)
 	start           time.Time // when Open began (uptime on the status page)
+
+	unknownFields atomic.Uint64 // unknown fields ignored in posted events (body.go)
+	unknownNames  sync.Map      // field name → struct{}: the names already logged
 }
 
 // Open opens the data dir (store.ErrLocked when another process holds it, store.ErrFormatTooNew
 // for a newer format) and builds the pipeline. Call Recover before serving writes.
 func Open(cfg Config) (*Server, error) {
 	cfg.defaults()
-	st, err := store.Open(cfg.DataDir, store.Options{FS: cfg.FS, Logger: cfg.Logger})
+	st, err := store.Open(cfg.DataDir, store.Options{FS: cfg.FS, Logger: cfg.Logger, Force: cfg.Force})
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +125,8 @@ func Open(cfg Config) (*Server, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	fetcher := recovery.NewFetcher(recovery.FetcherOptions{RequestTimeout: cfg.FetchTimeout, BaseBackoff: cfg.FetchBackoff, Logger: cfg.Logger})
+	fetcher := recovery.NewFetcher(recovery.FetcherOptions{RequestTimeout: cfg.FetchTimeout, BaseBackoff: cfg.FetchBackoff,
+		Logger: cfg.Logger, AuthToken: cfg.AuthToken})
 	s.pipe = lanes.New(lg, s.ix, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, Logger: cfg.Logger,
 		Listener: s.m.listener(mode), Source: s.sourceOf, Fetcher: fetcher})
 	if _, err := zmqConfigs(cfg.ZMQ); err != nil {
@@ -172,7 +187,7 @@ func (s *Server) Recover(ctx context.Context) error {
 	s.m.replaySec.Set(took.Seconds())
 	s.ready.Store(true)
 	s.status.Store("ready")
-	s.lg.Info("ready", "ranks", len(s.ix.Ranks()), "blocks", s.ix.Blocks(), "replay", took)
+	s.lg.Info("ready", "ranks", len(s.ix.Ranks()), "blocks", s.ix.Blocks(), "replay_ms", took.Milliseconds())
 	return nil
 }
 
@@ -192,23 +207,36 @@ func (s *Server) Pipeline() *lanes.Pipeline { return s.pipe }
 func (s *Server) Log() *wal.Log             { return s.log }
 func (s *Server) Store() *store.Store       { return s.st }
 
-// Run is `kvindex serve`: open, listen (so /healthz answers during replay), replay, serve until
-// ctx ends, then stop accepting, drain the lanes and close Pebble.
+// ErrListen wraps a failure to listen on Config.Listen (for example the port is in use).
+var ErrListen = errors.New("cannot listen")
+
+// Run is `kvindex serve`: listen (before the data dir is touched, so a busy port leaves nothing
+// behind), open, serve (so /healthz answers during replay), replay, serve until ctx ends, then
+// stop accepting, drain the lanes and close Pebble.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
-	s, err := Open(cfg)
+	tlsCfg, err := cfg.tlsConfig()
 	if err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		_ = s.Close()
-		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+		return fmt.Errorf("%w on %s: %w", ErrListen, cfg.Listen, err)
 	}
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	s, err := Open(cfg)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	s.logSettings(ln.Addr().String(), tlsCfg != nil)
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
+	}
+	// The HTTP server's own complaints (TLS handshakes, broken clients) are debug lines.
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(s.lg.Handler(), slog.LevelDebug)}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	s.lg.Info("listening", "addr", ln.Addr().String(), "data_dir", cfg.DataDir)
 	if err := s.Recover(ctx); err != nil {
 		_ = srv.Close()
 		cerr := s.Close()
@@ -236,4 +264,43 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	s.lg.Info("stopped cleanly")
 	return nil
+}
+
+// tlsConfig loads the certificate pair when TLS is configured (nil when not): both files or
+// neither, checked before anything is opened.
+func (c *Config) tlsConfig() (*tls.Config, error) {
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		return nil, fmt.Errorf("%w: give both the certificate and the key, or neither", ErrTLSConfig)
+	}
+	if c.TLSCertFile == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: loading %s and %s: %w", ErrTLSConfig, c.TLSCertFile, c.TLSKeyFile, err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// logSettings logs the effective settings once at start (the token itself never), and warns when
+// anyone beyond this machine may change the index.
+func (s *Server) logSettings(addr string, tlsOn bool) {
+	c := &s.cfg
+	scheme := "http"
+	if tlsOn {
+		scheme = "https"
+	}
+	lanesN := c.Lanes
+	if lanesN <= 0 {
+		lanesN = runtime.GOMAXPROCS(0)
+	}
+	s.lg.Info("listening", "addr", addr, "scheme", scheme, "version", c.Version, "data_dir", c.DataDir,
+		"block_size", c.BlockSize, "lanes", lanesN, "durability", c.Durability.String(), "retain_events", c.RetainEvents,
+		"max_body_bytes", c.MaxBodyBytes, "submit_timeout_ms", c.SubmitTimeout.Milliseconds(), "upstream", c.Upstream,
+		"fetch_timeout_ms", c.FetchTimeout.Milliseconds(), "fetch_backoff_ms", c.FetchBackoff.Milliseconds(),
+		"zmq_sources", len(c.ZMQ), "auth", c.AuthToken != "", "strict", c.Strict)
+	if c.AuthToken == "" && !isLoopbackListen(c.Listen) {
+		s.lg.Warn("listening beyond loopback without an auth token: anyone who reaches the port can post events and delete workers (use --auth-token-file)",
+			"addr", addr)
+	}
 }

@@ -78,7 +78,7 @@ func (s *Server) putSource(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	body, ok := s.readBody(w, r)
+	body, _, ok := s.readBody(w, r, bodyJSON)
 	if !ok {
 		return
 	}

@@ -130,7 +130,7 @@ func (s *Server) listSources(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) postSource(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readBody(w, r)
+	body, _, ok := s.readBody(w, r, bodyJSON)
 	if !ok {
 		return
 	}

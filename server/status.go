@@ -30,7 +30,7 @@ const (
 	maxRefresh     = 3600
 	// maxRankRows caps the rows shown per state: the page stays small with 10,000 ranks.
 	maxRankRows = 200
-	// defaultPartition is the only partition until partitions exist (SPEC §9).
+	// defaultPartition is the only partition until partitions exist.
 	defaultPartition = "default"
 )
 

@@ -105,7 +105,7 @@ const pageViewJS = `(() => {
   };
 })()`
 
-// TestStatusPageInBrowser (SPEC §11, issue 16 item 1): the status page, loaded in a real
+// TestStatusPageInBrowser (issue 16 item 1): the status page, loaded in a real
 // headless Chromium, shows the version, one "default" partition with the rank counts by state,
 // every rank under its state with its gap ledger (live, degraded after a lost gap, recovering
 // while its upstream restore hangs), the ZMQ source with the seconds since its last event and

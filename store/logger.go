@@ -20,9 +20,11 @@ type pebbleLogger struct {
 	fatal *atomic.Bool // the store's: set before Fatalf panics
 }
 
+// Infof logs at debug level: Pebble's info lines (WAL recovery, table stats, ...) are its own
+// bookkeeping, not news to a kvindex operator.
 func (l pebbleLogger) Infof(format string, args ...any) {
-	if l.log.Enabled(context.Background(), slog.LevelInfo) {
-		l.log.Info(fmt.Sprintf(format, args...), "component", "pebble")
+	if l.log.Enabled(context.Background(), slog.LevelDebug) {
+		l.log.Debug(fmt.Sprintf(format, args...), "component", "pebble")
 	}
 }
 
@@ -73,7 +75,7 @@ func (s *Store) eventListener(ln Listener) *pebble.EventListener {
 		},
 		WriteStallEnd: func() { log.Info("write stall end") },
 		DiskSlow: func(info pebble.DiskSlowInfo) {
-			log.Warn("disk slow", "path", info.Path, "duration", info.Duration)
+			log.Warn("disk slow", "path", info.Path, "duration_ms", info.Duration.Milliseconds())
 		},
 		LowDiskSpace: func(info pebble.LowDiskSpaceInfo) {
 			log.Warn("low disk space", "info", info.String())

@@ -50,6 +50,12 @@ var (
 	ErrFormatUnsupported = errors.New("data dir format is not supported")
 	// ErrNoData: a read-only Open found no kvindex data in the dir.
 	ErrNoData = errors.New("no kvindex data in dir")
+	// ErrNotDataDir: the dir holds files but is not a kvindex data dir (no kvindex.lock); Open
+	// refuses it unless Options.Force, so a mistyped --data-dir does not fill an unrelated dir.
+	ErrNotDataDir = errors.New("not a kvindex data dir")
+	// ErrPermission: the dir (or its lock file) cannot be created or written by this user. It
+	// also matches fs.ErrPermission.
+	ErrPermission = errors.New("permission denied")
 	// ErrCorruption marks corruption found in the store: Pebble's (a corrupt WAL, sstable or
 	// MANIFEST) and, through wal, corrupt records and snapshots.
 	ErrCorruption = errors.New("corruption")
@@ -75,6 +81,8 @@ type Options struct {
 	Listener Listener
 	// Tune, when set, is applied to the Pebble options last (tests and experiments only).
 	Tune func(*pebble.Options)
+	// Force opens a non-empty dir that is not a kvindex data dir (else ErrNotDataDir).
+	Force bool
 }
 
 // Listener holds optional callbacks for store events. Tests use them to observe recovery.
@@ -134,8 +142,15 @@ func Open(dir string, opts Options) (*Store, error) {
 		if _, err := opts.FS.Stat(dir); err != nil {
 			return nil, fmt.Errorf("open %s: %w: %w", dir, ErrNoData, err)
 		}
-	} else if err := opts.FS.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("open %s: create dir: %w", dir, err)
+	} else {
+		if !opts.Force {
+			if err := checkDataDir(opts.FS, dir); err != nil {
+				return nil, err
+			}
+		}
+		if err := opts.FS.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("open %s: create dir: %w", dir, permErr(err))
+		}
 	}
 	if err := s.takeLock(); err != nil {
 		return nil, err
@@ -143,7 +158,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	ok := false
 	defer func() {
 		if !ok {
-			_ = s.lock.Close()
+			_ = s.unlock()
 		}
 	}()
 
@@ -182,8 +197,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	db, err := pebble.Open(dir, po)
 	if err != nil {
-		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) {
-			// Pebble's own LOCK is held (by a tool that bypassed kvindex.lock).
+		var pe *fs.PathError
+		if !errors.As(err, &pe) && (errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES)) {
+			// Pebble's own LOCK is held (by a tool that bypassed kvindex.lock); a *PathError
+			// is a file Pebble could not create (permissions), not a held lock.
 			return nil, fmt.Errorf("%w: data dir %s is in use by another process (Pebble LOCK): %w", ErrLocked, dir, err)
 		}
 		return nil, mapPebbleErr(fmt.Sprintf("open %s", dir), err)
@@ -204,8 +221,10 @@ func (s *Store) takeLock() error {
 	l, err := s.fs.Lock(lockPath)
 	if err != nil {
 		var pe *fs.PathError
-		if errors.As(err, &pe) && !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, syscall.EACCES) {
-			return fmt.Errorf("open %s: lock: %w", s.dir, err) // could not create the lock file
+		if errors.As(err, &pe) {
+			// Creating the lock file failed (a *PathError; a held lock is a bare errno from
+			// fcntl): the dir is not writable, not locked.
+			return fmt.Errorf("open %s: creating the lock file: %w", s.dir, permErr(err))
 		}
 		pid := "?"
 		if b, rerr := readSmallFile(s.fs, pidPath); rerr == nil && strings.TrimSpace(string(b)) != "" {
@@ -220,6 +239,33 @@ func (s *Store) takeLock() error {
 		_ = f.Close()
 	}
 	return nil
+}
+
+// checkDataDir refuses an existing, non-empty dir without kvindex.lock (every dir kvindex ever
+// opened has one): it is somebody else's dir. A missing or empty dir is fine.
+func checkDataDir(f vfs.FS, dir string) error {
+	names, err := f.List(dir)
+	if err != nil {
+		return nil // missing (created next) or unreadable (MkdirAll or the lock reports it)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	for _, n := range names {
+		if n == LockFileName {
+			return nil
+		}
+	}
+	return fmt.Errorf("open %s: %w: it holds %d other files (e.g. %s); pick an empty or new dir, or pass --force to use it anyway",
+		dir, ErrNotDataDir, len(names), names[0])
+}
+
+// permErr marks a permission failure with ErrPermission (the OS error stays wrapped).
+func permErr(err error) error {
+	if errors.Is(err, fs.ErrPermission) && !errors.Is(err, ErrPermission) {
+		return fmt.Errorf("%w: %w", ErrPermission, err)
+	}
+	return err
 }
 
 func readSmallFile(f vfs.FS, path string) ([]byte, error) {
@@ -378,7 +424,7 @@ func (s *Store) Close() (err error) {
 			s.log.Error("store: Pebble did not close after a fatal error; abandoning it", "dir", s.dir)
 		}
 		s.db = nil
-		if lerr := s.lock.Close(); lerr != nil {
+		if lerr := s.unlock(); lerr != nil {
 			return fmt.Errorf("close %s: %w (unlock: %v)", s.dir, ErrFatal, lerr)
 		}
 		return fmt.Errorf("close %s: %w: closed after a fatal error", s.dir, ErrFatal)
@@ -388,7 +434,7 @@ func (s *Store) Close() (err error) {
 			err = fmt.Errorf("close %s: %w", s.dir, panicErr(r))
 		}
 		s.db = nil
-		if lerr := s.lock.Close(); lerr != nil && err == nil {
+		if lerr := s.unlock(); lerr != nil && err == nil {
 			err = fmt.Errorf("close %s: unlock: %w", s.dir, lerr)
 		}
 	}()
@@ -396,6 +442,15 @@ func (s *Store) Close() (err error) {
 		return mapPebbleErr(fmt.Sprintf("close %s", s.dir), cerr)
 	}
 	return nil
+}
+
+// unlock removes the pid file (it names the owner only while the lock is held) and releases the
+// lock.
+func (s *Store) unlock() error {
+	if err := s.fs.Remove(s.fs.PathJoin(s.dir, PIDFileName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.log.Warn("store: removing the pid file", "dir", s.dir, "err", err)
+	}
+	return s.lock.Close()
 }
 
 // MapError wraps a Pebble error with context, marking corruption with ErrCorruption.

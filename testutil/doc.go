@@ -2,7 +2,7 @@
 // production package imports it (the kvindex binary must not link it, nor the test-only modules
 // it uses, goleak and errorfs; cmd/kvindex TestBinaryLinksNoTestOnlyPackages checks that).
 //
-//   - model.go: the SPEC §3 reference model of the index (per rank held and reachable blocks);
+//   - model.go: the reference model of the index (per rank held and reachable blocks);
 //     deliberately naive (maps, linear scans, no concurrency) so it is easy to check by reading.
 //     index, lanes, recovery and end-to-end tests compare their results against it.
 //   - script.go: the compact one-line event notation of the datadriven scripts.

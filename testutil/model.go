@@ -8,7 +8,7 @@ import (
 	"github.com/kvindex/kvindex/event"
 )
 
-// Model is the SPEC §3 reference oracle of the index. Per rank it keeps `held`: every block hash
+// Model is the reference oracle of the index. Per rank it keeps `held`: every block hash
 // stored and not removed, with its tokens hash, its parent (a block hash, or the root) and its
 // position (the tokens hashes from the root down to it, fixed when it was stored). A rank
 // becomes known with its first Stored that applies (the index's rule) and is forgotten by

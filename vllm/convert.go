@@ -32,7 +32,7 @@ type Counts struct {
 // ids contiguously per rank). A BlockStored whose block size is 0, whose token count is not a
 // multiple of the block size or whose block count differs from its hash count is rejected
 // (counted, no event, no id used). tokens_hash is kvindex's own block hash of each block's
-// token_ids under the batch's lora_name (SPEC §2); block_hash is the engine hash. extra_keys
+// token_ids under the batch's lora_name (event.BlockHashes); block_hash is the engine hash. extra_keys
 // (multimodal/cache-salt keys) are not hashed in: such blocks match only queries hashed the same
 // way, which is the engine's own behaviour for plain token queries.
 func Convert(dst []event.RouterEvent, b *Batch, rank event.Rank, firstID uint64) ([]event.RouterEvent, Counts) {

@@ -39,7 +39,7 @@
 // cleared (WorkerIDFromTopic). Event ids are kvindex's, contiguous per rank (the rank's newest
 // logged id + 1, or 1), so ranges served to other kvindex instances stay gap-free; the publisher's
 // seq is kept beside them as the source's cursor (below). tokens_hash is kvindex's own block hash
-// of a block's token_ids (SPEC §2, with the batch's block_size and lora_name), block_hash the
+// of a block's token_ids (event.BlockHashes, with the batch's block_size and lora_name), block_hash the
 // engine's hash. Media: GPU (or absent) is the device tier; CPU maps to host_pinned, DISK to disk,
 // anything else to external — the lanes log and count those and keep them out of the device
 // tree. A BlockStored whose token count is not block_count × block_size is rejected and counted.
@@ -62,7 +62,7 @@
 //   - then the batch is applied.
 //
 // Lost batches clear every rank of the publisher (unless Options.KeepOnLoss): a missed
-// BlockRemoved would otherwise make the index over-count forever, as SPEC §5 says for a lost
+// BlockRemoved would otherwise make the index over-count forever, as for a lost
 // event id. A seq restart that overtakes the old seq before kvindex reconnects cannot be told
 // from a gap (the wire carries no epoch); it is replayed as a gap.
 //

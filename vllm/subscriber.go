@@ -118,7 +118,7 @@ func (s *subscriber) run(ctx context.Context) {
 		s.ctr.reconnects.Add(1)
 		s.setErr(err)
 		s.setState(StateBackoff)
-		s.lg.Warn("zmq source disconnected; retrying", "source", s.cfg.ID, "endpoint", s.cfg.Endpoint, "err", err, "backoff", backoff)
+		s.lg.Warn("zmq source disconnected; retrying", "source", s.cfg.ID, "endpoint", s.cfg.Endpoint, "err", err, "backoff_ms", backoff.Milliseconds())
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -277,7 +277,7 @@ func (s *subscriber) fillGap(ctx context.Context, topic []byte, from, to uint64)
 }
 
 // lose records n lost batches and, unless Options.KeepOnLoss, clears the publisher's ranks: a
-// lost Removed would otherwise over-count forever (SPEC §5).
+// lost Removed would otherwise over-count forever.
 func (s *subscriber) lose(ctx context.Context, topic []byte, n uint64) error {
 	s.ctr.lost.Add(n)
 	if s.m.opts.KeepOnLoss {

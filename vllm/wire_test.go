@@ -255,7 +255,7 @@ func TestDecodeGolden(t *testing.T) {
 	})
 }
 
-// TestGoldenTokensHash pins the golden store's tokens_hash to kvindex's own SPEC §2 hash.
+// TestGoldenTokensHash pins the golden store's tokens_hash to kvindex's own hash (event.BlockHashes).
 func TestGoldenTokensHash(t *testing.T) {
 	for _, name := range []string{"stored_map", "stored_array", "pre_dp_batch"} {
 		b, err := DecodeBatch(fixtures[name]())

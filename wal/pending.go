@@ -10,7 +10,7 @@ import (
 	"github.com/kvindex/kvindex/store"
 )
 
-// Pending events: the live events a rank buffers while a recovery is in flight (SPEC §5). They
+// Pending events: the live events a rank buffers while a recovery is in flight. They
 // were acknowledged, so they are made durable in the batch that decided to buffer them, under
 // 'P' | rank | event_id with a log record value, and deleted once applied or recorded lost. They
 // are not the log: the log holds only what the tree holds.

@@ -1,4 +1,4 @@
-// Package workload owns the benchmark input of kvindex (BENCH.md stage 1): the Mooncake trace
+// Package workload owns the benchmark input of kvindex (docs/BENCHMARKS.md stage 1): the Mooncake trace
 // loader and the simulated workers that turn a trace into the Stored/Removed event stream and the
 // find_matches queries a KV-aware router would see. `kvindex bench` and `kvindex loadgen`
 // (package bench) drive it, and tests use the same streams, so benchmark and tests measure one
@@ -9,7 +9,7 @@
 //     disjoint copies, hash ids shifted by ScaleOffset per copy).
 //   - workload.go: Generate (workers with prefix-closed LRU caches routed by cost), Worker, and
 //     the workload dir format (WriteWorkloadDir / ReadWorkloadDir, events.ndjson and
-//     queries.ndjson); the decisions BENCH.md leaves open are listed at the top of that file.
+//     queries.ndjson); its own decisions are listed at the top of that file.
 //
 // # Invariants
 //

@@ -19,7 +19,7 @@ var ErrBadTrace = errors.New("bad trace")
 // disjoint hash ids: k < 1, or a hash id of at least ScaleOffset when k > 1.
 var ErrScale = errors.New("cannot scale trace")
 
-// ScaleOffset is what copy c of a scaled trace adds to every hash id, times c (BENCH.md stage 1).
+// ScaleOffset is what copy c of a scaled trace adds to every hash id, times c (docs/BENCHMARKS.md stage 1).
 const ScaleOffset uint64 = 1_000_000_000
 
 // Request is one record of a Mooncake trace (kvcache-ai/Mooncake FAST'25 release, JSONL).
@@ -115,7 +115,7 @@ func LoadTraceFile(path string) ([]Request, error) {
 	return reqs, nil
 }
 
-// Scale returns k disjoint copies of a trace (BENCH.md `--scale`): copy c is reqs with c ×
+// Scale returns k disjoint copies of a trace (docs/BENCHMARKS.md `--scale`): copy c is reqs with c ×
 // ScaleOffset added to every hash id and the same timestamps and lengths; copy 0 shares nothing
 // with reqs (every slice is fresh). Each copy is served by its own workers in Generate (copy c
 // by workers c·Workers … (c+1)·Workers−1). It fails with ErrScale when k < 1, or when k > 1 and

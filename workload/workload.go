@@ -19,10 +19,10 @@ import (
 	"github.com/kvindex/kvindex/event"
 )
 
-// The benchmark workload (BENCH.md stage 1): a Mooncake trace replayed against simulated workers
+// The benchmark workload (docs/BENCHMARKS.md stage 1): a Mooncake trace replayed against simulated workers
 // whose prefix caches emit the Stored/Removed event stream a KV-aware router would see.
 //
-// Decisions where BENCH.md is silent:
+// Decisions of this generator:
 //   - Time is simulated in integer microseconds: a request arrives at timestamp·1000/speedup µs
 //     and stays in flight for (n − p)·50,000 + output_length·20,000 µs (not divided by speedup);
 //     it stops counting in a(w) at an arrival time ≥ its end. Requests are served in timestamp
@@ -64,7 +64,7 @@ type WorkloadOptions struct {
 	Seed        int64   // orders the workers for first-use tie-breaking; default (and 0) 42
 }
 
-// The defaults of WorkloadOptions (BENCH.md `kvindex bench` flags).
+// The defaults of WorkloadOptions (docs/BENCHMARKS.md `kvindex bench` flags).
 const (
 	DefaultWorkers     = 256
 	DefaultCacheBlocks = 512
@@ -112,7 +112,7 @@ type Workload struct {
 }
 
 // Generate simulates reqs, scaled to `scale` disjoint copies (see Scale), on Workers simulated
-// workers per copy, and returns the event stream and the queries (BENCH.md stage 1). It is
+// workers per copy, and returns the event stream and the queries (docs/BENCHMARKS.md stage 1). It is
 // deterministic: the same inputs give the same workload. reqs is not modified.
 func Generate(reqs []Request, scale int, opts WorkloadOptions) (*Workload, error) {
 	opts, err := opts.withDefaults()
@@ -500,10 +500,10 @@ func (w *Worker) evictLRU() uint64 {
 	return h
 }
 
-// The workload directory (BENCH.md `--workload DIR`), so other indexes can be measured on the
+// The workload directory (docs/BENCHMARKS.md `--workload DIR`), so other indexes can be measured on the
 // very same streams:
 //
-//	DIR/events.ndjson   one RouterEvent a line, in its SPEC §2 wire JSON (event.AppendJSON)
+//	DIR/events.ndjson   one RouterEvent a line, in its wire JSON (docs/API.md) (event.AppendJSON)
 //	DIR/queries.ndjson  one query a line: {"block_hashes":[<u64>,…],"after_event":<n>}
 //	                    (asked after the first n events of events.ndjson)
 //

@@ -23,13 +23,13 @@ type fataler interface {
 }
 
 // checkStream replays wl through a per-worker held set and fails t unless wl is exactly what
-// BENCH.md stage 1 promises for reqs: one query per request and copy, in timestamp order, copy by
+// docs/BENCHMARKS.md stage 1 promises for reqs: one query per request and copy, in timestamp order, copy by
 // copy; each request's events come from one worker of its copy, right after its query; per rank
 // the event ids run 1, 2, 3, … with dp_rank 0; a Removed (if any) comes first and names only held
 // blocks that have no held child at that moment (leaves first) and are not part of the prompt's
 // held prefix; a Stored (if any) follows, its parent is the deepest held prompt block (or the
 // root), and it holds exactly the missing prompt blocks up to the cache size, block_hash chained
-// per SPEC §2 and tokens_hash = the hash id; no worker ever holds more than cacheBlocks blocks;
+// chained (event.BlockHashes), and tokens_hash = the hash id; no worker ever holds more than cacheBlocks blocks;
 // Blocks and RoutingHitRatio agree with the replay.
 func checkStream(t fataler, reqs []Request, wl *Workload, opts WorkloadOptions, scale int) {
 	opts, err := opts.withDefaults()
@@ -587,7 +587,7 @@ func TestGenerateRealTraceScale8(t *testing.T) {
 }
 
 // BenchmarkGenerate times stage 1 of `kvindex bench --scale 8` on the real trace and reports the
-// size of the stream it makes (the BENCH.md `events` and `blocks` metrics).
+// size of the stream it makes (the docs/BENCHMARKS.md `events` and `blocks` metrics).
 func BenchmarkGenerate(b *testing.B) {
 	reqs := loadRealTrace(b)
 	for _, scale := range []int{1, 8} {

@@ -16,15 +16,15 @@ import (
 	"golang.org/x/term"
 )
 
-// workloadFlags are the generator flags bench and loadgen share (BENCH.md defaults).
-func workloadFlags() []cli.Flag {
+// workloadFlags are the generator flags bench and loadgen share (docs/BENCHMARKS.md defaults).
+func workloadFlags(cmd string) []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "trace", Usage: "Mooncake JSONL trace to generate the workload from", EnvVars: env("trace")},
-		&cli.IntFlag{Name: "scale", Value: 1, Usage: "disjoint copies of the trace (hash ids offset per copy), each on its own workers", EnvVars: env("scale")},
-		&cli.IntFlag{Name: "workers", Value: workload.DefaultWorkers, Usage: "simulated workers per copy", EnvVars: env("workers")},
-		&cli.IntFlag{Name: "cache-blocks", Value: workload.DefaultCacheBlocks, Usage: "LRU capacity of each simulated worker, in blocks", EnvVars: env("cache-blocks")},
-		&cli.Float64Flag{Name: "speedup", Value: workload.DefaultSpeedup, Usage: "trace time is divided by this", EnvVars: env("speedup")},
-		&cli.Int64Flag{Name: "seed", Value: workload.DefaultSeed, Usage: "seed of the workers' tie-breaking order", EnvVars: env("seed")},
+		&cli.StringFlag{Name: "trace", Usage: "Mooncake JSONL trace to generate the workload from", EnvVars: env(cmd, "trace")},
+		&cli.IntFlag{Name: "scale", Value: 1, Usage: "disjoint copies of the trace (hash ids offset per copy), each on its own workers", EnvVars: env(cmd, "scale")},
+		&cli.IntFlag{Name: "workers", Value: workload.DefaultWorkers, Usage: "simulated workers per copy", EnvVars: env(cmd, "workers")},
+		&cli.IntFlag{Name: "cache-blocks", Value: workload.DefaultCacheBlocks, Usage: "LRU capacity of each simulated worker, in blocks", EnvVars: env(cmd, "cache-blocks")},
+		&cli.Float64Flag{Name: "speedup", Value: workload.DefaultSpeedup, Usage: "trace time is divided by this", EnvVars: env(cmd, "speedup")},
+		&cli.Int64Flag{Name: "seed", Value: workload.DefaultSeed, Usage: "seed of the workers' tie-breaking order", EnvVars: env(cmd, "seed")},
 	}
 }
 
@@ -53,21 +53,21 @@ func writeReport(w io.Writer, rep *bench.Report, asJSON bool) error {
 }
 
 func benchCommand() *cli.Command {
-	flags := append(workloadFlags(),
-		&cli.StringFlag{Name: "workload", Usage: "a workload dir (events.ndjson + queries.ndjson) instead of --trace", EnvVars: env("workload")},
-		&cli.IntFlag{Name: "producers", Value: 16, Usage: "concurrent producers, each owning a set of ranks", EnvVars: env("producers")},
-		&cli.IntFlag{Name: "batch", Value: 1, Usage: "events per append (Submit, and commit in the Pebble ceiling)", EnvVars: env("batch")},
-		&cli.StringFlag{Name: "durability", Value: "sync", Usage: "sync or none, for the pipeline and the Pebble ceiling", EnvVars: env("durability")},
-		&cli.IntFlag{Name: "lanes", Value: 0, Usage: "pipeline lanes (0 = GOMAXPROCS, as serve)", EnvVars: env("lanes")},
-		&cli.StringFlag{Name: "data-dir", Usage: "where the stores go, kept after the run (default: a temp dir, removed after)", EnvVars: env("bench-data-dir")},
-		&cli.DurationFlag{Name: "loaded-max", Value: 0, Usage: "bound of the under-load query phase (0 = 30s)", EnvVars: env("loaded-max")},
-		&cli.BoolFlag{Name: "json", Usage: "one JSON object per metric and line instead of the table", EnvVars: env("json")},
-		&cli.StringFlag{Name: "markdown", Usage: "also write the results table into this markdown file (its section for this configuration is replaced)", EnvVars: env("markdown")},
-		&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the whole run to this file (go tool pprof)", EnvVars: env("cpuprofile")},
+	flags := append(workloadFlags("bench"),
+		&cli.StringFlag{Name: "workload", Usage: "a workload dir (events.ndjson + queries.ndjson) instead of --trace", EnvVars: env("bench", "workload")},
+		&cli.IntFlag{Name: "producers", Value: 16, Usage: "concurrent producers, each owning a set of ranks", EnvVars: env("bench", "producers")},
+		&cli.IntFlag{Name: "batch", Value: 1, Usage: "events per append (Submit, and commit in the Pebble ceiling)", EnvVars: env("bench", "batch")},
+		&cli.StringFlag{Name: "durability", Value: "sync", Usage: "sync or none, for the pipeline and the Pebble ceiling", EnvVars: env("bench", "durability")},
+		&cli.IntFlag{Name: "lanes", Value: 0, Usage: "pipeline lanes (0 = GOMAXPROCS, as serve)", EnvVars: env("bench", "lanes")},
+		&cli.StringFlag{Name: "data-dir", Usage: "where the two stores go (DIR/kvindex and DIR/pebble-ceiling, which must be missing or empty), kept after the run (default: a temp dir, removed after)", EnvVars: env("bench", "data-dir")},
+		&cli.DurationFlag{Name: "loaded-max", Value: 0, Usage: "bound of the under-load query phase (0 = 30s)", EnvVars: env("bench", "loaded-max")},
+		&cli.BoolFlag{Name: "json", Usage: "one JSON object per metric and line instead of the table", EnvVars: env("bench", "json")},
+		&cli.StringFlag{Name: "markdown", Usage: "also write the results table into this markdown file (its section for this configuration is replaced)", EnvVars: env("bench", "markdown")},
+		&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the whole run to this file (go tool pprof)", EnvVars: env("bench", "cpuprofile")},
 	)
 	return &cli.Command{
 		Name:  "bench",
-		Usage: "the trace-driven benchmark with its baselines in the same run (BENCH.md)",
+		Usage: "the trace-driven benchmark with its baselines in the same run (docs/BENCHMARKS.md)",
 		Flags: flags,
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/kvindex/kvindex/server"
 	"github.com/urfave/cli/v2"
 )
 
@@ -25,9 +26,22 @@ func (u usageError) Error() string { return u.err.Error() }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
-func env(name string) []string {
-	return []string{"KVINDEX_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))}
+// env is the environment variable of a command's flag: KVINDEX_<COMMAND>_<FLAG> (dashes become
+// underscores), so one variable never sets the same-named flag of two commands; a global flag
+// (cmd "") is KVINDEX_<FLAG>. also lists older names that keep working (serve's KVINDEX_<FLAG>,
+// which API.md promises).
+func env(cmd, flag string, also ...string) []string {
+	name := flag
+	if cmd != "" {
+		name = cmd + "-" + flag
+	}
+	return append([]string{envName(name)}, also...)
 }
+
+func envName(s string) string { return "KVINDEX_" + strings.ToUpper(strings.ReplaceAll(s, "-", "_")) }
+
+// serveEnv is env for serve's flags: KVINDEX_SERVE_<FLAG>, and KVINDEX_<FLAG> as before.
+func serveEnv(flag string) []string { return env("serve", flag, envName(flag)) }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
@@ -44,10 +58,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	var ec cli.ExitCoder
 	if errors.As(err, &ec) {
-		if msg := err.Error(); msg != "" {
-			fmt.Fprintf(stderr, "kvindex: %s\n", msg)
-		}
-		return ec.ExitCode()
+		// kvindex returns no ExitCoder itself; the CLI library's (an unknown help topic, its
+		// code 3) are usage errors.
+		fmt.Fprintf(stderr, "kvindex: usage: %s\n", oneLine(err))
+		return 2
 	}
 	fmt.Fprintf(stderr, "kvindex: %v\n", oneLine(err))
 	return 1
@@ -59,11 +73,12 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	app := &cli.App{
 		Name:      "kvindex",
 		Usage:     "a persistent KV-cache block index for KV-aware LLM routing",
+		Version:   server.BuildVersion(),
 		Writer:    stdout,
 		ErrWriter: stderr,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
-			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", EnvVars: env("log-format")},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("", "log-level")},
+			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", EnvVars: env("", "log-format")},
 		},
 		OnUsageError:   func(_ *cli.Context, err error, _ bool) error { return usageError{err} },
 		ExitErrHandler: func(*cli.Context, error) {}, // run() prints and picks the exit code
@@ -72,6 +87,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			compactCommand(), exportCommand(), inspectCommand(), verifyCommand(),
 			benchCommand(),
 			loadgenCommand(),
+			versionCommand(),
 		},
 	}
 	app.Action = func(c *cli.Context) error {
@@ -92,6 +108,20 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		cmd.OnUsageError = app.OnUsageError
 	}
 	return app
+}
+
+func versionCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "version",
+		Usage: "print the version (the same as kvindex --version)",
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("version takes no arguments, got %q", c.Args().Slice())
+			}
+			cli.VersionPrinter(c)
+			return nil
+		},
+	}
 }
 
 func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {

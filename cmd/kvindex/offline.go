@@ -42,7 +42,7 @@ func compactCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "compact",
 		Usage: "offline: fold each rank's log into a snapshot at its newest event, delete the folded log, compact Pebble",
-		Flags: []cli.Flag{dataDirFlag()},
+		Flags: []cli.Flag{offlineDataDirFlag("compact")},
 		Action: func(c *cli.Context) error {
 			o, err := offlineOptions(c)
 			if err != nil {
@@ -59,12 +59,12 @@ func exportCommand() *cli.Command {
 		Name:  "export",
 		Usage: "offline, read-only: the log as RouterEvent NDJSON (events, original ids) or the rebuilt tree (dump)",
 		Flags: []cli.Flag{
-			dataDirFlag(),
-			&cli.StringFlag{Name: "what", Value: "events", Usage: "events: the retained log, each rank's snapshot first; dump: the rebuilt tree, ids from 0 per rank", EnvVars: env("what")},
-			&cli.Uint64Flag{Name: "worker-id", Usage: "only this worker's ranks", EnvVars: env("worker-id")},
-			&cli.UintFlag{Name: "dp-rank", Usage: "only this dp rank (with --worker-id)", EnvVars: env("dp-rank")},
-			&cli.Uint64Flag{Name: "from", Usage: "events only: skip log events below this id (a snapshot at or above it is still written)", EnvVars: env("from")},
-			&cli.StringFlag{Name: "out", Usage: "write to this file (replaced atomically when done) instead of stdout", EnvVars: env("out")},
+			offlineDataDirFlag("export"),
+			&cli.StringFlag{Name: "what", Value: "events", Usage: "events: the retained log, each rank's snapshot first; dump: the rebuilt tree, ids from 0 per rank", EnvVars: env("export", "what")},
+			&cli.Uint64Flag{Name: "worker-id", Usage: "only this worker's ranks", EnvVars: env("export", "worker-id")},
+			&cli.UintFlag{Name: "dp-rank", Usage: "only this dp rank (with --worker-id)", EnvVars: env("export", "dp-rank")},
+			&cli.Uint64Flag{Name: "from", Usage: "events only: skip log events below this id (a snapshot at or above it is still written)", EnvVars: env("export", "from")},
+			&cli.StringFlag{Name: "out", Usage: "write to this file (replaced atomically when done) instead of stdout", EnvVars: env("export", "out")},
 		},
 		Action: func(c *cli.Context) error {
 			o, err := offlineOptions(c)
@@ -139,8 +139,8 @@ func inspectCommand() *cli.Command {
 		Name:  "inspect",
 		Usage: "offline, read-only: format version, ranks (log span, snapshot, cursor, gap ledger), disk bytes, Pebble summary",
 		Flags: []cli.Flag{
-			dataDirFlag(),
-			&cli.BoolFlag{Name: "json", Usage: "write the report as JSON", EnvVars: env("json")},
+			offlineDataDirFlag("inspect"),
+			&cli.BoolFlag{Name: "json", Usage: "write the report as JSON", EnvVars: env("inspect", "json")},
 		},
 		Action: func(c *cli.Context) error {
 			o, err := offlineOptions(c)
@@ -157,7 +157,7 @@ func verifyCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "verify",
 		Usage: "offline, read-only: rebuild every rank from snapshot + log and check checksums, ids and tree invariants; exit 1 listing each problem",
-		Flags: []cli.Flag{dataDirFlag()},
+		Flags: []cli.Flag{offlineDataDirFlag("verify")},
 		Action: func(c *cli.Context) error {
 			o, err := offlineOptions(c)
 			if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"log/slog"
 	"time"
 
@@ -10,7 +11,37 @@ import (
 )
 
 func dataDirFlag() cli.Flag {
-	return &cli.StringFlag{Name: "data-dir", Value: "./kvindex-data", Usage: "the data dir (a Pebble store; created when empty)", EnvVars: env("data-dir")}
+	return &cli.StringFlag{Name: "data-dir", Value: "./kvindex-data", EnvVars: serveEnv("data-dir"),
+		Usage: "the data dir (a Pebble store): created when missing; an existing dir must be empty or a kvindex data dir (else --force)"}
+}
+
+// offlineDataDirFlag is the offline commands' --data-dir: KVINDEX_<CMD>_DATA_DIR, or the same
+// KVINDEX_DATA_DIR as serve's.
+func offlineDataDirFlag(cmd string) cli.Flag {
+	return &cli.StringFlag{Name: "data-dir", Value: "./kvindex-data", EnvVars: env(cmd, "data-dir", envName("data-dir")),
+		Usage: "the data dir of a stopped kvindex serve (must exist)"}
+}
+
+// authTokenFlag is --auth-token-file, of serve and loadgen.
+func authTokenFlag(cmd string, env []string) cli.Flag {
+	usage := "require Authorization: Bearer <token> on every mutating route (events, deletes, sources, flush); the token is the file's content, trimmed; also sent to --upstream"
+	if cmd == "loadgen" {
+		usage = "send Authorization: Bearer <token> (the file's content, trimmed), for a server started with --auth-token-file"
+	}
+	return &cli.StringFlag{Name: "auth-token-file", Usage: usage, EnvVars: env}
+}
+
+// readToken reads --auth-token-file when given ("" when not).
+func readToken(c *cli.Context) (string, error) {
+	path := c.String("auth-token-file")
+	if path == "" {
+		return "", nil
+	}
+	tok, err := server.ReadAuthToken(path)
+	if err != nil {
+		return "", usagef("--auth-token-file: %w", err)
+	}
+	return tok, nil
 }
 
 func serveCommand() *cli.Command {
@@ -19,16 +50,21 @@ func serveCommand() *cli.Command {
 		Usage: "run the service: ingest events durably, answer find_matches, serve ranges",
 		Flags: []cli.Flag{
 			dataDirFlag(),
-			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7070", Usage: "HTTP listen address", EnvVars: env("listen")},
-			&cli.IntFlag{Name: "block-size", Value: 16, Usage: "tokens per block for find_matches_for_request", EnvVars: env("block-size")},
-			&cli.IntFlag{Name: "lanes", Value: 0, Usage: "apply lanes (0 = GOMAXPROCS)", EnvVars: env("lanes")},
-			&cli.StringFlag{Name: "durability", Value: "sync", Usage: "sync: acknowledge after fsync (group commit); none: acknowledge after the memtable write — a crash or even a kill -9 may lose the newest acknowledged events", EnvVars: env("durability")},
-			&cli.Uint64Flag{Name: "retain-events", Value: server.DefaultRetainEvents, Usage: "keep at least this many log events per rank; older ones are folded into a snapshot online (0 = keep all)", EnvVars: env("retain-events")},
-			&cli.StringFlag{Name: "upstream", Usage: "default recovery source of every worker: base URL of a kvindex serving /v1/ranks/{w}/{r}/events (e.g. the one beside the workers); gaps are fetched from it instead of being lost", EnvVars: env("upstream")},
-			&cli.DurationFlag{Name: "fetch-timeout", Value: 10 * time.Second, Usage: "per-request timeout of recovery fetches (8 tries, backoff 200ms·2^n)", EnvVars: env("fetch-timeout")},
-			&cli.DurationFlag{Name: "fetch-backoff", Value: 200 * time.Millisecond, Usage: "first retry backoff of a recovery fetch; doubles each try", EnvVars: env("fetch-backoff")},
-			&cli.StringSliceFlag{Name: "zmq", Usage: "vLLM KV-events publishers to subscribe to, comma separated: ENDPOINT[?replay=ENDPOINT&worker_id=N], e.g. tcp://vllm-0:5557?replay=tcp://vllm-0:5558 (worker id default: derived from the topic kv@<pod>@<model>)", EnvVars: env("zmq")},
-			&cli.Int64Flag{Name: "max-body-bytes", Value: 64 << 20, Usage: "request body limit", EnvVars: env("max-body-bytes")},
+			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7070", Usage: "HTTP listen address", EnvVars: serveEnv("listen")},
+			&cli.IntFlag{Name: "block-size", Value: 16, Usage: "tokens per block for find_matches_for_request", EnvVars: serveEnv("block-size")},
+			&cli.IntFlag{Name: "lanes", Value: 0, Usage: "apply lanes (0 = GOMAXPROCS)", EnvVars: serveEnv("lanes")},
+			&cli.StringFlag{Name: "durability", Value: "sync", Usage: "sync: acknowledge after fsync (group commit); none: acknowledge after the memtable write — a crash or even a kill -9 may lose the newest acknowledged events", EnvVars: serveEnv("durability")},
+			&cli.Uint64Flag{Name: "retain-events", Value: server.DefaultRetainEvents, Usage: "keep at least this many log events per rank; older ones are folded into a snapshot online (0 = keep all)", EnvVars: serveEnv("retain-events")},
+			&cli.StringFlag{Name: "upstream", Usage: "default recovery source of every worker: base URL of a kvindex serving /v1/ranks/{w}/{r}/events (e.g. the one beside the workers); gaps are fetched from it instead of being lost", EnvVars: serveEnv("upstream")},
+			&cli.DurationFlag{Name: "fetch-timeout", Value: 10 * time.Second, Usage: "per-request timeout of recovery fetches (8 tries, backoff 200ms·2^n)", EnvVars: serveEnv("fetch-timeout")},
+			&cli.DurationFlag{Name: "fetch-backoff", Value: 200 * time.Millisecond, Usage: "first retry backoff of a recovery fetch; doubles each try", EnvVars: serveEnv("fetch-backoff")},
+			&cli.StringSliceFlag{Name: "zmq", Usage: "vLLM KV-events publishers to subscribe to, comma separated: ENDPOINT[?replay=ENDPOINT&worker_id=N], e.g. tcp://vllm-0:5557?replay=tcp://vllm-0:5558 (worker id default: derived from the topic kv@<pod>@<model>)", EnvVars: serveEnv("zmq")},
+			&cli.Int64Flag{Name: "max-body-bytes", Value: 64 << 20, Usage: "request body limit (of the decoded body when gzip-encoded)", EnvVars: serveEnv("max-body-bytes")},
+			authTokenFlag("serve", serveEnv("auth-token-file")),
+			&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS with this PEM certificate (with --tls-key)", EnvVars: serveEnv("tls-cert")},
+			&cli.StringFlag{Name: "tls-key", Usage: "the PEM private key of --tls-cert", EnvVars: serveEnv("tls-key")},
+			&cli.BoolFlag{Name: "strict", Usage: "refuse events with fields kvindex does not know (400 naming the field) instead of counting and logging them", EnvVars: serveEnv("strict")},
+			&cli.BoolFlag{Name: "force", Usage: "use a non-empty --data-dir that is not a kvindex data dir", EnvVars: serveEnv("force")},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -44,7 +80,14 @@ func serveCommand() *cli.Command {
 			if c.Int("lanes") < 0 {
 				return usagef("--lanes must be ≥ 0")
 			}
-			return server.Run(c.Context, server.Config{
+			if (c.String("tls-cert") == "") != (c.String("tls-key") == "") {
+				return usagef("--tls-cert and --tls-key go together: give both or neither")
+			}
+			token, err := readToken(c)
+			if err != nil {
+				return err
+			}
+			err = server.Run(c.Context, server.Config{
 				DataDir:      c.String("data-dir"),
 				Listen:       c.String("listen"),
 				BlockSize:    c.Int("block-size"),
@@ -56,8 +99,17 @@ func serveCommand() *cli.Command {
 				FetchTimeout: c.Duration("fetch-timeout"),
 				FetchBackoff: c.Duration("fetch-backoff"),
 				ZMQ:          c.StringSlice("zmq"),
+				AuthToken:    token,
+				TLSCertFile:  c.String("tls-cert"),
+				TLSKeyFile:   c.String("tls-key"),
+				Strict:       c.Bool("strict"),
+				Force:        c.Bool("force"),
 				Logger:       slog.Default(),
 			})
+			if errors.Is(err, server.ErrTLSConfig) {
+				return usageError{err}
+			}
+			return err
 		},
 	}
 }

@@ -1,0 +1,151 @@
+package server
+
+import (
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/kvindex/kvindex/event"
+)
+
+// bodyKind is the encoding of a request body, from its Content-Type.
+type bodyKind uint8
+
+const (
+	bodyJSON    bodyKind = iota + 1 // application/json, text/json, form-urlencoded (curl -d), none
+	bodyNDJSON                      // application/x-ndjson, application/ndjson, application/jsonl
+	bodyMsgpack                     // application/msgpack, application/x-msgpack, application/vnd.msgpack
+)
+
+var mediaTypes = map[string]bodyKind{
+	"": bodyJSON, "application/json": bodyJSON, "text/json": bodyJSON,
+	// curl -d sends application/x-www-form-urlencoded: the body is JSON all the same.
+	"application/x-www-form-urlencoded": bodyJSON,
+	"application/x-ndjson":              bodyNDJSON, "application/ndjson": bodyNDJSON, "application/jsonl": bodyNDJSON,
+	"application/msgpack": bodyMsgpack, "application/x-msgpack": bodyMsgpack, "application/vnd.msgpack": bodyMsgpack,
+}
+
+func (k bodyKind) String() string {
+	switch k {
+	case bodyJSON:
+		return "application/json"
+	case bodyNDJSON:
+		return "application/x-ndjson"
+	case bodyMsgpack:
+		return "application/msgpack"
+	}
+	return "?"
+}
+
+// readBody reads the body of a request whose Content-Type must be one of allowed (else 415) and
+// whose Content-Encoding is none, identity or gzip (else 415). The limit applies to the body as
+// sent and, for gzip, to the decoded body too. It answers 4xx itself and returns false.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, allowed ...bodyKind) ([]byte, bodyKind, bool) {
+	ct := r.Header.Get("Content-Type")
+	mt := ct
+	if ct != "" {
+		var err error
+		if mt, _, err = mime.ParseMediaType(ct); err != nil {
+			writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("malformed Content-Type %q", ct))
+			return nil, 0, false
+		}
+	}
+	kind, known := mediaTypes[strings.ToLower(mt)]
+	if !known || !slices.Contains(allowed, kind) {
+		names := make([]string, len(allowed))
+		for i, k := range allowed {
+			names[i] = k.String()
+		}
+		writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("unsupported Content-Type %q (want %s)", ct, strings.Join(names, ", ")))
+		return nil, 0, false
+	}
+	var src io.Reader = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(src)
+		if err != nil {
+			s.bodyError(w, err)
+			return nil, 0, false
+		}
+		defer zr.Close()
+		src = http.MaxBytesReader(w, io.NopCloser(zr), s.cfg.MaxBodyBytes)
+	default:
+		writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("unsupported Content-Encoding %q (want gzip or none)", enc))
+		return nil, 0, false
+	}
+	body, err := io.ReadAll(src)
+	if err != nil {
+		s.bodyError(w, err)
+		return nil, 0, false
+	}
+	return body, kind, true
+}
+
+// bodyError answers a failed body read: 413 over the limit, else 400 (a truncated or corrupt
+// body, or bad gzip).
+func (s *Server) bodyError(w http.ResponseWriter, err error) {
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds the limit of %d bytes", s.cfg.MaxBodyBytes))
+	case errors.Is(err, gzip.ErrHeader), errors.Is(err, gzip.ErrChecksum), errors.Is(err, io.ErrUnexpectedEOF):
+		writeError(w, http.StatusBadRequest, "the body is not complete, valid gzip: "+strings.TrimPrefix(err.Error(), "gzip: "))
+	default:
+		writeError(w, http.StatusBadRequest, "reading the body: "+err.Error())
+	}
+}
+
+// decodeEvents decodes a POST /v1/events body of the given kind. A JSON or NDJSON body that
+// decodes is then checked for duplicate keys (refused) and fields kvindex does not know (refused
+// with --strict, else counted and logged once per field name).
+func (s *Server) decodeEvents(body []byte, kind bodyKind) ([]event.RouterEvent, error) {
+	var (
+		evs []event.RouterEvent
+		err error
+	)
+	switch kind {
+	case bodyMsgpack:
+		return event.DecodeMsgpackBatch(body)
+	case bodyNDJSON:
+		if evs, err = event.DecodeNDJSON(bytes.NewReader(body)); err == nil {
+			err = event.CheckKeysNDJSON(body, s.unknownField)
+		}
+	default:
+		if evs, err = event.DecodeJSONBatch(body); err == nil {
+			err = event.CheckKeys(body, true, 0, s.unknownField)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return evs, nil
+}
+
+// errStrictUnknown is what --strict answers for a field kvindex does not know.
+var errStrictUnknown = fmt.Errorf("%w (the server runs with --strict)", event.ErrUnknownField)
+
+// unknownField is CheckKeys' callback: an error under --strict, else counted and logged the
+// first time its name is seen.
+func (s *Server) unknownField(index int, field string) error {
+	if s.cfg.Strict {
+		return errStrictUnknown
+	}
+	s.unknownFields.Add(1)
+	name := event.FieldName(field)
+	if _, seen := s.unknownNames.LoadOrStore(name, struct{}{}); !seen {
+		s.lg.Warn("events carry a field kvindex does not know; ignored (logged once per field; --strict refuses them)",
+			"field", name, "event_index", index)
+	}
+	return nil
+}
+
+// UnknownFields is the number of unknown fields ignored in posted events (each occurrence in
+// each event counts) since the server started: the value of an unknown-fields metric.
+func (s *Server) UnknownFields() uint64 { return s.unknownFields.Load() }
