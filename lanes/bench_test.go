@@ -60,7 +60,7 @@ func benchSubmit(b *testing.B, producers, batch int, variant string) {
 	}
 	var p *Pipeline
 	if variant == "pipeline" {
-		p = New(lg, index.New(index.Options{}), Options{Logger: quiet()})
+		p = New(lg, OneIndex(index.New(index.Options{})), Options{Logger: quiet()})
 		p.Start()
 		defer p.Close()
 	}

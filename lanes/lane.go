@@ -176,7 +176,7 @@ func (ln *lane) removeRank(r event.Rank) (int, error) {
 	rs.mu.Lock()
 	known := rs.visible()
 	rs.mu.Unlock()
-	if !known && ln.p.ix.RankBlocks(r) == 0 {
+	if !known && ln.p.ix(r).RankBlocks(r) == 0 {
 		return 0, nil
 	}
 	if err := ln.failure(); err != nil {
@@ -188,7 +188,7 @@ func (ln *lane) removeRank(r event.Rank) (int, error) {
 	if err := ln.p.log.Commit(context.Background(), b); err != nil {
 		return 0, err
 	}
-	ln.p.ix.RemoveRank(r)
+	ln.p.ix(r).RemoveRank(r)
 	rs.mu.Lock()
 	if rs.cancel != nil {
 		rs.cancel()
@@ -481,9 +481,9 @@ func (ln *lane) finishCommit(pd *pending) {
 		s := &bs.steps[i]
 		switch s.kind {
 		case stepReset:
-			p.ix.ClearRank(s.rank)
+			p.ix(s.rank).ClearRank(s.rank)
 		case stepReplace:
-			p.ix.ReplaceRank(s.rank, s.dump)
+			p.ix(s.rank).ReplaceRank(s.rank, s.dump)
 		case stepApply:
 			applyOne(p, &s.ev)
 		}
@@ -585,7 +585,7 @@ func applyOne(p *Pipeline, ev *event.RouterEvent) index.Result {
 		}
 		return index.Result{}
 	}
-	return p.ix.Apply(ev)
+	return p.ix(ev.Rank()).Apply(ev)
 }
 
 // retain folds the rank's log prefix older than the newest RetainEvents events into a snapshot.

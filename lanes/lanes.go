@@ -29,6 +29,21 @@ var (
 	ErrUnknownRank = errors.New("lanes: unknown rank")
 )
 
+// Indexes gives the tree of each partition (partition.Set); OneIndex serves one tree for all.
+type Indexes interface {
+	IndexOf(partition uint32) *index.Index
+}
+
+// OneIndex is an Indexes with one tree for every partition (tests, single-partition tools).
+func OneIndex(ix *index.Index) Indexes { return oneIndex{ix} }
+
+type oneIndex struct{ ix *index.Index }
+
+func (o oneIndex) IndexOf(uint32) *index.Index { return o.ix }
+
+// ix is the tree of r's partition.
+func (p *Pipeline) ix(r event.Rank) *index.Index { return p.ixs.IndexOf(r.Partition) }
+
 // Fetcher fetches a range of a rank's events from a recovery source (recovery.Fetcher; tests
 // pass a fake). start nil asks for a TreeDump.
 type Fetcher interface {
@@ -192,7 +207,7 @@ func (w *waiter) finish(res Result, removed int, err error) {
 type Pipeline struct {
 	opts Options
 	log  *wal.Log
-	ix   *index.Index
+	ixs  Indexes
 	lg   *slog.Logger
 
 	mu    sync.RWMutex // guards ranks and next
@@ -230,7 +245,7 @@ type lane struct {
 }
 
 // New builds a pipeline; call Replay (optional) and then Start.
-func New(log *wal.Log, ix *index.Index, opts Options) *Pipeline {
+func New(log *wal.Log, ixs Indexes, opts Options) *Pipeline {
 	if opts.Lanes <= 0 {
 		opts.Lanes = runtime.GOMAXPROCS(0)
 	}
@@ -249,7 +264,7 @@ func New(log *wal.Log, ix *index.Index, opts Options) *Pipeline {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	p := &Pipeline{opts: opts, log: log, ix: ix, lg: opts.Logger, ranks: map[event.Rank]*rankState{},
+	p := &Pipeline{opts: opts, log: log, ixs: ixs, lg: opts.Logger, ranks: map[event.Rank]*rankState{},
 		stop: make(chan struct{}), closing: make(chan struct{})}
 	p.fetchCtx, p.fetchCancel = context.WithCancel(context.Background())
 	for i := range opts.Lanes {
@@ -564,7 +579,13 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 		return fmt.Errorf("lanes: listing ranks: %w", err)
 	}
 	// One rank table for every rank of the log, instead of one per rank as each is first seen.
-	p.ix.RegisterRanks(ranks)
+	byPart := map[uint32][]event.Rank{}
+	for _, r := range ranks {
+		byPart[r.Partition] = append(byPart[r.Partition], r)
+	}
+	for part, rs := range byPart {
+		p.ixs.IndexOf(part).RegisterRanks(rs)
+	}
 	perLane := make([][]*rankState, len(p.lanes))
 	for _, r := range ranks {
 		rs := p.register(r)
@@ -618,7 +639,7 @@ func (p *Pipeline) replayRank(ctx context.Context, rs *rankState, events *atomic
 	if meta.Removed {
 		return nil
 	}
-	rep, err := recovery.ReplayRank(ctx, p.log, p.ix, r, 0)
+	rep, err := recovery.ReplayRank(ctx, p.log, p.ix(r), r, 0)
 	if err != nil {
 		return fmt.Errorf("lanes: replaying rank %v: %w", r, err)
 	}

@@ -46,7 +46,7 @@ func open(t *testing.T, fs vfs.FS, opts Options) *fixture {
 	if opts.Logger == nil {
 		opts.Logger = quiet()
 	}
-	p := New(lg, ix, opts)
+	p := New(lg, OneIndex(ix), opts)
 	if err := p.Replay(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -442,7 +442,7 @@ func TestReplayIsCancellable(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	p := New(lg, index.New(index.Options{}), Options{Lanes: 2, Logger: quiet()})
+	p := New(lg, OneIndex(index.New(index.Options{})), Options{Lanes: 2, Logger: quiet()})
 	defer p.Close()
 	if err := p.Replay(ctx, nil); !errorsIs(err, context.Canceled) {
 		t.Fatalf("replay with a cancelled context: %v", err)

@@ -132,7 +132,7 @@ func (g *lifecycleRig) open() {
 		t.Fatal(err)
 	}
 	g.st, g.log, g.ix, g.fetcher = st, lg, index.New(index.Options{}), &fakeFetcher{}
-	g.p = New(lg, g.ix, Options{Lanes: 2, Logger: quiet(), Fetcher: g.fetcher,
+	g.p = New(lg, OneIndex(g.ix), Options{Lanes: 2, Logger: quiet(), Fetcher: g.fetcher,
 		Now: func() time.Time { return g.now },
 		Source: func(w uint64) string {
 			g.srcMu.Lock()

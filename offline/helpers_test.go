@@ -46,7 +46,7 @@ func openRW(t testing.TB, fs vfs.FS) *rw {
 		t.Fatalf("open log: %v", err)
 	}
 	s := &rw{st: st, log: l, ix: index.New(index.Options{})}
-	s.pipe = lanes.New(l, s.ix, lanes.Options{Lanes: 1, Logger: quiet()})
+	s.pipe = lanes.New(l, lanes.OneIndex(s.ix), lanes.Options{Lanes: 1, Logger: quiet()})
 	if err := s.pipe.Replay(bg, nil); err != nil {
 		t.Fatalf("replay: %v", err)
 	}

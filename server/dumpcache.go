@@ -167,9 +167,10 @@ func (d *dumpCache) close() {
 }
 
 func cacheKey(r event.Rank) string {
-	var k [12]byte
-	binary.BigEndian.PutUint64(k[:8], r.WorkerID)
-	binary.BigEndian.PutUint32(k[8:], r.DPRank)
+	var k [16]byte
+	binary.BigEndian.PutUint32(k[:4], r.Partition)
+	binary.BigEndian.PutUint64(k[4:12], r.WorkerID)
+	binary.BigEndian.PutUint32(k[12:], r.DPRank)
 	return string(k[:])
 }
 
@@ -298,7 +299,7 @@ func (s *Server) dumpFlight(ctx context.Context, c *ristretto.Cache[string, *dum
 				return
 			}
 		}
-		err = s.ix.DumpRank(rk, func(ev *event.RouterEvent) error {
+		err = s.parts.IndexOf(rk.Partition).DumpRank(rk, func(ev *event.RouterEvent) error {
 			dumped = append(dumped, ev.Clone())
 			return nil
 		})

@@ -174,6 +174,9 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.SubmitTimeout)
 	defer cancel()
+	if !s.writePartition(ctx, w, partitionKey(r, partitionNames{}), evs) {
+		return
+	}
 	res, err := s.pipe.Submit(ctx, evs)
 	if err != nil {
 		s.submitError(w, err)
@@ -235,11 +238,15 @@ type scoreBuf struct {
 
 // writeScores answers a find_matches: {"scores":[...]} plus, when hashes is not nil,
 // "block_hashes".
-func (s *Server) writeScores(w http.ResponseWriter, hashes []uint64, earlyExit bool, withHashes bool) {
+// ix nil (an unknown partition) answers no scores.
+func (s *Server) writeScores(w http.ResponseWriter, ix *index.Index, hashes []uint64, earlyExit bool, withHashes bool) {
 	buf := scoreBufs.Get().(*scoreBuf)
 	defer scoreBufs.Put(buf)
 	start := time.Now()
-	buf.scores = s.ix.FindMatchesInto(buf.scores[:0], hashes, earlyExit)
+	buf.scores = buf.scores[:0]
+	if ix != nil {
+		buf.scores = ix.FindMatchesInto(buf.scores, hashes, earlyExit)
+	}
 	s.m.findSec.Observe(time.Since(start).Seconds())
 	out := append(buf.out[:0], '{')
 	out = appendScores(out, buf.scores)
@@ -283,6 +290,7 @@ func (s *Server) findMatches(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		BlockHashes *[]uint64 `json:"block_hashes"`
 		EarlyExit   bool      `json:"early_exit"`
+		partitionNames
 	}
 	if err := decodeStrict(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -292,7 +300,11 @@ func (s *Server) findMatches(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "missing field block_hashes")
 		return
 	}
-	s.writeScores(w, *req.BlockHashes, req.EarlyExit, false)
+	var ix *index.Index
+	if p, ok := s.parts.Lookup(partitionKey(r, req.partitionNames)); ok {
+		ix = p.Index
+	}
+	s.writeScores(w, ix, *req.BlockHashes, req.EarlyExit, false)
 }
 
 func (s *Server) findMatchesForRequest(w http.ResponseWriter, r *http.Request) {
@@ -305,6 +317,7 @@ func (s *Server) findMatchesForRequest(w http.ResponseWriter, r *http.Request) {
 		LoraName       string    `json:"lora_name"`
 		CacheNamespace string    `json:"cache_namespace"`
 		EarlyExit      bool      `json:"early_exit"`
+		partitionNames
 	}
 	if err := decodeStrict(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -314,8 +327,13 @@ func (s *Server) findMatchesForRequest(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "missing field tokens")
 		return
 	}
-	hashes := event.BlockHashes(*req.Tokens, s.cfg.BlockSize, req.LoraName, req.CacheNamespace)
-	s.writeScores(w, hashes, req.EarlyExit, true)
+	// The partition's block size; an unknown partition hashes with --block-size and scores nothing.
+	bs, ix := s.cfg.BlockSize, (*index.Index)(nil)
+	if p, ok := s.parts.Lookup(partitionKey(r, req.partitionNames)); ok {
+		bs, ix = p.BlockSize, p.Index
+	}
+	hashes := event.BlockHashes(*req.Tokens, bs, req.LoraName, req.CacheNamespace)
+	s.writeScores(w, ix, hashes, req.EarlyExit, true)
 }
 
 type gapsJSON struct {
@@ -324,6 +342,8 @@ type gapsJSON struct {
 }
 
 type rankJSON struct {
+	ModelName    string   `json:"model_name"`
+	RoutingGroup string   `json:"routing_group"`
 	WorkerID     uint64   `json:"worker_id"`
 	DPRank       uint32   `json:"dp_rank"`
 	Blocks       uint64   `json:"blocks"`
@@ -335,8 +355,29 @@ type rankJSON struct {
 }
 
 func (s *Server) listRanks(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r.URL.Query(), partitionParams...); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	only := uint32(0)
+	filter := namesPartition(r)
+	if filter {
+		p, ok := s.parts.Lookup(partitionKey(r, partitionNames{}))
+		if !ok {
+			writeJSON(w, http.StatusOK, []rankJSON{})
+			return
+		}
+		only = p.ID
+	}
 	out := []rankJSON{}
 	for _, st := range s.pipe.Status() {
+		if filter && st.Rank.Partition != only {
+			continue
+		}
+		p := s.parts.Get(st.Rank.Partition)
+		if p == nil {
+			continue
+		}
 		first, err := s.log.First(st.Rank)
 		if err != nil {
 			s.submitError(w, err)
@@ -346,7 +387,8 @@ func (s *Server) listRanks(w http.ResponseWriter, r *http.Request) {
 		if state == "" {
 			state = "live"
 		}
-		out = append(out, rankJSON{WorkerID: st.Rank.WorkerID, DPRank: st.Rank.DPRank, Blocks: s.ix.RankBlocks(st.Rank),
+		out = append(out, rankJSON{ModelName: p.Key.ModelName, RoutingGroup: p.Key.RoutingGroup,
+			WorkerID: st.Rank.WorkerID, DPRank: st.Rank.DPRank, Blocks: p.Index.RankBlocks(st.Rank),
 			Lane: st.Lane, FirstEventID: first, LastEventID: st.Last, State: state, Gaps: gapsJSON{Recovered: st.Recovered, Lost: st.Lost}})
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -371,6 +413,7 @@ func (s *Server) removeWorker(w http.ResponseWriter, r *http.Request) {
 		s.submitError(w, err)
 		return
 	}
+	s.parts.Release(wid) // the worker may join another partition now
 	writeJSON(w, http.StatusOK, map[string]int{"removed_ranks": n})
 }
 
@@ -391,6 +434,11 @@ func (s *Server) removeRank(w http.ResponseWriter, r *http.Request) {
 	rk, err := pathRank(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	var known bool
+	if rk.Partition, known = s.rankPartition(r, rk.WorkerID); !known {
+		writeJSON(w, http.StatusOK, map[string]int{"removed_ranks": 0})
 		return
 	}
 	ok, err := s.pipe.RemoveRank(r.Context(), rk)
@@ -425,8 +473,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 // rank's lane so it is consistent with the rank's writes.
 func (s *Server) dumpRank(ctx context.Context, rk event.Rank, dst []byte) ([]byte, error) {
 	var err error
+	ix := s.parts.IndexOf(rk.Partition)
 	derr := s.pipe.Do(ctx, rk, func() {
-		err = s.ix.DumpRank(rk, func(ev *event.RouterEvent) error {
+		err = ix.DumpRank(rk, func(ev *event.RouterEvent) error {
 			dst = event.AppendJSON(dst, ev)
 			dst = append(dst, '\n')
 			return nil
@@ -454,7 +503,7 @@ func checkQuery(q url.Values, allowed ...string) error {
 
 func (s *Server) dump(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if err := checkQuery(q, "worker_id", "dp_rank"); err != nil {
+	if err := checkQuery(q, append([]string{"worker_id", "dp_rank"}, partitionParams...)...); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -477,8 +526,14 @@ func (s *Server) dump(w http.ResponseWriter, r *http.Request) {
 		y := uint32(x)
 		wantR = &y
 	}
+	p, ok := s.parts.Lookup(partitionKey(r, partitionNames{}))
+	if !ok {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.WriteHeader(http.StatusOK)
+		return
+	}
 	var buf []byte
-	for _, info := range s.ix.Ranks() {
+	for _, info := range p.Index.Ranks() {
 		if (wantW != nil && info.Rank.WorkerID != *wantW) || (wantR != nil && info.Rank.DPRank != *wantR) {
 			continue
 		}

@@ -181,10 +181,10 @@ func result(err error) string {
 type indexCollector struct{ s *Server }
 
 var (
-	descApplied = prometheus.NewDesc("kvindex_events_applied_total", "Events applied to the tree by event type and status.", []string{"event_type", "status"}, nil)
-	descRanks   = prometheus.NewDesc("kvindex_ranks", "Ranks by lifecycle state (live, recovering, degraded), as GET /v1/ranks lists them.", []string{"state"}, nil)
-	descBlocks  = prometheus.NewDesc("kvindex_blocks", "(rank, block) entries in the index.", nil, nil)
-	descNodes   = prometheus.NewDesc("kvindex_tree_nodes", "Radix tree nodes.", nil, nil)
+	descApplied = prometheus.NewDesc("kvindex_events_applied_total", "Events applied to the tree by event type and status, per partition.", []string{"event_type", "status", "model", "routing_group"}, nil)
+	descRanks   = prometheus.NewDesc("kvindex_ranks", "Ranks by lifecycle state (live, recovering, degraded) per partition, as GET /v1/ranks lists them.", []string{"state", "model", "routing_group"}, nil)
+	descBlocks  = prometheus.NewDesc("kvindex_blocks", "(rank, block) entries in the partition's tree.", []string{"model", "routing_group"}, nil)
+	descNodes   = prometheus.NewDesc("kvindex_tree_nodes", "Radix tree nodes of the partition's tree.", []string{"model", "routing_group"}, nil)
 	descQueue   = prometheus.NewDesc("kvindex_lane_queue_depth", "Requests queued per lane.", []string{"lane"}, nil)
 	descReady   = prometheus.NewDesc("kvindex_ready", "1 once the restart replay finished.", nil, nil)
 )
@@ -196,22 +196,33 @@ func (c *indexCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *indexCollector) Collect(ch chan<- prometheus.Metric) {
-	ix := c.s.ix
-	counts := ix.Counts()
-	for _, k := range []event.Kind{event.KindStored, event.KindRemoved, event.KindCleared} {
-		for _, st := range []index.Status{index.StatusOK, index.StatusParentNotFound, index.StatusBlockNotFound, index.StatusInvalidBlock} {
-			ch <- prometheus.MustNewConstMetric(descApplied, prometheus.CounterValue, float64(counts.Get(k, st)), k.String(), st.String())
+	type partState struct {
+		id    uint32
+		state string
+	}
+	byState := map[partState]int{}
+	for _, p := range c.s.parts.All() {
+		for _, state := range []string{"live", "recovering", "degraded"} {
+			byState[partState{p.ID, state}] = 0
 		}
 	}
-	byState := map[string]int{"live": 0, "recovering": 0, "degraded": 0}
 	for _, st := range c.s.pipe.Status() {
-		byState[st.State]++
+		byState[partState{st.Rank.Partition, st.State}]++
 	}
-	for state, n := range byState {
-		ch <- prometheus.MustNewConstMetric(descRanks, prometheus.GaugeValue, float64(n), state)
+	for _, p := range c.s.parts.All() {
+		model, group := p.Key.ModelName, p.Key.RoutingGroup
+		counts := p.Index.Counts()
+		for _, k := range []event.Kind{event.KindStored, event.KindRemoved, event.KindCleared} {
+			for _, st := range []index.Status{index.StatusOK, index.StatusParentNotFound, index.StatusBlockNotFound, index.StatusInvalidBlock} {
+				ch <- prometheus.MustNewConstMetric(descApplied, prometheus.CounterValue, float64(counts.Get(k, st)), k.String(), st.String(), model, group)
+			}
+		}
+		for _, state := range []string{"live", "recovering", "degraded"} {
+			ch <- prometheus.MustNewConstMetric(descRanks, prometheus.GaugeValue, float64(byState[partState{p.ID, state}]), state, model, group)
+		}
+		ch <- prometheus.MustNewConstMetric(descBlocks, prometheus.GaugeValue, float64(p.Index.Blocks()), model, group)
+		ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(p.Index.NodeCount()), model, group)
 	}
-	ch <- prometheus.MustNewConstMetric(descBlocks, prometheus.GaugeValue, float64(ix.Blocks()))
-	ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(ix.NodeCount()))
 	for i, d := range c.s.pipe.QueueDepth() {
 		ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(d), strconv.Itoa(i))
 	}

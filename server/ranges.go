@@ -36,9 +36,15 @@ func (s *Server) rankEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	if err := checkQuery(q, "start", "end", "limit"); err != nil {
+	if err := checkQuery(q, append([]string{"start", "end", "limit"}, partitionParams...)...); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
+	}
+	// The rank's partition: the one the query names, else the worker's own. An unknown one
+	// answers like an unknown rank (an empty TreeDump), creating nothing.
+	var known bool
+	if rk.Partition, known = s.rankPartition(r, rk.WorkerID); !known {
+		rk.Partition = ^uint32(0)
 	}
 	opt := func(name string) (uint64, bool, bool) {
 		v := q.Get(name)

@@ -150,7 +150,7 @@ func serverBlocks(t testing.TB, s *Server) []string {
 	t.Helper()
 	var evs []event.RouterEvent
 	if err := s.pipe.Do(context.Background(), rk1, func() {
-		_ = s.ix.DumpRank(rk1, func(ev *event.RouterEvent) error {
+		_ = s.Index().DumpRank(rk1, func(ev *event.RouterEvent) error {
 			evs = append(evs, ev.Clone())
 			return nil
 		})

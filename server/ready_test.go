@@ -56,7 +56,7 @@ func TestNotReadyUntilReplayed(t *testing.T) {
 	if code, body := get("POST", "/v1/events", ev); code != 200 || !strings.Contains(body, `"accepted":1`) {
 		t.Fatalf("events after the replay: %d %s", code, body)
 	}
-	if _, body := get("GET", "/metrics", ""); !strings.Contains(body, "kvindex_ready 1") || !strings.Contains(body, `kvindex_events_applied_total{event_type="stored",status="ok"} 1`) {
+	if _, body := get("GET", "/metrics", ""); !strings.Contains(body, "kvindex_ready 1") || !strings.Contains(body, `kvindex_events_applied_total{event_type="stored",model="default",routing_group="default",status="ok"} 1`) {
 		t.Fatalf("metrics after the replay lack readiness or counts")
 	}
 }

@@ -125,7 +125,9 @@ func TestRule10EveryRecoveryOutcomeIsCounted(t *testing.T) {
 		}
 	}
 	body := scrape(t, url)
-	for _, want := range []string{`kvindex_ranks{state="live"} 1`, `kvindex_ranks{state="degraded"} 1`, `kvindex_ranks{state="recovering"} 0`} {
+	for _, want := range []string{`kvindex_ranks{model="default",routing_group="default",state="live"} 1`,
+		`kvindex_ranks{model="default",routing_group="default",state="degraded"} 1`,
+		`kvindex_ranks{model="default",routing_group="default",state="recovering"} 0`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

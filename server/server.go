@@ -18,6 +18,7 @@ import (
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/lanes"
+	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/store"
 	"github.com/kvindex/kvindex/vllm"
@@ -82,7 +83,7 @@ type Server struct {
 	lg     *slog.Logger
 	st     *store.Store
 	log    *wal.Log
-	ix     *index.Index
+	parts  *partition.Set
 	pipe   *lanes.Pipeline
 	m      *metrics
 	ready  atomic.Bool
@@ -113,7 +114,11 @@ func Open(cfg Config) (*Server, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	s := &Server{cfg: cfg, lg: cfg.Logger, st: st, log: lg, ix: index.New(index.Options{}), start: time.Now()}
+	s := &Server{cfg: cfg, lg: cfg.Logger, st: st, log: lg, start: time.Now()}
+	if s.parts, err = partition.Open(lg, cfg.BlockSize, index.Options{}); err != nil {
+		_ = st.Close()
+		return nil, err
+	}
 	s.status.Store("not started")
 	mode := "sync"
 	if cfg.Durability == wal.NoSync {
@@ -127,7 +132,7 @@ func Open(cfg Config) (*Server, error) {
 	}
 	fetcher := recovery.NewFetcher(recovery.FetcherOptions{RequestTimeout: cfg.FetchTimeout, BaseBackoff: cfg.FetchBackoff,
 		Logger: cfg.Logger, AuthToken: cfg.AuthToken})
-	s.pipe = lanes.New(lg, s.ix, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, Logger: cfg.Logger,
+	s.pipe = lanes.New(lg, s.parts, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, Logger: cfg.Logger,
 		Listener: s.m.listener(mode), Source: s.sourceOf, Fetcher: fetcher})
 	if _, err := zmqConfigs(cfg.ZMQ); err != nil {
 		_ = st.Close()
@@ -179,6 +184,7 @@ func (s *Server) Recover(ctx context.Context) error {
 		s.status.Store("replay failed: " + err.Error())
 		return err
 	}
+	s.claimWorkers()
 	s.pipe.Start()
 	if err := s.startZMQ(); err != nil {
 		return err
@@ -187,7 +193,11 @@ func (s *Server) Recover(ctx context.Context) error {
 	s.m.replaySec.Set(took.Seconds())
 	s.ready.Store(true)
 	s.status.Store("ready")
-	s.lg.Info("ready", "ranks", len(s.ix.Ranks()), "blocks", s.ix.Blocks(), "replay_ms", took.Milliseconds())
+	blocks := uint64(0)
+	for _, p := range s.parts.All() {
+		blocks += p.Index.Blocks()
+	}
+	s.lg.Info("ready", "ranks", len(s.pipe.Status()), "partitions", len(s.parts.All()), "blocks", blocks, "replay_ms", took.Milliseconds())
 	return nil
 }
 
@@ -202,10 +212,11 @@ func (s *Server) Close() error {
 
 // Index, Pipeline and Log expose the components (for the benchmark and tests, which drive the
 // same pipeline).
-func (s *Server) Index() *index.Index       { return s.ix }
-func (s *Server) Pipeline() *lanes.Pipeline { return s.pipe }
-func (s *Server) Log() *wal.Log             { return s.log }
-func (s *Server) Store() *store.Store       { return s.st }
+func (s *Server) Index() *index.Index        { return s.parts.IndexOf(0) } // the default partition's tree
+func (s *Server) Partitions() *partition.Set { return s.parts }
+func (s *Server) Pipeline() *lanes.Pipeline  { return s.pipe }
+func (s *Server) Log() *wal.Log              { return s.log }
+func (s *Server) Store() *store.Store        { return s.st }
 
 // ErrListen wraps a failure to listen on Config.Listen (for example the port is in use).
 var ErrListen = errors.New("cannot listen")

@@ -30,8 +30,6 @@ const (
 	maxRefresh     = 3600
 	// maxRankRows caps the rows shown per state: the page stays small with 10,000 ranks.
 	maxRankRows = 200
-	// defaultPartition is the only partition until partitions exist.
-	defaultPartition = "default"
 )
 
 // errBadRefresh is the answer to a ?refresh= that is not a whole number of seconds.
@@ -77,6 +75,7 @@ type stateGroup struct {
 }
 
 type rankRow struct {
+	Partition       string
 	WorkerID        uint64
 	DPRank          uint32
 	Lane            int
@@ -178,14 +177,25 @@ func (s *Server) rankGroups(ranks []lanes.RankStatus) ([]*stateGroup, []partitio
 	for _, q := range s.pipe.QueueDepth() {
 		queued += q
 	}
-	part := partitionRow{Name: defaultPartition, Ranks: len(ranks), Blocks: s.ix.Blocks(), Nodes: s.ix.NodeCount(),
-		Lanes: s.pipe.Lanes(), QueueDepth: queued}
+	var parts []partitionRow
+	rowOf := map[uint32]int{}
+	for _, p := range s.parts.All() {
+		rowOf[p.ID] = len(parts)
+		parts = append(parts, partitionRow{Name: p.Key.String(), Blocks: p.Index.Blocks(), Nodes: p.Index.NodeCount(),
+			Lanes: s.pipe.Lanes(), QueueDepth: queued})
+	}
 	for _, st := range ranks {
 		name := stateOf(st)
 		g := group(name)
 		g.Count++
 		g.Recovered += st.Recovered
 		g.Lost += st.Lost
+		i, ok := rowOf[st.Rank.Partition]
+		if !ok {
+			continue
+		}
+		part := &parts[i]
+		part.Ranks++
 		part.Recovered += st.Recovered
 		part.Lost += st.Lost
 		switch name {
@@ -204,10 +214,10 @@ func (s *Server) rankGroups(ranks []lanes.RankStatus) ([]*stateGroup, []partitio
 		if st.HasLast {
 			last = strconv.FormatUint(st.Last, 10)
 		}
-		g.Ranks = append(g.Ranks, rankRow{WorkerID: st.Rank.WorkerID, DPRank: st.Rank.DPRank, Lane: st.Lane,
-			Blocks: s.ix.RankBlocks(st.Rank), Last: last, Recovered: st.Recovered, Lost: st.Lost})
+		g.Ranks = append(g.Ranks, rankRow{Partition: parts[i].Name, WorkerID: st.Rank.WorkerID, DPRank: st.Rank.DPRank, Lane: st.Lane,
+			Blocks: s.parts.IndexOf(st.Rank.Partition).RankBlocks(st.Rank), Last: last, Recovered: st.Recovered, Lost: st.Lost})
 	}
-	return groups, []partitionRow{part}
+	return groups, parts
 }
 
 func (s *Server) zmqRows(now time.Time) []zmqRow {

@@ -98,7 +98,7 @@ const pageViewJS = `(() => {
     refresh: meta ? meta.content : '',
     storeBytes: document.getElementById('store-bytes').dataset.bytes,
     counts: Object.fromEntries(['live', 'recovering', 'degraded'].map(s => [s, document.getElementById('count-' + s).textContent])),
-    partition: cells(document.querySelector('tr[data-partition="default"]')),
+    partition: cells(document.querySelector('tr[data-partition="default:default"]')),
     ranks: Array.from(document.querySelectorAll('tr[data-rank]')).map(r => ({rank: r.dataset.rank, state: r.dataset.state, cells: cells(r)})),
     zmq: rows('tr[data-source]'),
     recovery: rows('#recovery-sources tr[data-worker]'),
@@ -223,10 +223,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Errorf("counts by state %v, want %v", v.Counts, want)
 	}
 	// partition, ranks, live, recovering, degraded, blocks, nodes, recovered, lost, ...
-	if got := strings.Join(v.Partition[:5], " "); got != "default 5 3 1 1" {
+	if got := strings.Join(v.Partition[:5], " "); got != "default:default 5 3 1 1" {
 		t.Errorf("partition row %v, want default with 5 ranks: 3 live, 1 recovering, 1 degraded", v.Partition)
 	}
-	// Rank rows: worker, dp, lane, blocks, last id, gaps recovered, gaps lost (degraded first).
+	// Rank rows: partition, worker, dp, lane, blocks, last id, gaps recovered, gaps lost (degraded first).
 	want := []struct{ rank, state, blocks, last, recovered, lost string }{
 		{"8/0", "degraded", "1", "5", "0", "1"},
 		{"30/0", "recovering", "0", "—", "0", "0"},
@@ -239,7 +239,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	for i, w := range want {
 		r := v.Ranks[i]
-		got := []string{r.Rank, r.State, r.Cells[3], r.Cells[4], r.Cells[5], r.Cells[6]}
+		got := []string{r.Rank, r.State, r.Cells[4], r.Cells[5], r.Cells[6], r.Cells[7]}
+		if r.Cells[0] != "default:default" {
+			t.Errorf("rank row %d: partition %q", i, r.Cells[0])
+		}
 		if fmt.Sprint(got) != fmt.Sprint([]string{w.rank, w.state, w.blocks, w.last, w.recovered, w.lost}) {
 			t.Errorf("rank row %d: %v, want %+v", i, got, w)
 		}

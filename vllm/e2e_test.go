@@ -51,7 +51,7 @@ func openNode(t testing.TB, fs vfs.FS) *node {
 		t.Fatal(err)
 	}
 	n := &node{t: t, st: st, log: lg, ix: index.New(index.Options{})}
-	n.p = lanes.New(lg, n.ix, lanes.Options{Lanes: 2, Logger: quiet()})
+	n.p = lanes.New(lg, lanes.OneIndex(n.ix), lanes.Options{Lanes: 2, Logger: quiet()})
 	if err := n.p.Replay(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}

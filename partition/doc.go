@@ -1,0 +1,23 @@
+// Package partition owns kvindex's partitions (SPEC §9): a partition is (model_name,
+// routing_group), default ("default", "default"), with its own tree (an index.Index), its own
+// block size and its own ranks. The partition's id is part of every rank key on disk
+// (event.Rank.Partition; store's key layout).
+//
+// # Invariants
+//
+//   - Ids are assigned once and never reused: 0 is the default partition; others count up from 1
+//     in creation order. A partition's record is written (synced) before any event of it is.
+//   - A partition's block size is fixed when it is created (by /register's block_size, or by the
+//     first /v1 write with the server's --block-size); a later different size is refused
+//     (ErrBlockSizeMismatch).
+//   - A worker belongs to one partition: Claim refuses a worker that has ranks in another one
+//     (ErrWorkerElsewhere) until Release (its removal).
+//   - Reads never create a partition: Lookup answers ok=false for an unknown one.
+//
+// # Record (global metadata 'K' | "partition/" | id as decimal)
+//
+//	{"model_name": "...", "routing_group": "...", "block_size": n}   (JSON, UTF-8)
+//
+// The default partition has a record once it was written to (block size fixed then); until then
+// it exists in memory with the server's default block size.
+package partition

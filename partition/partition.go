@@ -1,0 +1,239 @@
+package partition
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/wal"
+)
+
+// Sentinels.
+var (
+	// ErrBlockSizeMismatch: the partition exists with another block size.
+	ErrBlockSizeMismatch = errors.New("partition: block size mismatch")
+	// ErrWorkerElsewhere: the worker already has ranks in another partition.
+	ErrWorkerElsewhere = errors.New("partition: worker belongs to another partition")
+	// ErrBadName: an empty or oversized model_name / routing_group.
+	ErrBadName = errors.New("partition: bad name")
+)
+
+// DefaultName is the model_name and routing_group of the default partition.
+const DefaultName = "default"
+
+// Key names a partition.
+type Key struct {
+	ModelName    string `json:"model_name"`
+	RoutingGroup string `json:"routing_group"`
+}
+
+// Default is the default partition's key.
+var Default = Key{ModelName: DefaultName, RoutingGroup: DefaultName}
+
+// KeyOf returns the key for the given names, empty ones meaning "default"; tenant is read as the
+// routing group when group is empty (Dynamo's tenant_id).
+func KeyOf(model, group, tenant string) Key {
+	if group == "" {
+		group = tenant
+	}
+	if model == "" {
+		model = DefaultName
+	}
+	if group == "" {
+		group = DefaultName
+	}
+	return Key{ModelName: model, RoutingGroup: group}
+}
+
+func (k Key) String() string { return k.ModelName + ":" + k.RoutingGroup }
+
+func (k Key) check() error {
+	for _, s := range []string{k.ModelName, k.RoutingGroup} {
+		if s == "" || len(s) > 256 {
+			return fmt.Errorf("%w: %q (1 to 256 bytes)", ErrBadName, s)
+		}
+	}
+	return nil
+}
+
+// Partition is one partition: its id, names, block size and tree.
+type Partition struct {
+	ID        uint32
+	Key       Key
+	BlockSize int
+	Index     *index.Index
+	persisted bool
+}
+
+type record struct {
+	ModelName    string `json:"model_name"`
+	RoutingGroup string `json:"routing_group"`
+	BlockSize    int    `json:"block_size"`
+}
+
+const metaPrefix = "partition/"
+
+// Set is every partition of a data dir, and which partition each worker belongs to. Safe for
+// concurrent use.
+type Set struct {
+	log       *wal.Log
+	blockSize int // the block size of a partition created by a /v1 write
+	ixOpts    index.Options
+
+	mu      sync.RWMutex
+	byID    map[uint32]*Partition
+	byKey   map[Key]*Partition
+	next    uint32
+	workers map[uint64]uint32
+}
+
+// Open loads the partitions recorded in log (nil: an in-memory set, for tests and tools).
+// defaultBlockSize is the block size of partitions created by a /v1 write.
+func Open(log *wal.Log, defaultBlockSize int, ixOpts index.Options) (*Set, error) {
+	s := &Set{log: log, blockSize: defaultBlockSize, ixOpts: ixOpts, byID: map[uint32]*Partition{},
+		byKey: map[Key]*Partition{}, next: 1, workers: map[uint64]uint32{}}
+	if log != nil {
+		m, err := log.Metas(metaPrefix)
+		if err != nil {
+			return nil, fmt.Errorf("partition: loading: %w", err)
+		}
+		for name, v := range m {
+			id, err := strconv.ParseUint(strings.TrimPrefix(name, metaPrefix), 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("partition: record %q: bad id: %w", name, err)
+			}
+			var r record
+			if err := json.Unmarshal(v, &r); err != nil {
+				return nil, fmt.Errorf("partition: record %q: %w", name, err)
+			}
+			p := &Partition{ID: uint32(id), Key: Key{r.ModelName, r.RoutingGroup}, BlockSize: r.BlockSize,
+				Index: index.New(ixOpts), persisted: true}
+			s.byID[p.ID], s.byKey[p.Key] = p, p
+			s.next = max(s.next, p.ID+1)
+		}
+	}
+	if _, ok := s.byID[0]; !ok {
+		p := &Partition{ID: 0, Key: Default, BlockSize: defaultBlockSize, Index: index.New(ixOpts)}
+		s.byID[0], s.byKey[Default] = p, p
+	}
+	return s, nil
+}
+
+// Lookup returns the partition of k; ok is false for an unknown one (reads create nothing).
+func (s *Set) Lookup(k Key) (*Partition, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	p, ok := s.byKey[k]
+	return p, ok
+}
+
+// Get returns partition id, or nil.
+func (s *Set) Get(id uint32) *Partition {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.byID[id]
+}
+
+// IndexOf returns partition id's tree (lanes.Indexes). Every rank the lanes see belongs to a
+// partition of the set; an unknown id (a damaged dir) gets an empty partition of its own.
+func (s *Set) IndexOf(id uint32) *index.Index {
+	if p := s.Get(id); p != nil {
+		return p.Index
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.byID[id]; p != nil {
+		return p.Index
+	}
+	p := &Partition{ID: id, Key: Key{ModelName: "unknown-" + strconv.FormatUint(uint64(id), 10), RoutingGroup: DefaultName},
+		BlockSize: s.blockSize, Index: index.New(s.ixOpts)}
+	s.byID[id], s.byKey[p.Key] = p, p
+	s.next = max(s.next, id+1)
+	return p.Index
+}
+
+// Ensure returns k's partition, creating and persisting it when needed. blockSize 0 takes the
+// set's default; a partition that exists (persisted) with another block size is refused.
+func (s *Set) Ensure(ctx context.Context, k Key, blockSize int) (*Partition, error) {
+	if err := k.check(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.byKey[k]
+	if p != nil && p.persisted {
+		if blockSize != 0 && blockSize != p.BlockSize {
+			return nil, fmt.Errorf("%w: partition %s has block size %d, not %d", ErrBlockSizeMismatch, k, p.BlockSize, blockSize)
+		}
+		return p, nil
+	}
+	if blockSize == 0 {
+		blockSize = s.blockSize
+	}
+	if p == nil {
+		p = &Partition{ID: s.next, Key: k, Index: index.New(s.ixOpts)}
+	}
+	p.BlockSize = blockSize
+	if s.log != nil {
+		v, err := json.Marshal(record{ModelName: k.ModelName, RoutingGroup: k.RoutingGroup, BlockSize: blockSize})
+		if err != nil {
+			return nil, err
+		}
+		b := s.log.NewBatch()
+		defer b.Close()
+		b.SetMeta(metaPrefix+strconv.FormatUint(uint64(p.ID), 10), v)
+		if err := s.log.Commit(ctx, b); err != nil {
+			return nil, fmt.Errorf("partition: recording %s: %w", k, err)
+		}
+	}
+	p.persisted = true
+	if _, ok := s.byID[p.ID]; !ok && p.ID == s.next {
+		s.next++
+	}
+	s.byID[p.ID], s.byKey[k] = p, p
+	return p, nil
+}
+
+// Claim records that worker belongs to partition id; a worker of another partition is refused.
+func (s *Set) Claim(worker uint64, id uint32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if have, ok := s.workers[worker]; ok && have != id {
+		return fmt.Errorf("%w: worker %d has ranks in partition %s", ErrWorkerElsewhere, worker, s.byID[have].Key)
+	}
+	s.workers[worker] = id
+	return nil
+}
+
+// WorkerPartition returns the partition a worker belongs to.
+func (s *Set) WorkerPartition(worker uint64) (uint32, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	id, ok := s.workers[worker]
+	return id, ok
+}
+
+// Release forgets a worker's partition (it was removed).
+func (s *Set) Release(worker uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.workers, worker)
+}
+
+// All returns every partition, by id.
+func (s *Set) All() []*Partition {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*Partition, 0, len(s.byID))
+	for _, p := range s.byID {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b *Partition) int { return int(a.ID) - int(b.ID) })
+	return out
+}

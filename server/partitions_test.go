@@ -1,0 +1,146 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/wal"
+)
+
+// partitionRig is a server on a dir that survives restarts.
+type partitionRig struct {
+	t   *testing.T
+	dir string
+	s   *Server
+	ts  *httptest.Server
+}
+
+func newPartitionRig(t *testing.T) *partitionRig {
+	g := &partitionRig{t: t, dir: t.TempDir()}
+	g.open()
+	t.Cleanup(g.close)
+	return g
+}
+
+func (g *partitionRig) open() {
+	s, err := Open(Config{DataDir: g.dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Durability: wal.NoSync, Lanes: 2})
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	if err := s.Recover(context.Background()); err != nil {
+		g.t.Fatal(err)
+	}
+	g.s, g.ts = s, httptest.NewServer(s.Handler())
+}
+
+func (g *partitionRig) close() {
+	if g.s == nil {
+		return
+	}
+	g.ts.Close()
+	if err := g.s.Close(); err != nil {
+		g.t.Error(err)
+	}
+	g.s = nil
+}
+
+func (g *partitionRig) do(method, path, body string) (int, string) {
+	g.t.Helper()
+	req, _ := http.NewRequest(method, g.ts.URL+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+func eventsJSON(evs ...event.RouterEvent) string {
+	var b bytes.Buffer
+	b.WriteByte('[')
+	for i := range evs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(event.AppendJSON(nil, &evs[i]))
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+// TestPartitionsNeverSeeEachOther (SPEC §9): two partitions holding the same hashes answer only
+// their own ranks, before and after a restart; reads of an unknown partition create nothing; a
+// worker with ranks in one partition is refused (409, naming the event) in another.
+func TestPartitionsNeverSeeEachOther(t *testing.T) {
+	g := newPartitionRig(t)
+	blocks := []event.Block{{BlockHash: 11, TokensHash: 1}, {BlockHash: 12, TokensHash: 2}}
+	a := event.Stored(event.Rank{WorkerID: 1}, 1, nil, blocks...)
+	b := event.Stored(event.Rank{WorkerID: 2}, 1, nil, blocks[:1]...)
+	if code, body := g.do("POST", "/v1/events?model_name=llama", eventsJSON(a)); code != 200 {
+		t.Fatalf("llama: %d %s", code, body)
+	}
+	if code, body := g.do("POST", "/v1/events?model_name=qwen&routing_group=lora-a", eventsJSON(b)); code != 200 {
+		t.Fatalf("qwen: %d %s", code, body)
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, tc := range []struct{ query, body, want string }{
+			{"", `{"block_hashes":[1,2]}`, `{"scores":[]}`},
+			{"", `{"block_hashes":[1,2],"model_name":"llama"}`, `{"scores":[{"worker_id":1,"dp_rank":0,"score":2,"tree_size":2}]}`},
+			{"?model_name=qwen&routing_group=lora-a", `{"block_hashes":[1,2]}`, `{"scores":[{"worker_id":2,"dp_rank":0,"score":1,"tree_size":1}]}`},
+			{"?model_name=qwen", `{"block_hashes":[1,2]}`, `{"scores":[]}`},
+			{"", `{"block_hashes":[1],"model_name":"qwen","tenant_id":"lora-a"}`, `{"scores":[{"worker_id":2,"dp_rank":0,"score":1,"tree_size":1}]}`},
+		} {
+			if code, body := g.do("POST", "/v1/find_matches"+tc.query, tc.body); code != 200 || body != tc.want {
+				t.Errorf("%s: find_matches%s %s = %d %s, want %s", when, tc.query, tc.body, code, body, tc.want)
+			}
+		}
+		_, ranks := g.do("GET", "/v1/ranks", "")
+		var rows []rankJSON
+		if err := json.Unmarshal([]byte(ranks), &rows); err != nil || len(rows) != 2 ||
+			rows[0].ModelName != "llama" || rows[1].ModelName != "qwen" || rows[1].RoutingGroup != "lora-a" {
+			t.Errorf("%s: /v1/ranks %s", when, ranks)
+		}
+		if _, only := g.do("GET", "/v1/ranks?model_name=llama", ""); !strings.Contains(only, `"worker_id":1`) || strings.Contains(only, `"worker_id":2`) {
+			t.Errorf("%s: /v1/ranks?model_name=llama %s", when, only)
+		}
+	}
+	check("before restart")
+	g.close()
+	g.open()
+	check("after restart")
+
+	// Worker 1 belongs to llama: an event of it in the default partition is refused whole.
+	c := event.Stored(event.Rank{WorkerID: 3}, 1, nil, blocks...)
+	d := event.Stored(event.Rank{WorkerID: 1, DPRank: 1}, 1, nil, blocks...)
+	if code, body := g.do("POST", "/v1/events", eventsJSON(c, d)); code != http.StatusConflict || !strings.Contains(body, `"index":1`) {
+		t.Errorf("a worker of another partition: %d %s, want 409 naming index 1", code, body)
+	}
+	if code, body := g.do("POST", "/v1/find_matches", `{"block_hashes":[1]}`); body != `{"scores":[]}` {
+		t.Errorf("the refused batch wrote something: %d %s", code, body)
+	}
+	// Unknown partitions: reads answer empty and create nothing.
+	n := len(g.s.Partitions().All())
+	g.do("POST", "/v1/find_matches?model_name=nope", `{"block_hashes":[1]}`)
+	g.do("GET", "/v1/ranks?model_name=nope", "")
+	g.do("GET", "/v1/dump?model_name=nope", "")
+	g.do("GET", "/v1/ranks/1/0/events?model_name=nope", "")
+	if got := len(g.s.Partitions().All()); got != n {
+		t.Errorf("reads created %d partitions", got-n)
+	}
+	// Removing the worker releases it: it may join another partition.
+	g.do("DELETE", "/v1/workers/1", "")
+	if code, body := g.do("POST", "/v1/events", eventsJSON(d)); code != 200 {
+		t.Errorf("a removed worker in another partition: %d %s", code, body)
+	}
+}
