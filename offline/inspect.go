@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/store"
 	"github.com/kvindex/kvindex/wal"
 )
@@ -22,18 +25,29 @@ type InspectOptions struct {
 
 // Report is what Inspect found. Its JSON form is stable (snake_case, like the HTTP API).
 type Report struct {
-	DataDir       string       `json:"data_dir"`
-	FormatVersion uint32       `json:"format_version"`
-	PebbleFormat  uint64       `json:"pebble_format"`
-	Ranks         []RankReport `json:"ranks"`
-	RemovedRanks  int          `json:"removed_ranks"` // tombstones of removed ranks
-	TornWALTails  int          `json:"torn_wal_tails"`
-	Disk          DiskReport   `json:"disk"`
-	Pebble        PebbleReport `json:"pebble"`
+	DataDir       string            `json:"data_dir"`
+	FormatVersion uint32            `json:"format_version"`
+	PebbleFormat  uint64            `json:"pebble_format"`
+	Partitions    []PartitionReport `json:"partitions"`
+	Ranks         []RankReport      `json:"ranks"`
+	RemovedRanks  int               `json:"removed_ranks"` // tombstones of removed ranks
+	TornWALTails  int               `json:"torn_wal_tails"`
+	Disk          DiskReport        `json:"disk"`
+	Pebble        PebbleReport      `json:"pebble"`
+}
+
+// PartitionReport describes one partition (model_name, routing_group).
+type PartitionReport struct {
+	ID           uint32 `json:"id"`
+	ModelName    string `json:"model_name"`
+	RoutingGroup string `json:"routing_group"`
+	BlockSize    int    `json:"block_size"`
+	Ranks        int    `json:"ranks"`
 }
 
 // RankReport describes one rank.
 type RankReport struct {
+	Partition      string `json:"partition"` // model_name:routing_group
 	WorkerID       uint64 `json:"worker_id"`
 	DPRank         uint32 `json:"dp_rank"`
 	EventsRetained uint64 `json:"events_retained"`
@@ -44,6 +58,8 @@ type RankReport struct {
 	// Cursor is the rank's consumption state, absent when none was written.
 	Cursor *CursorReport `json:"cursor,omitempty"`
 	Gaps   GapCounts     `json:"gaps"`
+	// Pending counts the live events buffered durably during a recovery (resumed at start).
+	Pending int `json:"pending_events"`
 	Ledger []GapReport   `json:"gap_ledger"`
 	// Problems lists what could not be read (run verify for the full check).
 	Problems []string `json:"problems,omitempty"`
@@ -121,6 +137,15 @@ func Inspect(ctx context.Context, w io.Writer, opts InspectOptions) (rep Report,
 	if err != nil {
 		return rep, err
 	}
+	parts, err := partition.Open(l, 0, index.Options{})
+	if err != nil {
+		return rep, err
+	}
+	partRow := map[uint32]int{}
+	for _, p := range parts.All() {
+		partRow[p.ID] = len(rep.Partitions)
+		rep.Partitions = append(rep.Partitions, PartitionReport{ID: p.ID, ModelName: p.Key.ModelName, RoutingGroup: p.Key.RoutingGroup, BlockSize: p.BlockSize})
+	}
 	pb := newBar(opts.Progress, int64(len(ranks)), "inspecting")
 	for _, r := range ranks {
 		if err := ctx.Err(); err != nil {
@@ -131,6 +156,14 @@ func Inspect(ctx context.Context, w io.Writer, opts InspectOptions) (rep Report,
 			return rep, err
 		}
 		if rr != nil {
+			i, ok := partRow[r.Partition]
+			if !ok { // a rank of a partition without a record (damaged metadata)
+				i = len(rep.Partitions)
+				partRow[r.Partition] = i
+				rep.Partitions = append(rep.Partitions, PartitionReport{ID: r.Partition, ModelName: "?", RoutingGroup: "?"})
+			}
+			rep.Partitions[i].Ranks++
+			rr.Partition = rep.Partitions[i].ModelName + ":" + rep.Partitions[i].RoutingGroup
 			rep.Ranks = append(rep.Ranks, *rr)
 		}
 		pb.add(1)
@@ -162,6 +195,11 @@ func inspectRank(st *store.Store, l *wal.Log, r event.Rank) (*RankReport, error)
 	}
 	if meta.Removed {
 		return nil, nil
+	}
+	if pend, err := l.Pending(r); err != nil {
+		rr.Problems = append(rr.Problems, "pending events: "+err.Error())
+	} else {
+		rr.Pending = len(pend)
 	}
 	if meta.HasCursor {
 		rr.Cursor = &CursorReport{LastEventID: meta.Cursor.LastEventID, Degraded: meta.Cursor.Degraded, Epoch: meta.Cursor.Epoch}
@@ -258,8 +296,15 @@ func (rep Report) Text() string {
 	if rep.TornWALTails > 0 {
 		fmt.Fprintf(&b, "torn WAL tails dropped at open: %d (unacknowledged commits)\n", rep.TornWALTails)
 	}
+	for _, p := range rep.Partitions {
+		bs := "block size " + strconv.Itoa(p.BlockSize)
+		if p.BlockSize == 0 {
+			bs = "no writes yet"
+		}
+		fmt.Fprintf(&b, "partition %d %s:%s (%s): %s\n", p.ID, p.ModelName, p.RoutingGroup, bs, plural(uint64(p.Ranks), "rank"))
+	}
 	for _, r := range rep.Ranks {
-		fmt.Fprintf(&b, "rank %d/%d\n", r.WorkerID, r.DPRank)
+		fmt.Fprintf(&b, "rank %d/%d (%s)\n", r.WorkerID, r.DPRank, r.Partition)
 		if r.EventsRetained == 0 {
 			b.WriteString("  log: no events\n")
 		} else {
@@ -280,6 +325,9 @@ func (rep Report) Text() string {
 			b.WriteString("  cursor: none\n")
 		}
 		fmt.Fprintf(&b, "  gaps: recovered=%d lost=%d pending=%d\n", r.Gaps.Recovered, r.Gaps.Lost, r.Gaps.Pending)
+		if r.Pending > 0 {
+			fmt.Fprintf(&b, "  buffered during a recovery: %s (resumed at start)\n", plural(uint64(r.Pending), "event"))
+		}
 		for _, g := range r.Ledger {
 			fmt.Fprintf(&b, "    [%d, %d] %s at %s\n", g.From, g.To, g.Outcome, g.At.UTC().Format(time.RFC3339Nano))
 		}

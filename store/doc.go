@@ -11,7 +11,7 @@
 //     file is taken as well in read-write mode.
 //   - A read-write Open of an empty dir writes the format version record; every Open refuses a
 //     dir written with a newer format (ErrFormatTooNew) or an unknown older one
-//     (ErrFormatUnsupported). A read-only Open of a dir that holds no kvindex data fails with
+//     (ErrFormatUnsupported). A format-1 dir opens read-write only (to be upgraded). A read-only Open of a dir that holds no kvindex data fails with
 //     ErrNoData.
 //   - A new dir is flushed right after its version record is written. Pebble creates a DB at an
 //     old format and ratchets it to PebbleFormat after the first WAL exists, so that first WAL
@@ -30,20 +30,24 @@
 // # Key layout (part of the on-disk format: never change without a new FormatVersion)
 //
 // Every key starts with one prefix byte. Integers are big-endian so that byte order equals
-// numeric order and one rank's keys are contiguous.
+// numeric order and one rank's keys are contiguous. Format 2 (this one) put the partition (the
+// id of the rank's (model_name, routing_group), package partition; 0 = default) in front of
+// the worker in every per-rank key; format 1 had no partition field (each per-rank key 4 bytes
+// shorter) and is upgraded in place by wal.Open (wal/upgrade.go).
 //
-//	log record        'L' | worker_id u64 BE | dp_rank u32 BE | event_id u64 BE      (21 bytes)
-//	                  +----+--------+--------+--------+
-//	                  | 4C | worker | dp     | id     |
-//	                  +----+--------+--------+--------+
-//	                    1      8        4        8
+//	log record        'L' | partition u32 | worker_id u64 | dp_rank u32 | event_id u64  (25 bytes)
+//	                  +----+-----------+--------+--------+--------+
+//	                  | 4C | partition | worker | dp     | id     |
+//	                  +----+-----------+--------+--------+--------+
+//	                    1        4          8        4        8
 //
-//	rank snapshot     'S' | worker_id u64 BE | dp_rank u32 BE                        (13 bytes)
-//	rank metadata     'M' | worker_id u64 BE | dp_rank u32 BE | kind u8            (14 bytes)
-//	gap ledger entry  'G' | worker_id u64 BE | dp_rank u32 BE | gap_seq u64 BE     (21 bytes)
-//	removal tombstone 'T' | worker_id u64 BE | dp_rank u32 BE                        (13 bytes)
-//	format version    'V'                                                            (1 byte)
-//	global metadata   'K' | name bytes                                               (1+n bytes)
+//	rank snapshot     'S' | partition u32 | worker_id u64 | dp_rank u32                 (17 bytes)
+//	rank metadata     'M' | partition u32 | worker_id u64 | dp_rank u32 | kind u8       (18 bytes)
+//	gap ledger entry  'G' | partition u32 | worker_id u64 | dp_rank u32 | gap_seq u64   (25 bytes)
+//	removal tombstone 'T' | partition u32 | worker_id u64 | dp_rank u32                 (17 bytes)
+//	pending event     'P' | partition u32 | worker_id u64 | dp_rank u32 | event_id u64  (25 bytes)
+//	format version    'V'                                                                 (1 byte)
+//	global metadata   'K' | name bytes                                                    (1+n bytes)
 //
 // The value of the format version key is the version as a u32 big-endian:
 //

@@ -25,7 +25,7 @@
 //   - A fatal Pebble error (a failed WAL write or sync) fails the Commit that hit it and every
 //     later write with ErrFailed: reopen the store. What was acknowledged before is durable.
 //
-// # Log record value (key: store.LogKey = 'L' | worker u64 BE | dp u32 BE | event_id u64 BE)
+// # Log record value (key: store.LogKey = 'L' | partition u32 BE | worker u64 BE | dp u32 BE | event_id u64 BE)
 //
 // Part of the on-disk format (store.FormatVersion). Hashes are fixed 8 bytes little-endian
 // (they are uniformly random: varints would grow them); counts are uvarints.
@@ -41,7 +41,7 @@
 //	items: stored:  n × ( block_hash u64 LE | tokens_hash u64 LE )     16 bytes each
 //	       removed: n × ( block_hash u64 LE )                            8 bytes each
 //	       cleared: n = 0, no items
-//	crc32c over: worker u64 BE | dp u32 BE | event_id u64 BE | every value byte before the crc
+//	crc32c over: partition u32 BE | worker u64 BE | dp u32 BE | event_id u64 BE | every value byte before the crc
 //
 // A Stored event with 8 blocks and a parent is 1+3+8+1+128+4 = 145 bytes.
 //
@@ -52,11 +52,12 @@
 //	|   u8    | LE                 |           |       | body_len uvarint | body )    | u32 LE |
 //	+---------+--------------------+-----------+--------------------------------------+--------+
 //	body: a log record value without its version byte and crc (kind | tier | flags | ...)
-//	crc32c over: worker u64 BE | dp u32 BE | every value byte before the crc
+//	crc32c over: partition u32 BE | worker u64 BE | dp u32 BE | every value byte before the crc
 //
 // # Per-rank metadata and tombstone values
 //
-// All share one frame; the crc covers worker u64 BE | dp u32 BE | the bytes before it:
+// All share one frame; the crc covers partition u32 BE | worker u64 BE | dp u32 BE | the bytes
+// before it:
 //
 //	+---------+---------+--------+
 //	| ver = 1 | payload | crc32c |
@@ -69,7 +70,16 @@
 //	tombstone    'T'|rank      payload: removed-at i64 LE (unix ns)
 //
 // Pending event (key 'P'|rank|event_id): the log record value above, its crc over the same
-// worker | dp | event_id bytes.
+// partition | worker | dp | event_id bytes.
+//
+// # Format 1 → 2 (upgrade.go)
+//
+// Format 1 had no partition in the rank keys or in the crcs. wal.Open upgrades a format-1 dir in
+// place: every per-rank key moves to partition 0, each value keeping its bytes but its crc
+// (re-computed over the new rank bytes when the old crc checks; a damaged value keeps its bad
+// crc), in atomic synced batches of 4,096 keys, the version record set to 2 last. A crash
+// mid-upgrade leaves version 1 and a mix of old and new keys (told apart by length): the next
+// open finishes it.
 //
 // Gap sequence numbers rise per rank (1, 2, ...); a gap outcome is 0 lost, 1 recovered,
 // 2 pending. Global metadata ('K'|name) values are opaque here.
