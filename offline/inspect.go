@@ -59,8 +59,8 @@ type RankReport struct {
 	Cursor *CursorReport `json:"cursor,omitempty"`
 	Gaps   GapCounts     `json:"gaps"`
 	// Pending counts the live events buffered durably during a recovery (resumed at start).
-	Pending int `json:"pending_events"`
-	Ledger []GapReport   `json:"gap_ledger"`
+	Pending int         `json:"pending_events"`
+	Ledger  []GapReport `json:"gap_ledger"`
 	// Problems lists what could not be read (run verify for the full check).
 	Problems []string `json:"problems,omitempty"`
 }
