@@ -112,6 +112,9 @@ func Export(ctx context.Context, w io.Writer, opts ExportOptions) (res ExportRes
 		return res, err
 	}
 	defer closeStore(st, &err)
+	if err := opts.Filter.resolve(l); err != nil {
+		return res, err
+	}
 	ranks, err := rankList(l)
 	if err != nil {
 		return res, err

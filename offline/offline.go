@@ -9,6 +9,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/store"
 	"github.com/kvindex/kvindex/wal"
 	"github.com/schollz/progressbar/v3"
@@ -133,10 +135,37 @@ type Filter struct {
 	HasWorker bool // only ranks of Worker
 	DP        uint32
 	HasDP     bool // only dp rank DP (requires HasWorker)
+	// Partition, when HasPartition, keeps the ranks of that partition only (its id is resolved
+	// from the dir's partition records; an unknown partition matches nothing). An export of one
+	// partition posted to POST /v1/events?model_name=… reproduces it.
+	Partition    partition.Key
+	HasPartition bool
+	partitionID  uint32
+	noPartition  bool
 }
 
 func (f Filter) match(r event.Rank) bool {
+	if f.HasPartition && (f.noPartition || r.Partition != f.partitionID) {
+		return false
+	}
 	return (!f.HasWorker || r.WorkerID == f.Worker) && (!f.HasDP || r.DPRank == f.DP)
+}
+
+// resolve looks the filter's partition up in the dir's records.
+func (f *Filter) resolve(l *wal.Log) error {
+	if !f.HasPartition {
+		return nil
+	}
+	set, err := partition.Open(l, 0, index.Options{})
+	if err != nil {
+		return err
+	}
+	p, ok := set.Lookup(f.Partition)
+	f.partitionID, f.noPartition = 0, !ok
+	if ok {
+		f.partitionID = p.ID
+	}
+	return nil
 }
 
 func (f Filter) check() error {

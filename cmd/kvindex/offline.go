@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/kvindex/kvindex/offline"
+	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/store"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
@@ -63,6 +64,8 @@ func exportCommand() *cli.Command {
 			&cli.StringFlag{Name: "what", Value: "events", Usage: "events: the retained log, each rank's snapshot first; dump: the rebuilt tree, ids from 0 per rank", EnvVars: env("export", "what")},
 			&cli.Uint64Flag{Name: "worker-id", Usage: "only this worker's ranks", EnvVars: env("export", "worker-id")},
 			&cli.UintFlag{Name: "dp-rank", Usage: "only this dp rank (with --worker-id)", EnvVars: env("export", "dp-rank")},
+			&cli.StringFlag{Name: "model-name", Usage: "only this partition's ranks (with --routing-group, default \"default\")", EnvVars: env("export", "model-name")},
+			&cli.StringFlag{Name: "routing-group", Usage: "only this partition's ranks (with --model-name, default \"default\")", EnvVars: env("export", "routing-group")},
 			&cli.Uint64Flag{Name: "from", Usage: "events only: skip log events below this id (a snapshot at or above it is still written)", EnvVars: env("export", "from")},
 			&cli.StringFlag{Name: "out", Usage: "write to this file (replaced atomically when done) instead of stdout", EnvVars: env("export", "out")},
 		},
@@ -85,7 +88,9 @@ func exportCommand() *cli.Command {
 				return usagef("--dp-rank %d is above 2^32-1", c.Uint("dp-rank"))
 			}
 			eo := offline.ExportOptions{Options: o, What: what, From: c.Uint64("from"),
-				Filter: offline.Filter{Worker: c.Uint64("worker-id"), HasWorker: c.IsSet("worker-id"), DP: uint32(c.Uint("dp-rank")), HasDP: c.IsSet("dp-rank")}}
+				Filter: offline.Filter{Worker: c.Uint64("worker-id"), HasWorker: c.IsSet("worker-id"), DP: uint32(c.Uint("dp-rank")), HasDP: c.IsSet("dp-rank"),
+					Partition:    partition.KeyOf(c.String("model-name"), c.String("routing-group"), ""),
+					HasPartition: c.IsSet("model-name") || c.IsSet("routing-group")}}
 			res, err := exportTo(c, c.String("out"), eo)
 			if err != nil {
 				return offlineErr("export", err)
