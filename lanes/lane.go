@@ -139,7 +139,33 @@ func (ln *lane) control(o *op) {
 		o.w.finish(Result{}, 0, nil)
 	case opResume:
 		ln.input(o.rank, nil, (*recovery.RankState).Resume)
+	case opExec:
+		o.w.finish(Result{}, 0, ln.exec(o))
 	}
+}
+
+// exec commits a side write (Pipeline.Exec) with the pipeline drained, then applies it. A failed
+// commit fails the lane like any other.
+func (ln *lane) exec(o *op) error {
+	if err := ln.failure(); err != nil {
+		return err
+	}
+	b := ln.p.log.NewBatch()
+	defer b.Close()
+	apply := o.exec(b)
+	if err := ln.p.log.Commit(context.Background(), b); err != nil {
+		ln.failMu.Lock()
+		if ln.failErr == nil {
+			ln.failErr = err
+			ln.p.lg.Error("log commit failed; the lane refuses writes until restart", "lane", ln.id, "err", err)
+		}
+		ln.failMu.Unlock()
+		return err
+	}
+	if apply != nil {
+		apply()
+	}
+	return nil
 }
 
 // input feeds one input that is not a live event to a registered, visible rank's RankState

@@ -158,6 +158,7 @@ const (
 	opAnswer
 	opSource // the worker's recovery source was set or removed: SetHasSource
 	opResume // after the restart replay: Resume
+	opExec   // a side write (approximate mode): its own batch, no RankState input
 )
 
 type op struct {
@@ -171,6 +172,7 @@ type op struct {
 	took   time.Duration // opAnswer: how long the fetch ran
 	answer recovery.Answer
 	meta   []Meta // global metadata written in the same log batch as events
+	exec   func(b *wal.Batch) func()
 }
 
 // Meta is a global metadata entry (wal.Batch.SetMeta) written atomically with a Submit's events.
@@ -503,6 +505,21 @@ func (p *Pipeline) Do(ctx context.Context, r event.Rank, fn func()) error {
 	w := &waiter{}
 	w.wg.Add(1)
 	if err := p.enqueue(ctx, rs.lane, &op{kind: opDo, rank: r, fn: fn, w: w}); err != nil {
+		return err
+	}
+	w.wg.Wait()
+	return w.firstErr
+}
+
+// Exec runs a side write on the rank's lane, after everything queued before it on that lane:
+// fn fills a log batch (approximate-mode entries: never the rank's log, cursor or ids) and
+// returns what to apply once it committed (nil: nothing). It returns once the batch is durable
+// and applied. The rank gets a lane (this is a write) but is neither listed nor given a cursor:
+// its RankState is untouched (SPEC §8: routing decisions never move the event cursor).
+func (p *Pipeline) Exec(ctx context.Context, r event.Rank, fn func(b *wal.Batch) func()) error {
+	w := &waiter{}
+	w.wg.Add(1)
+	if err := p.enqueue(ctx, p.register(r).lane, &op{kind: opExec, rank: r, exec: fn, w: w}); err != nil {
 		return err
 	}
 	w.wg.Wait()

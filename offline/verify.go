@@ -30,7 +30,7 @@ type VerifyReport struct {
 
 // knownPrefixes are the key prefixes of store's layout.
 var knownPrefixes = []byte{store.PrefixLog, store.PrefixSnapshot, store.PrefixRankMeta, store.PrefixGap,
-	store.PrefixTombstone, store.PrefixVersion, store.PrefixGlobal, store.PrefixPending}
+	store.PrefixTombstone, store.PrefixVersion, store.PrefixGlobal, store.PrefixPending, store.PrefixApprox}
 
 // Verify is `kvindex verify`: read-only, it rebuilds every rank from its snapshot and log and
 // checks, per rank:

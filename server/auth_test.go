@@ -44,6 +44,7 @@ var sampleRequests = map[string][2]string{
 	"DELETE /v1/sources/{id}":                        {"/v1/sources/nope", ""},
 	"GET /v1/dump":                                   {"/v1/dump", ""},
 	"POST /v1/flush":                                 {"/v1/flush", ""},
+	"POST /v1/routing_decisions":                     {"/v1/routing_decisions", `{"worker_id":1,"block_hashes":[1]}`},
 	"GET /healthz":                                   {"/healthz", ""},
 	"GET /readyz":                                    {"/readyz", ""},
 	"GET /metrics":                                   {"/metrics", ""},
@@ -80,7 +81,7 @@ func TestAuthMutatingRoutes(t *testing.T) {
 	s, url := rangeServer(t, Config{AuthToken: testToken}, DumpCacheOptions{})
 	want := []string{"POST /v1/events", "DELETE /v1/workers/{worker_id}", "DELETE /v1/workers/{worker_id}/ranks/{dp_rank}",
 		"PUT /v1/workers/{worker_id}/source", "DELETE /v1/workers/{worker_id}/source", "POST /v1/sources",
-		"DELETE /v1/sources/{id}", "POST /v1/flush"}
+		"DELETE /v1/sources/{id}", "POST /v1/flush", "POST /v1/routing_decisions"}
 	var got []string
 	for _, rt := range s.routes() {
 		if rt.mutating {

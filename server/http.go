@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/lanes"
+	"github.com/kvindex/kvindex/partition"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -48,6 +50,7 @@ func (s *Server) routes() []route {
 		{"DELETE /v1/sources/{id}", true, true, s.deleteZMQSource},
 		{"GET /v1/dump", true, false, s.dump},
 		{"POST /v1/flush", true, true, s.flush},
+		{"POST /v1/routing_decisions", true, true, s.postRoutingDecision},
 		{"GET /healthz", false, false, func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		}},
@@ -232,24 +235,21 @@ func appendHashes(dst []byte, hs []uint64) []byte {
 var scoreBufs = sync.Pool{New: func() any { return &scoreBuf{} }}
 
 type scoreBuf struct {
-	scores []index.Score
-	out    []byte
+	scores, side, merged []index.Score
+	out                  []byte
 }
 
 // writeScores answers a find_matches: {"scores":[...]} plus, when hashes is not nil,
 // "block_hashes".
-// ix nil (an unknown partition) answers no scores.
-func (s *Server) writeScores(w http.ResponseWriter, ix *index.Index, hashes []uint64, earlyExit bool, withHashes bool) {
+// p nil (an unknown partition) answers no scores.
+func (s *Server) writeScores(w http.ResponseWriter, p *partition.Partition, hashes []uint64, earlyExit bool, withHashes bool) {
 	buf := scoreBufs.Get().(*scoreBuf)
 	defer scoreBufs.Put(buf)
 	start := time.Now()
-	buf.scores = buf.scores[:0]
-	if ix != nil {
-		buf.scores = ix.FindMatchesInto(buf.scores, hashes, earlyExit)
-	}
+	scores := s.scoresOf(buf, p, hashes, earlyExit)
 	s.m.findSec.Observe(time.Since(start).Seconds())
 	out := append(buf.out[:0], '{')
-	out = appendScores(out, buf.scores)
+	out = appendScores(out, scores)
 	if withHashes {
 		out = append(out, `,"block_hashes":`...)
 		out = appendHashes(out, hashes)
@@ -300,11 +300,8 @@ func (s *Server) findMatches(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "missing field block_hashes")
 		return
 	}
-	var ix *index.Index
-	if p, ok := s.parts.Lookup(partitionKey(r, req.partitionNames)); ok {
-		ix = p.Index
-	}
-	s.writeScores(w, ix, *req.BlockHashes, req.EarlyExit, false)
+	p, _ := s.parts.Lookup(partitionKey(r, req.partitionNames))
+	s.writeScores(w, p, *req.BlockHashes, req.EarlyExit, false)
 }
 
 func (s *Server) findMatchesForRequest(w http.ResponseWriter, r *http.Request) {
@@ -328,12 +325,13 @@ func (s *Server) findMatchesForRequest(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The partition's block size; an unknown partition hashes with --block-size and scores nothing.
-	bs, ix := s.cfg.BlockSize, (*index.Index)(nil)
-	if p, ok := s.parts.Lookup(partitionKey(r, req.partitionNames)); ok {
-		bs, ix = p.BlockSize, p.Index
+	bs := s.cfg.BlockSize
+	p, ok := s.parts.Lookup(partitionKey(r, req.partitionNames))
+	if ok {
+		bs = p.BlockSize
 	}
 	hashes := event.BlockHashes(*req.Tokens, bs, req.LoraName, req.CacheNamespace)
-	s.writeScores(w, ix, hashes, req.EarlyExit, true)
+	s.writeScores(w, p, hashes, req.EarlyExit, true)
 }
 
 type gapsJSON struct {
@@ -342,6 +340,8 @@ type gapsJSON struct {
 }
 
 type rankJSON struct {
+	Mode         string   `json:"mode"`
+	ApproxBlocks int      `json:"approx_blocks"`
 	ModelName    string   `json:"model_name"`
 	RoutingGroup string   `json:"routing_group"`
 	WorkerID     uint64   `json:"worker_id"`
@@ -370,10 +370,12 @@ func (s *Server) listRanks(w http.ResponseWriter, r *http.Request) {
 		only = p.ID
 	}
 	out := []rankJSON{}
+	listed := map[event.Rank]bool{}
 	for _, st := range s.pipe.Status() {
 		if filter && st.Rank.Partition != only {
 			continue
 		}
+		listed[st.Rank] = true
 		p := s.parts.Get(st.Rank.Partition)
 		if p == nil {
 			continue
@@ -387,10 +389,30 @@ func (s *Server) listRanks(w http.ResponseWriter, r *http.Request) {
 		if state == "" {
 			state = "live"
 		}
-		out = append(out, rankJSON{ModelName: p.Key.ModelName, RoutingGroup: p.Key.RoutingGroup,
+		side := s.approx.RankBlocks(st.Rank)
+		out = append(out, rankJSON{Mode: rankMode(true, side), ApproxBlocks: side, ModelName: p.Key.ModelName, RoutingGroup: p.Key.RoutingGroup,
 			WorkerID: st.Rank.WorkerID, DPRank: st.Rank.DPRank, Blocks: p.Index.RankBlocks(st.Rank),
 			Lane: st.Lane, FirstEventID: first, LastEventID: st.Last, State: state, Gaps: gapsJSON{Recovered: st.Recovered, Lost: st.Lost}})
 	}
+	// Ranks fed by routing decisions only (approximate mode).
+	for _, rk := range s.approx.Ranks() {
+		if listed[rk] || (filter && rk.Partition != only) {
+			continue
+		}
+		p := s.parts.Get(rk.Partition)
+		if p == nil {
+			continue
+		}
+		lane, _ := s.pipe.LaneOf(rk)
+		out = append(out, rankJSON{Mode: "approximate", ApproxBlocks: s.approx.RankBlocks(rk), ModelName: p.Key.ModelName,
+			RoutingGroup: p.Key.RoutingGroup, WorkerID: rk.WorkerID, DPRank: rk.DPRank, Lane: lane, State: "live"})
+	}
+	slices.SortStableFunc(out, func(a, b rankJSON) int {
+		if a.WorkerID != b.WorkerID {
+			return cmp.Compare(a.WorkerID, b.WorkerID)
+		}
+		return cmp.Compare(a.DPRank, b.DPRank)
+	})
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -410,6 +432,10 @@ func (s *Server) removeWorker(w http.ResponseWriter, r *http.Request) {
 	}
 	n, err := s.pipe.RemoveWorker(r.Context(), wid)
 	if err != nil {
+		s.submitError(w, err)
+		return
+	}
+	if _, err := s.approx.RemoveWorker(r.Context(), wid); err != nil {
 		s.submitError(w, err)
 		return
 	}
@@ -455,6 +481,10 @@ func (s *Server) removeRank(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) flush(w http.ResponseWriter, r *http.Request) {
 	if err := s.pipe.Flush(r.Context()); err != nil {
+		s.submitError(w, err)
+		return
+	}
+	if err := s.approx.Flush(r.Context()); err != nil { // approximate blocks due now
 		s.submitError(w, err)
 		return
 	}

@@ -181,16 +181,21 @@ func result(err error) string {
 type indexCollector struct{ s *Server }
 
 var (
-	descApplied = prometheus.NewDesc("kvindex_events_applied_total", "Events applied to the tree by event type and status, per partition.", []string{"event_type", "status", "model", "routing_group"}, nil)
-	descRanks   = prometheus.NewDesc("kvindex_ranks", "Ranks by lifecycle state (live, recovering, degraded) per partition, as GET /v1/ranks lists them.", []string{"state", "model", "routing_group"}, nil)
-	descBlocks  = prometheus.NewDesc("kvindex_blocks", "(rank, block) entries in the partition's tree.", []string{"model", "routing_group"}, nil)
-	descNodes   = prometheus.NewDesc("kvindex_tree_nodes", "Radix tree nodes of the partition's tree.", []string{"model", "routing_group"}, nil)
-	descQueue   = prometheus.NewDesc("kvindex_lane_queue_depth", "Requests queued per lane.", []string{"lane"}, nil)
-	descReady   = prometheus.NewDesc("kvindex_ready", "1 once the restart replay finished.", nil, nil)
+	descApplied         = prometheus.NewDesc("kvindex_events_applied_total", "Events applied to the tree by event type and status, per partition.", []string{"event_type", "status", "model", "routing_group"}, nil)
+	descRanks           = prometheus.NewDesc("kvindex_ranks", "Ranks by lifecycle state (live, recovering, degraded) per partition, as GET /v1/ranks lists them.", []string{"state", "model", "routing_group"}, nil)
+	descBlocks          = prometheus.NewDesc("kvindex_blocks", "(rank, block) entries in the partition's tree.", []string{"model", "routing_group"}, nil)
+	descApproxDecisions = prometheus.NewDesc("kvindex_approx_decisions_total", "Routing decisions recorded (approximate mode).", nil, nil)
+	descApproxBlocks    = prometheus.NewDesc("kvindex_approx_blocks", "Live (rank, block) entries of the partition's side index (approximate mode).", []string{"model", "routing_group"}, nil)
+	descApproxExpired   = prometheus.NewDesc("kvindex_approx_expired_total", "Approximate blocks removed at their deadline (TTL), including those that expired while kvindex was down.", nil, nil)
+	descApproxPruned    = prometheus.NewDesc("kvindex_approx_pruned_total", "Approximate blocks removed by the size bound (--approx-max-blocks).", nil, nil)
+	descNodes           = prometheus.NewDesc("kvindex_tree_nodes", "Radix tree nodes of the partition's tree.", []string{"model", "routing_group"}, nil)
+	descQueue           = prometheus.NewDesc("kvindex_lane_queue_depth", "Requests queued per lane.", []string{"lane"}, nil)
+	descReady           = prometheus.NewDesc("kvindex_ready", "1 once the restart replay finished.", nil, nil)
 )
 
 func (c *indexCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descApplied, descRanks, descBlocks, descNodes, descQueue, descReady} {
+	for _, d := range []*prometheus.Desc{descApplied, descRanks, descBlocks, descNodes, descQueue, descReady,
+		descApproxDecisions, descApproxBlocks, descApproxExpired, descApproxPruned} {
 		ch <- d
 	}
 }
@@ -222,6 +227,14 @@ func (c *indexCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descBlocks, prometheus.GaugeValue, float64(p.Index.Blocks()), model, group)
 		ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(p.Index.NodeCount()), model, group)
+		if c.s.approx != nil {
+			ch <- prometheus.MustNewConstMetric(descApproxBlocks, prometheus.GaugeValue, float64(c.s.approx.Blocks(p.ID)), model, group)
+		}
+	}
+	if a := c.s.approx; a != nil {
+		ch <- prometheus.MustNewConstMetric(descApproxDecisions, prometheus.CounterValue, float64(a.Decisions.Load()))
+		ch <- prometheus.MustNewConstMetric(descApproxExpired, prometheus.CounterValue, float64(a.Expired.Load()))
+		ch <- prometheus.MustNewConstMetric(descApproxPruned, prometheus.CounterValue, float64(a.Pruned.Load()))
 	}
 	for i, d := range c.s.pipe.QueueDepth() {
 		ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(d), strconv.Itoa(i))

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/kvindex/kvindex/approx"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/lanes"
@@ -42,12 +43,18 @@ type Config struct {
 	FS            vfs.FS           // default the OS file system (tests pass a crashable MemFS)
 	DumpCache     DumpCacheOptions // the TreeDump cache of the range route; defaults in DumpCacheOptions
 	ZMQ           []string         // vLLM publishers to subscribe to: ENDPOINT[?replay=ENDPOINT&worker_id=N] (ParseZMQFlag)
-	AuthToken     string           // when set, mutating routes require `Authorization: Bearer <AuthToken>`; also sent to upstreams
-	TLSCertFile   string           // with TLSKeyFile: serve HTTPS (Run only); both or neither
-	TLSKeyFile    string
-	Strict        bool   // refuse events with fields kvindex does not know (400) instead of counting them
-	Force         bool   // open a non-empty dir that is not a kvindex data dir (store.Options.Force)
-	Version       string // reported in the start log line; default the module version from the build info
+	// Approximate mode (SPEC §8): how long a routing decision's blocks live (default 120 s;
+	// ApproxTTLZero: 0, they expire at once) and the side index's size bound per partition (0 off).
+	ApproxTTL       time.Duration
+	ApproxTTLZero   bool
+	ApproxMaxBlocks int
+	Now             func() time.Time // the clock of approximate mode; default time.Now (tests inject one)
+	AuthToken       string           // when set, mutating routes require `Authorization: Bearer <AuthToken>`; also sent to upstreams
+	TLSCertFile     string           // with TLSKeyFile: serve HTTPS (Run only); both or neither
+	TLSKeyFile      string
+	Strict          bool   // refuse events with fields kvindex does not know (400) instead of counting them
+	Force           bool   // open a non-empty dir that is not a kvindex data dir (store.Options.Force)
+	Version         string // reported in the start log line; default the module version from the build info
 }
 
 // DefaultRetainEvents is the default of Config.RetainEvents (docs/API.md).
@@ -84,13 +91,17 @@ type Server struct {
 	st     *store.Store
 	log    *wal.Log
 	parts  *partition.Set
-	pipe   *lanes.Pipeline
-	m      *metrics
-	ready  atomic.Bool
-	status atomic.Value // string: what the replay is doing, for /readyz
-	srcs   *sources
-	dumps  dumpCache     // TreeDump cache of the range route (dumpcache.go)
-	zmq    *vllm.Manager // vLLM ZMQ sources (sources_zmq.go), started by Recover
+	approx *approx.Set
+
+	approxStop context.CancelFunc // ends the approximate expiry loop (Close)
+	approxDone chan struct{}
+	pipe       *lanes.Pipeline
+	m          *metrics
+	ready      atomic.Bool
+	status     atomic.Value // string: what the replay is doing, for /readyz
+	srcs       *sources
+	dumps      dumpCache     // TreeDump cache of the range route (dumpcache.go)
+	zmq        *vllm.Manager // vLLM ZMQ sources (sources_zmq.go), started by Recover
 
 	// testAfterOldest, if set, runs in the range route between reading the rank's oldest id
 	// (on its lane) and reading its events (off the lane): tests fold the log there.
@@ -134,6 +145,7 @@ func Open(cfg Config) (*Server, error) {
 		Logger: cfg.Logger, AuthToken: cfg.AuthToken})
 	s.pipe = lanes.New(lg, s.parts, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, Logger: cfg.Logger,
 		Listener: s.m.listener(mode), Source: s.sourceOf, Fetcher: fetcher})
+	s.approx = approx.New(s.pipe, cfg.approxOptions())
 	if _, err := zmqConfigs(cfg.ZMQ); err != nil {
 		_ = st.Close()
 		return nil, err
@@ -185,7 +197,21 @@ func (s *Server) Recover(ctx context.Context) error {
 		return err
 	}
 	s.claimWorkers()
+	kept, expired, err := s.approx.Load(ctx, s.log)
+	if err != nil {
+		s.status.Store("replay failed: " + err.Error())
+		return err
+	}
+	if kept+expired > 0 {
+		s.lg.Info("approximate-mode blocks reloaded", "blocks", kept, "expired_while_down", expired)
+	}
 	s.pipe.Start()
+	actx, stop := context.WithCancel(context.Background())
+	s.approxStop, s.approxDone = stop, make(chan struct{})
+	go func() {
+		defer close(s.approxDone)
+		s.approx.Run(actx)
+	}()
 	if err := s.startZMQ(); err != nil {
 		return err
 	}
@@ -204,6 +230,10 @@ func (s *Server) Recover(ctx context.Context) error {
 // Close drains the lanes and closes the log cleanly.
 func (s *Server) Close() error {
 	s.ready.Store(false)
+	if s.approxStop != nil {
+		s.approxStop()
+		<-s.approxDone
+	}
 	s.zmq.Close() // before the lanes: a source may be submitting
 	s.pipe.Close()
 	s.dumps.close()

@@ -16,6 +16,7 @@ const (
 	PrefixVersion   byte = 'V' // 'V': the format version record
 	PrefixGlobal    byte = 'K' // 'K' | name: global metadata
 	PrefixPending   byte = 'P' // 'P' | rank | event_id: a live event buffered during a recovery
+	PrefixApprox    byte = 'A' // 'A' | rank | block_hash: an approximate-mode (routing decision) block
 )
 
 // Key sizes. Part of the on-disk format (2; format 1 had no partition: RankKeyLen 13).

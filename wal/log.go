@@ -231,10 +231,11 @@ func (b *Batch) ResetRank(r event.Rank) {
 	b.n++
 }
 
-// RemoveRank deletes everything of r (log, snapshot, cursor, gaps, pending) and writes a tombstone.
+// RemoveRank deletes everything of r (log, snapshot, cursor, gaps, pending, approximate
+// entries) and writes a tombstone.
 func (b *Batch) RemoveRank(r event.Rank) {
 	pb := b.pebble()
-	for _, p := range []byte{store.PrefixLog, store.PrefixRankMeta, store.PrefixGap, store.PrefixPending} {
+	for _, p := range []byte{store.PrefixLog, store.PrefixRankMeta, store.PrefixGap, store.PrefixPending, store.PrefixApprox} {
 		lo, hi := store.RankBounds(p, r)
 		_ = pb.DeleteRange(lo, hi, nil)
 	}

@@ -54,6 +54,8 @@ func serveCommand() *cli.Command {
 			&cli.IntFlag{Name: "block-size", Value: 16, Usage: "tokens per block for find_matches_for_request", EnvVars: serveEnv("block-size")},
 			&cli.IntFlag{Name: "lanes", Value: 0, Usage: "apply lanes (0 = GOMAXPROCS)", EnvVars: serveEnv("lanes")},
 			&cli.StringFlag{Name: "durability", Value: "sync", Usage: "sync: acknowledge after fsync (group commit); none: acknowledge after the memtable write — a crash or even a kill -9 may lose the newest acknowledged events", EnvVars: serveEnv("durability")},
+			&cli.DurationFlag{Name: "approx-ttl", Value: 120 * time.Second, Usage: "approximate mode: how long a routing decision's blocks live (0 = they expire at once)", EnvVars: serveEnv("approx-ttl")},
+			&cli.IntFlag{Name: "approx-max-blocks", Usage: "approximate mode: prune a partition's side index above this many (rank, block) entries to 80% of it, earliest deadline first (0 = no bound)", EnvVars: serveEnv("approx-max-blocks")},
 			&cli.Uint64Flag{Name: "retain-events", Value: server.DefaultRetainEvents, Usage: "keep at least this many log events per rank; older ones are folded into a snapshot online (0 = keep all)", EnvVars: serveEnv("retain-events")},
 			&cli.StringFlag{Name: "upstream", Usage: "default recovery source of every worker: base URL of a kvindex serving /v1/ranks/{w}/{r}/events (e.g. the one beside the workers); gaps are fetched from it instead of being lost", EnvVars: serveEnv("upstream")},
 			&cli.DurationFlag{Name: "fetch-timeout", Value: 10 * time.Second, Usage: "per-request timeout of recovery fetches (8 tries, backoff 200ms·2^n)", EnvVars: serveEnv("fetch-timeout")},
@@ -87,24 +89,30 @@ func serveCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			if c.Duration("approx-ttl") < 0 || c.Int("approx-max-blocks") < 0 {
+				return usagef("--approx-ttl and --approx-max-blocks must not be negative")
+			}
 			err = server.Run(c.Context, server.Config{
-				DataDir:      c.String("data-dir"),
-				Listen:       c.String("listen"),
-				BlockSize:    c.Int("block-size"),
-				Lanes:        c.Int("lanes"),
-				Durability:   dur,
-				RetainEvents: c.Uint64("retain-events"),
-				MaxBodyBytes: c.Int64("max-body-bytes"),
-				Upstream:     c.String("upstream"),
-				FetchTimeout: c.Duration("fetch-timeout"),
-				FetchBackoff: c.Duration("fetch-backoff"),
-				ZMQ:          c.StringSlice("zmq"),
-				AuthToken:    token,
-				TLSCertFile:  c.String("tls-cert"),
-				TLSKeyFile:   c.String("tls-key"),
-				Strict:       c.Bool("strict"),
-				Force:        c.Bool("force"),
-				Logger:       slog.Default(),
+				DataDir:         c.String("data-dir"),
+				Listen:          c.String("listen"),
+				BlockSize:       c.Int("block-size"),
+				Lanes:           c.Int("lanes"),
+				Durability:      dur,
+				RetainEvents:    c.Uint64("retain-events"),
+				MaxBodyBytes:    c.Int64("max-body-bytes"),
+				Upstream:        c.String("upstream"),
+				FetchTimeout:    c.Duration("fetch-timeout"),
+				FetchBackoff:    c.Duration("fetch-backoff"),
+				ZMQ:             c.StringSlice("zmq"),
+				AuthToken:       token,
+				TLSCertFile:     c.String("tls-cert"),
+				TLSKeyFile:      c.String("tls-key"),
+				Strict:          c.Bool("strict"),
+				Force:           c.Bool("force"),
+				ApproxTTL:       c.Duration("approx-ttl"),
+				ApproxTTLZero:   c.IsSet("approx-ttl") && c.Duration("approx-ttl") == 0,
+				ApproxMaxBlocks: c.Int("approx-max-blocks"),
+				Logger:          slog.Default(),
 			})
 			if errors.Is(err, server.ErrTLSConfig) {
 				return usageError{err}

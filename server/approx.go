@@ -1,0 +1,109 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/kvindex/kvindex/approx"
+	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/partition"
+)
+
+// postRoutingDecision serves POST /v1/routing_decisions (approximate mode, SPEC §8): the router
+// sent a request's prefix to a rank; the rank is assumed to cache it for --approx-ttl. Answered
+// once the decision is durable and applied to the partition's side index.
+func (s *Server) postRoutingDecision(w http.ResponseWriter, r *http.Request) {
+	body, _, ok := s.readBody(w, r, bodyJSON)
+	if !ok {
+		return
+	}
+	var req struct {
+		WorkerID       *uint64   `json:"worker_id"`
+		DPRank         uint32    `json:"dp_rank"`
+		BlockHashes    *[]uint64 `json:"block_hashes"`
+		SequenceHashes *[]uint64 `json:"sequence_hashes"`
+		Tokens         *[]uint32 `json:"tokens"`
+		LoraName       string    `json:"lora_name"`
+		CacheNamespace string    `json:"cache_namespace"`
+		partitionNames
+	}
+	if err := decodeStrict(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	switch {
+	case req.WorkerID == nil:
+		writeError(w, http.StatusBadRequest, "missing field worker_id")
+		return
+	case (req.BlockHashes == nil) == (req.Tokens == nil):
+		writeError(w, http.StatusBadRequest, "give exactly one of block_hashes and tokens")
+		return
+	case req.Tokens != nil && req.SequenceHashes != nil:
+		writeError(w, http.StatusBadRequest, "sequence_hashes goes with block_hashes, not tokens")
+		return
+	}
+	ctx := r.Context()
+	rk := event.Rank{WorkerID: *req.WorkerID, DPRank: req.DPRank}
+	probe := []event.RouterEvent{{WorkerID: rk.WorkerID, DPRank: rk.DPRank}}
+	if !s.writePartition(ctx, w, partitionKey(r, req.partitionNames), probe) {
+		return
+	}
+	rk.Partition = probe[0].Partition
+	d := approx.Decision{Rank: rk}
+	if req.Tokens != nil {
+		p := s.parts.Get(rk.Partition)
+		d.LocalHashes = event.BlockHashes(*req.Tokens, p.BlockSize, req.LoraName, req.CacheNamespace)
+	} else {
+		d.LocalHashes = *req.BlockHashes
+		if req.SequenceHashes != nil {
+			d.SeqHashes = *req.SequenceHashes
+		}
+	}
+	n, deadline, err := s.approx.Record(ctx, d)
+	if err != nil {
+		if errors.Is(err, approx.ErrBadDecision) {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		s.submitError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"recorded": n, "expires_at": deadline.UTC().Format("2006-01-02T15:04:05.000Z07:00")})
+}
+
+// scoresOf answers a find_matches in partition p (nil: unknown, no scores): the event-fed
+// tree's scores, each rank raised to its side score where that is higher (SPEC §8).
+func (s *Server) scoresOf(buf *scoreBuf, p *partition.Partition, hashes []uint64, earlyExit bool) []index.Score {
+	buf.scores = buf.scores[:0]
+	if p == nil {
+		return buf.scores
+	}
+	buf.scores = p.Index.FindMatchesInto(buf.scores, hashes, earlyExit)
+	buf.side = s.approx.Scores(buf.side[:0], p.ID, hashes, earlyExit)
+	if len(buf.side) == 0 {
+		return buf.scores
+	}
+	buf.merged = approx.Merge(buf.merged, buf.scores, buf.side)
+	return buf.merged
+}
+
+// approxTTL is the side index's TTL option from the config.
+func (c *Config) approxOptions() approx.Options {
+	o := approx.Options{TTL: c.ApproxTTL, MaxBlocks: c.ApproxMaxBlocks, Now: c.Now, Logger: c.Logger}
+	if c.ApproxTTLZero {
+		o.TTL, o.TTLIsZero = 0, true
+	}
+	return o
+}
+
+// rankMode is a rank's mode for /v1/ranks: events, approximate (side entries only) or mixed.
+func rankMode(eventFed bool, side int) string {
+	switch {
+	case !eventFed:
+		return "approximate"
+	case side > 0:
+		return "mixed"
+	}
+	return "events"
+}
