@@ -47,3 +47,21 @@ func benchBatch() ([]RouterEvent, []byte) {
 	}
 	return evs, append(body, ']')
 }
+
+// BenchmarkDecodeMsgpackBatch decodes the same batch as msgpack (`kvindex loadgen --format
+// msgpack`).
+func BenchmarkDecodeMsgpackBatch(b *testing.B) {
+	evs, _ := benchBatch()
+	body, err := AppendMsgpackBatch(nil, evs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeMsgpackBatch(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*len(evs))/b.Elapsed().Seconds(), "events/s")
+}
