@@ -236,10 +236,10 @@ type scoreBuf struct {
 	out    []byte
 }
 
-// writeScores answers a find_matches: {"scores":[...]} plus, when hashes is not nil,
-// "block_hashes".
+// writeScores answers a find_matches: {"scores":[...]} (trimmed to the request's shape) plus,
+// when withHashes, "block_hashes"; in msgpack when the request's Accept asks for it.
 // ix nil (an unknown partition) answers no scores.
-func (s *Server) writeScores(w http.ResponseWriter, ix *index.Index, hashes []uint64, earlyExit bool, withHashes bool) {
+func (s *Server) writeScores(w http.ResponseWriter, r *http.Request, ix *index.Index, hashes []uint64, earlyExit bool, shape answerShape, withHashes bool) {
 	buf := scoreBufs.Get().(*scoreBuf)
 	defer scoreBufs.Put(buf)
 	start := time.Now()
@@ -248,6 +248,14 @@ func (s *Server) writeScores(w http.ResponseWriter, ix *index.Index, hashes []ui
 		buf.scores = ix.FindMatchesInto(buf.scores, hashes, earlyExit)
 	}
 	s.m.findSec.Observe(time.Since(start).Seconds())
+	buf.scores = shape.trim(buf.scores)
+	if wantsMsgpack(r) {
+		buf.out = appendAnswerMsgpack(buf.out[:0], buf.scores, hashes, withHashes)
+		w.Header().Set("Content-Type", msgpackType)
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(buf.out)
+		return
+	}
 	out := append(buf.out[:0], '{')
 	out = appendScores(out, buf.scores)
 	if withHashes {
@@ -291,6 +299,7 @@ func (s *Server) findMatches(w http.ResponseWriter, r *http.Request) {
 		BlockHashes *[]uint64 `json:"block_hashes"`
 		EarlyExit   bool      `json:"early_exit"`
 		partitionNames
+		answerShape
 	}
 	if err := decodeStrict(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -304,7 +313,7 @@ func (s *Server) findMatches(w http.ResponseWriter, r *http.Request) {
 	if p, ok := s.parts.Lookup(partitionKey(r, req.partitionNames)); ok {
 		ix = p.Index
 	}
-	s.writeScores(w, ix, *req.BlockHashes, req.EarlyExit, false)
+	s.writeScores(w, r, ix, *req.BlockHashes, req.EarlyExit, req.answerShape, false)
 }
 
 func (s *Server) findMatchesForRequest(w http.ResponseWriter, r *http.Request) {
@@ -318,6 +327,7 @@ func (s *Server) findMatchesForRequest(w http.ResponseWriter, r *http.Request) {
 		CacheNamespace string    `json:"cache_namespace"`
 		EarlyExit      bool      `json:"early_exit"`
 		partitionNames
+		answerShape
 	}
 	if err := decodeStrict(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -333,7 +343,7 @@ func (s *Server) findMatchesForRequest(w http.ResponseWriter, r *http.Request) {
 		bs, ix = p.BlockSize, p.Index
 	}
 	hashes := event.BlockHashes(*req.Tokens, bs, req.LoraName, req.CacheNamespace)
-	s.writeScores(w, ix, hashes, req.EarlyExit, true)
+	s.writeScores(w, r, ix, hashes, req.EarlyExit, req.answerShape, true)
 }
 
 type gapsJSON struct {
