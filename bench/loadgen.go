@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/workload"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Loadgen metric names (`kvindex loadgen --json`).
@@ -37,8 +38,17 @@ const (
 	MetricLoadIdleQueries = "loadgen_idle_find_matches"
 	MetricLoadIdleP50     = "loadgen_idle_find_matches_p50_ns"
 	MetricLoadIdleP99     = "loadgen_idle_find_matches_p99_ns"
-	loadgenDefaultClients = 4
-	loadgenDefaultBatch   = 64
+	// The wire's share: each find_matches above is followed, on the same client, by a bare
+	// round trip (GET /healthz); overhead = p50(find_matches) ÷ p50(healthz). Idle, then loaded
+	// (while the events are posted); the find_matches p50s are those of the loadgen_* metrics.
+	MetricHTTPFindP50          = "http_find_matches_p50_ns"
+	MetricHTTPHealthzP50       = "http_healthz_p50_ns"
+	MetricHTTPOverhead         = "http_overhead"
+	MetricHTTPFindLoadedP50    = "http_find_matches_loaded_p50_ns"
+	MetricHTTPHealthzLoadedP50 = "http_healthz_loaded_p50_ns"
+	MetricHTTPOverheadLoaded   = "http_overhead_loaded"
+	loadgenDefaultClients      = 4
+	loadgenDefaultBatch        = 64
 	// DefaultLoadDuration is LoadOptions.Duration's default.
 	DefaultLoadDuration = time.Minute
 )
@@ -78,6 +88,10 @@ type LoadOptions struct {
 	IdleQueries int
 	// Msgpack posts the event batches as msgpack (application/msgpack) instead of JSON.
 	Msgpack bool
+	// TopK asks find_matches for the best TopK ranks only (the request's top_k); 0 = all.
+	TopK int
+	// MsgpackAnswers asks for find_matches answers in msgpack (Accept: application/msgpack).
+	MsgpackAnswers bool
 	// AuthToken, when set, is sent as `Authorization: Bearer <token>` (a server started with
 	// --auth-token-file).
 	AuthToken string
@@ -119,8 +133,8 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.Rate < 0 || o.Clients < 0 || o.Batch < 0 || o.Duration < 0 || o.MaxEvents < 0 {
-		return nil, fmt.Errorf("%w: negative rate, clients, batch, duration or max events", ErrOptions)
+	if o.Rate < 0 || o.Clients < 0 || o.Batch < 0 || o.Duration < 0 || o.MaxEvents < 0 || o.TopK < 0 {
+		return nil, fmt.Errorf("%w: negative rate, clients, batch, duration, max events or top k", ErrOptions)
 	}
 	if o.Clients == 0 {
 		o.Clients = loadgenDefaultClients
@@ -211,12 +225,12 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 			}
 		}()
 	}
-	var lat []time.Duration
+	ask := querier{hc: hc, base: base, token: o.AuthToken, topK: o.TopK, msgpack: o.MsgpackAnswers}
+	var lat, latHealth []time.Duration
 	var qwg sync.WaitGroup
 	qwg.Add(1)
 	go func() { // the querier: stops when the posters are done, at the deadline or on an error
 		defer qwg.Done()
-		var body []byte
 		for i := range wl.Queries {
 			q := &wl.Queries[i]
 			if len(q.BlockHashes) == 0 {
@@ -229,18 +243,14 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 				return
 			default:
 			}
-			body = appendQueryBody(body[:0], q.BlockHashes)
-			var res struct {
-				Scores []json.RawMessage `json:"scores"`
-			}
-			t := time.Now()
-			if err := postJSON(ctx, hc, base+"/v1/find_matches", o.AuthToken, body, &res); err != nil {
+			find, health, err := ask.pair(ctx, q.BlockHashes)
+			if err != nil {
 				if ctx.Err() == nil {
 					fail(err)
 				}
 				return
 			}
-			lat = append(lat, time.Since(t))
+			lat, latHealth = append(lat, find), append(latHealth, health)
 		}
 	}()
 	wg.Wait()
@@ -251,10 +261,10 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 		return nil, fmt.Errorf("loadgen: %w", first)
 	}
 	slices.Sort(lat)
+	slices.Sort(latHealth)
 	// Idle phase: the same queries, one at a time, with nothing else posting (bounded by the
 	// remaining duration and IdleQueries).
-	var idle []time.Duration
-	var qbody []byte
+	var idle, idleHealth []time.Duration
 	for i := range wl.Queries {
 		if len(idle) >= o.IdleQueries || ctx.Err() != nil {
 			break
@@ -263,20 +273,17 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 		if len(q.BlockHashes) == 0 {
 			continue
 		}
-		qbody = appendQueryBody(qbody[:0], q.BlockHashes)
-		var res struct {
-			Scores []json.RawMessage `json:"scores"`
-		}
-		t := time.Now()
-		if err := postJSON(ctx, hc, base+"/v1/find_matches", o.AuthToken, qbody, &res); err != nil {
+		find, health, err := ask.pair(ctx, q.BlockHashes)
+		if err != nil {
 			if ctx.Err() == nil {
 				return nil, fmt.Errorf("loadgen: idle queries: %w", err)
 			}
 			break
 		}
-		idle = append(idle, time.Since(t))
+		idle, idleHealth = append(idle, find), append(idleHealth, health)
 	}
 	slices.Sort(idle)
+	slices.Sort(idleHealth)
 	rep := &Report{}
 	rep.add(MetricLoadIdleQueries, float64(len(idle)), UnitCount)
 	rep.add(MetricLoadIdleP50, float64(Percentile(idle, 0.50)), UnitNS)
@@ -290,7 +297,73 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 	rep.add(MetricLoadFindP50, float64(Percentile(lat, 0.50)), UnitNS)
 	rep.add(MetricLoadFindP99, float64(Percentile(lat, 0.99)), UnitNS)
 	rep.add(MetricLoadFindP999, float64(Percentile(lat, 0.999)), UnitNS)
+	for _, x := range []struct {
+		find, health, overhead string
+		findLat, healthLat     []time.Duration
+	}{
+		{MetricHTTPFindP50, MetricHTTPHealthzP50, MetricHTTPOverhead, idle, idleHealth},
+		{MetricHTTPFindLoadedP50, MetricHTTPHealthzLoadedP50, MetricHTTPOverheadLoaded, lat, latHealth},
+	} {
+		find, health := Percentile(x.findLat, 0.50), Percentile(x.healthLat, 0.50)
+		rep.add(x.find, float64(find), UnitNS)
+		rep.add(x.health, float64(health), UnitNS)
+		rep.add(x.overhead, ratio(float64(find), float64(health)), UnitRatio)
+	}
 	return rep, nil
+}
+
+// ratio is a ÷ b, 0 when b is 0 (a phase without calls).
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// querier asks find_matches and the bare round trip beside it, on one client.
+type querier struct {
+	hc      *http.Client
+	base    string
+	token   string
+	topK    int
+	msgpack bool
+	body    []byte
+}
+
+// pair times one find_matches (its answer read and decoded) and then one GET /healthz.
+func (q *querier) pair(ctx context.Context, hashes []uint64) (find, health time.Duration, err error) {
+	q.body = appendQueryBody(q.body[:0], hashes, q.topK)
+	t := time.Now()
+	if err := q.findMatches(ctx); err != nil {
+		return 0, 0, err
+	}
+	find = time.Since(t)
+	t = time.Now()
+	if _, err := do(ctx, q.hc, http.MethodGet, q.base+"/healthz", header{token: q.token}, nil); err != nil {
+		return 0, 0, err
+	}
+	return find, time.Since(t), nil
+}
+
+func (q *querier) findMatches(ctx context.Context) error {
+	var res struct {
+		Scores []json.RawMessage `json:"scores"`
+	}
+	if !q.msgpack {
+		return postJSON(ctx, q.hc, q.base+"/v1/find_matches", q.token, q.body, &res)
+	}
+	b, err := do(ctx, q.hc, http.MethodPost, q.base+"/v1/find_matches",
+		header{ctype: "application/json", accept: "application/msgpack", token: q.token}, q.body)
+	if err != nil {
+		return err
+	}
+	var mres struct {
+		Scores []msgpack.RawMessage `msgpack:"scores"`
+	}
+	if err := msgpack.Unmarshal(b, &mres); err != nil {
+		return fmt.Errorf("POST %s/v1/find_matches: decoding the msgpack answer: %w", q.base, err)
+	}
+	return nil
 }
 
 func appendBatchJSON(dst []byte, evs []event.RouterEvent) []byte {
@@ -304,7 +377,7 @@ func appendBatchJSON(dst []byte, evs []event.RouterEvent) []byte {
 	return append(dst, ']')
 }
 
-func appendQueryBody(dst []byte, hashes []uint64) []byte {
+func appendQueryBody(dst []byte, hashes []uint64, topK int) []byte {
 	dst = append(dst, `{"block_hashes":[`...)
 	for i, h := range hashes {
 		if i > 0 {
@@ -312,7 +385,12 @@ func appendQueryBody(dst []byte, hashes []uint64) []byte {
 		}
 		dst = strconv.AppendUint(dst, h, 10)
 	}
-	return append(dst, `],"early_exit":false}`...)
+	dst = append(dst, `],"early_exit":false`...)
+	if topK > 0 {
+		dst = append(dst, `,"top_k":`...)
+		dst = strconv.AppendInt(dst, int64(topK), 10)
+	}
+	return append(dst, '}')
 }
 
 // postJSON posts a JSON body and decodes a 200 answer into out; another status is an ErrHTTP.
@@ -323,28 +401,48 @@ func postJSON(ctx context.Context, hc *http.Client, url, token string, body []by
 // post posts body with the content type (and the bearer token when not "") and decodes a 200
 // answer into out.
 func post(ctx context.Context, hc *http.Client, url, ctype, token string, body []byte, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	b, err := do(ctx, hc, http.MethodPost, url, header{ctype: ctype, token: token}, body)
 	if err != nil {
 		return err
-	}
-	req.Header.Set("Content-Type", ctype)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return fmt.Errorf("POST %s: reading the answer: %w", url, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%w: POST %s: %s: %s", ErrHTTP, url, resp.Status, bytes.TrimSpace(b))
 	}
 	if err := json.Unmarshal(b, out); err != nil {
 		return fmt.Errorf("POST %s: decoding the answer: %w", url, err)
 	}
 	return nil
+}
+
+// header is what a request sends besides its body; "" sends nothing.
+type header struct {
+	ctype, accept string
+	token         string // as `Authorization: Bearer <token>`
+}
+
+// do sends one request and returns the body of a 200 answer; another status is an ErrHTTP.
+func do(ctx context.Context, hc *http.Client, method, url string, h header, body []byte) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	if h.ctype != "" {
+		req.Header.Set("Content-Type", h.ctype)
+	}
+	if h.accept != "" {
+		req.Header.Set("Accept", h.accept)
+	}
+	if h.token != "" {
+		req.Header.Set("Authorization", "Bearer "+h.token)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: reading the answer: %w", method, url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%w: %s %s: %s: %s", ErrHTTP, method, url, resp.Status, bytes.TrimSpace(b))
+	}
+	return b, nil
 }

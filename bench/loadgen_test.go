@@ -62,22 +62,30 @@ func loadTarget(t *testing.T, cfg server.Config) (*server.Server, *httptest.Serv
 }
 
 // TestLoadGenAgainstAServer posts a small workload to an in-process server over HTTP and checks
-// that every event arrived (the server's index equals one built in memory from the same stream).
+// that every event arrived (the server's index equals one built in memory from the same stream),
+// with events posted in JSON or msgpack and answers asked for whole or shrunk, in JSON or msgpack;
+// and that the report has the wire's metrics, the overheads being find_matches ÷ healthz p50s.
 func TestLoadGenAgainstAServer(t *testing.T) {
-	for _, mp := range []bool{false, true} {
-		t.Run(map[bool]string{false: "json", true: "msgpack"}[mp], func(t *testing.T) { loadGenAgainstAServer(t, mp) })
+	for _, c := range []struct {
+		name string
+		o    LoadOptions
+	}{
+		{"json", LoadOptions{}},
+		{"msgpack", LoadOptions{Msgpack: true}},
+		{"msgpack answers top_k", LoadOptions{Msgpack: true, MsgpackAnswers: true, TopK: 2}},
+	} {
+		t.Run(c.name, func(t *testing.T) { loadGenAgainstAServer(t, c.o) })
 	}
 }
 
-func loadGenAgainstAServer(t *testing.T, msgpack bool) {
+func loadGenAgainstAServer(t *testing.T, o LoadOptions) {
 	s, hs := loadTarget(t, server.Config{Lanes: 2})
 
 	reqs := smallTrace(t, 80)
 	wopts := workload.WorkloadOptions{Workers: 6}
-	rep, err := LoadGen(context.Background(), LoadOptions{
-		Target: hs.URL, Requests: reqs, Workload: wopts, Clients: 3, Batch: 5, Msgpack: msgpack,
-		Duration: time.Minute, Logger: quiet(), HTTPClient: hs.Client(),
-	})
+	o.Target, o.Requests, o.Workload, o.Clients, o.Batch = hs.URL, reqs, wopts, 3, 5
+	o.Duration, o.Logger, o.HTTPClient = time.Minute, quiet(), hs.Client()
+	rep, err := LoadGen(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,9 +100,28 @@ func loadGenAgainstAServer(t *testing.T, msgpack bool) {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-	for _, name := range []string{MetricLoadEventsPerS, MetricLoadSeconds, MetricLoadFindP999, MetricLoadIdleQueries, MetricLoadIdleP99} {
+	for _, name := range []string{MetricLoadEventsPerS, MetricLoadSeconds, MetricLoadFindP999, MetricLoadIdleQueries, MetricLoadIdleP99,
+		MetricHTTPFindP50, MetricHTTPHealthzP50, MetricHTTPOverhead, MetricHTTPFindLoadedP50, MetricHTTPHealthzLoadedP50, MetricHTTPOverheadLoaded} {
 		if v, ok := rep.Get(name); !ok || !(v > 0) {
 			t.Errorf("%s = %v (present %v), want > 0", name, v, ok)
+		}
+	}
+	for _, x := range [][3]string{
+		{MetricHTTPOverhead, MetricHTTPFindP50, MetricHTTPHealthzP50},
+		{MetricHTTPOverheadLoaded, MetricHTTPFindLoadedP50, MetricHTTPHealthzLoadedP50},
+	} {
+		over, _ := rep.Get(x[0])
+		find, _ := rep.Get(x[1])
+		health, _ := rep.Get(x[2])
+		if over != find/health {
+			t.Errorf("%s = %v, want %s ÷ %s = %v", x[0], over, x[1], x[2], find/health)
+		}
+	}
+	for _, x := range [][2]string{{MetricHTTPFindP50, MetricLoadIdleP50}, {MetricHTTPFindLoadedP50, MetricLoadFindP50}} {
+		a, _ := rep.Get(x[0])
+		b, _ := rep.Get(x[1])
+		if a != b {
+			t.Errorf("%s = %v, %s = %v: want the same calls' p50", x[0], a, x[1], b)
 		}
 	}
 	ref := index.New(index.Options{})

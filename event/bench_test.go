@@ -6,14 +6,19 @@ import "testing"
 // body of `kvindex loadgen --batch 64`).
 func BenchmarkDecodeJSONBatch(b *testing.B) {
 	evs, body := benchBatch()
+	benchDecode(b, len(evs), body, DecodeJSONBatch)
+}
+
+// benchDecode times decode on body, a batch of n events.
+func benchDecode(b *testing.B, n int, body []byte, decode func([]byte) ([]RouterEvent, error)) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := DecodeJSONBatch(body); err != nil {
+		if _, err := decode(body); err != nil {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(b.N*len(evs))/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "events/s")
 }
 
 // BenchmarkCheckKeys is the key check the server adds to DecodeJSONBatch on the same body.
@@ -46,4 +51,15 @@ func benchBatch() ([]RouterEvent, []byte) {
 		body = AppendJSON(body, &evs[i])
 	}
 	return evs, append(body, ']')
+}
+
+// BenchmarkDecodeMsgpackBatch decodes the same batch as msgpack (`kvindex loadgen --format
+// msgpack`).
+func BenchmarkDecodeMsgpackBatch(b *testing.B) {
+	evs, _ := benchBatch()
+	body, err := AppendMsgpackBatch(nil, evs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchDecode(b, len(evs), body, DecodeMsgpackBatch)
 }

@@ -11,8 +11,18 @@ import (
 
 // DecodeMsgpackBatch decodes a msgpack array of RouterEvents with named fields, the same shape as
 // the JSON wire form (`data` is the string "cleared" or a map with one key stored/removed).
-// Validation is the same as for JSON.
+// Validation is the same as for JSON. Like DecodeJSONBatch it decodes in one typed pass and
+// leaves to the checked decoder only the bodies that pass refuses (and so every invalid one).
 func DecodeMsgpackBatch(data []byte) ([]RouterEvent, error) {
+	if out, ok := decodeMsgpackFast(data); ok {
+		return out, nil
+	}
+	return decodeMsgpackChecked(data)
+}
+
+// decodeMsgpackChecked is the validating decoder: the body is read into a generic tree and each
+// event checked field by field, so the first bad event is found with its index, field and reason.
+func decodeMsgpackChecked(data []byte) ([]RouterEvent, error) {
 	// A structural pass first: Skip walks the declared lengths without allocating, so a header
 	// that claims more elements than the body holds fails here instead of preallocating.
 	d := msgpack.NewDecoder(bytes.NewReader(data))

@@ -239,15 +239,22 @@ type scoreBuf struct {
 	out                  []byte
 }
 
-// writeScores answers a find_matches: {"scores":[...]} plus, when hashes is not nil,
-// "block_hashes".
+// writeScores answers a find_matches: {"scores":[...]} (trimmed to the request's shape) plus,
+// when withHashes, "block_hashes"; in msgpack when the request's Accept asks for it.
 // p nil (an unknown partition) answers no scores.
-func (s *Server) writeScores(w http.ResponseWriter, p *partition.Partition, hashes []uint64, earlyExit bool, withHashes bool) {
+func (s *Server) writeScores(w http.ResponseWriter, r *http.Request, p *partition.Partition, hashes []uint64, earlyExit bool, shape answerShape, withHashes bool) {
 	buf := scoreBufs.Get().(*scoreBuf)
 	defer scoreBufs.Put(buf)
 	start := time.Now()
-	scores := s.scoresOf(buf, p, hashes, earlyExit)
+	scores := shape.trim(s.scoresOf(buf, p, hashes, earlyExit))
 	s.m.findSec.Observe(time.Since(start).Seconds())
+	if wantsMsgpack(r) {
+		buf.out = appendAnswerMsgpack(buf.out[:0], scores, hashes, withHashes)
+		w.Header().Set("Content-Type", msgpackType)
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(buf.out)
+		return
+	}
 	out := append(buf.out[:0], '{')
 	out = appendScores(out, scores)
 	if withHashes {
@@ -291,6 +298,7 @@ func (s *Server) findMatches(w http.ResponseWriter, r *http.Request) {
 		BlockHashes *[]uint64 `json:"block_hashes"`
 		EarlyExit   bool      `json:"early_exit"`
 		partitionNames
+		answerShape
 	}
 	if err := decodeStrict(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -301,7 +309,7 @@ func (s *Server) findMatches(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, _ := s.parts.Lookup(partitionKey(r, req.partitionNames))
-	s.writeScores(w, p, *req.BlockHashes, req.EarlyExit, false)
+	s.writeScores(w, r, p, *req.BlockHashes, req.EarlyExit, req.answerShape, false)
 }
 
 func (s *Server) findMatchesForRequest(w http.ResponseWriter, r *http.Request) {
@@ -315,6 +323,7 @@ func (s *Server) findMatchesForRequest(w http.ResponseWriter, r *http.Request) {
 		CacheNamespace string    `json:"cache_namespace"`
 		EarlyExit      bool      `json:"early_exit"`
 		partitionNames
+		answerShape
 	}
 	if err := decodeStrict(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -331,7 +340,7 @@ func (s *Server) findMatchesForRequest(w http.ResponseWriter, r *http.Request) {
 		bs = p.BlockSize
 	}
 	hashes := event.BlockHashes(*req.Tokens, bs, req.LoraName, req.CacheNamespace)
-	s.writeScores(w, p, hashes, req.EarlyExit, true)
+	s.writeScores(w, r, p, hashes, req.EarlyExit, req.answerShape, true)
 }
 
 type gapsJSON struct {

@@ -2,7 +2,9 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/kvindex/kvindex/bench"
 	"github.com/urfave/cli/v2"
@@ -20,6 +22,9 @@ func loadgenCommand() *cli.Command {
 		&cli.BoolFlag{Name: "json", Usage: "one JSON object per metric and line instead of the table", EnvVars: env("loadgen", "json")},
 		&cli.IntFlag{Name: "idle-queries", Value: 10_000, Usage: "find_matches asked one at a time after the events are in (0 = none)", EnvVars: env("loadgen", "idle-queries")},
 		&cli.StringFlag{Name: "format", Value: "json", Usage: "encoding of the event batches: json or msgpack", EnvVars: env("loadgen", "format")},
+		&cli.StringFlag{Name: "answer-format", Value: "json", Usage: "encoding of the find_matches answers asked for (Accept): json or msgpack", EnvVars: env("loadgen", "answer-format")},
+		&cli.IntFlag{Name: "top-k", Usage: "ask find_matches for the best N ranks only (0 = all)", EnvVars: env("loadgen", "top-k")},
+		&cli.StringFlag{Name: "markdown", Usage: "also write the results table into this markdown file (its section for this configuration is replaced)", EnvVars: env("loadgen", "markdown")},
 		authTokenFlag("loadgen", env("loadgen", "auth-token-file")),
 	)
 	return &cli.Command{
@@ -41,31 +46,35 @@ func loadgenCommand() *cli.Command {
 					return usagef("--%s must be > 0", name)
 				}
 			}
-			if c.Duration("duration") <= 0 || c.Float64("rate") < 0 || c.Int("max-events") < 0 {
-				return usagef("--duration must be > 0, --rate and --max-events ≥ 0")
+			if c.Duration("duration") <= 0 || c.Float64("rate") < 0 || c.Int("max-events") < 0 || c.Int("top-k") < 0 {
+				return usagef("--duration must be > 0, --rate, --max-events and --top-k ≥ 0")
 			}
-			if f := c.String("format"); f != "json" && f != "msgpack" {
-				return usagef("--format %q: want json or msgpack", f)
+			for _, name := range []string{"format", "answer-format"} {
+				if f := c.String(name); f != "json" && f != "msgpack" {
+					return usagef("--%s %q: want json or msgpack", name, f)
+				}
 			}
 			token, err := readToken(c)
 			if err != nil {
 				return err
 			}
 			rep, err := bench.LoadGen(c.Context, bench.LoadOptions{
-				Msgpack:     c.String("format") == "msgpack",
-				IdleQueries: idleQueries(c.Int("idle-queries")),
-				Target:      c.String("target"),
-				AllowRemote: c.Bool("allow-remote"),
-				TracePath:   c.String("trace"),
-				Scale:       c.Int("scale"),
-				Workload:    workloadOptions(c),
-				Rate:        c.Float64("rate"),
-				Clients:     c.Int("clients"),
-				Batch:       c.Int("batch"),
-				Duration:    c.Duration("duration"),
-				MaxEvents:   c.Int("max-events"),
-				AuthToken:   token,
-				Logger:      slog.Default(),
+				Msgpack:        c.String("format") == "msgpack",
+				MsgpackAnswers: c.String("answer-format") == "msgpack",
+				TopK:           c.Int("top-k"),
+				IdleQueries:    idleQueries(c.Int("idle-queries")),
+				Target:         c.String("target"),
+				AllowRemote:    c.Bool("allow-remote"),
+				TracePath:      c.String("trace"),
+				Scale:          c.Int("scale"),
+				Workload:       workloadOptions(c),
+				Rate:           c.Float64("rate"),
+				Clients:        c.Int("clients"),
+				Batch:          c.Int("batch"),
+				Duration:       c.Duration("duration"),
+				MaxEvents:      c.Int("max-events"),
+				AuthToken:      token,
+				Logger:         slog.Default(),
 			})
 			if errors.Is(err, bench.ErrOptions) || errors.Is(err, bench.ErrRemoteTarget) {
 				return usageError{err}
@@ -73,9 +82,36 @@ func loadgenCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return writeReport(c.App.Writer, rep, c.Bool("json"))
+			if err := writeReport(c.App.Writer, rep, c.Bool("json")); err != nil {
+				return err
+			}
+			if path := c.String("markdown"); path != "" {
+				key, line := loadgenCommandLine(c)
+				return bench.UpdateMarkdown(path, key, bench.Markdown(key, line, bench.ThisMachine(), rep))
+			}
+			return nil
 		},
 	}
+}
+
+// loadgenCommandLine names a loadgen configuration (the markdown section's key) and the command
+// that reproduces it.
+func loadgenCommandLine(c *cli.Context) (key, line string) {
+	key = fmt.Sprintf("loadgen scale %d, clients %d, batch %d, format %s, answers %s", c.Int("scale"),
+		c.Int("clients"), c.Int("batch"), c.String("format"), c.String("answer-format"))
+	if k := c.Int("top-k"); k > 0 {
+		key += fmt.Sprintf(", top-k %d", k)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "kvindex loadgen --trace %s --scale %d", c.String("trace"), c.Int("scale"))
+	for _, name := range []string{"workers", "cache-blocks", "speedup", "seed", "rate", "duration", "max-events", "idle-queries", "top-k"} {
+		if c.IsSet(name) {
+			fmt.Fprintf(&b, " --%s %v", name, c.Value(name))
+		}
+	}
+	fmt.Fprintf(&b, " --clients %d --batch %d --format %s --answer-format %s", c.Int("clients"), c.Int("batch"),
+		c.String("format"), c.String("answer-format"))
+	return key, b.String()
 }
 
 // idleQueries maps the flag (0 = none) to LoadOptions.IdleQueries (0 = default, negative = none).
