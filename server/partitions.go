@@ -6,6 +6,8 @@ import (
 	"net/http"
 
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/partition"
 )
 
@@ -68,25 +70,64 @@ func (s *Server) rankPartition(r *http.Request, worker uint64) (uint32, bool) {
 // every worker of evs for it (a worker in another partition → 409 naming the event's index).
 // It sets evs[i].Partition. It answers the error itself and returns false.
 func (s *Server) writePartition(ctx context.Context, w http.ResponseWriter, key partition.Key, evs []event.RouterEvent) bool {
+	if i, err := s.assignPartition(ctx, key, evs); err != nil {
+		s.partitionError(w, err, i)
+		return false
+	}
+	return true
+}
+
+// assignPartition puts evs in key's partition (created when needed) and claims their workers for
+// it. A worker of another partition fails the whole batch before anything is claimed: the error
+// (partition.ErrWorkerElsewhere) comes with the index of its first event; -1 for other errors.
+func (s *Server) assignPartition(ctx context.Context, key partition.Key, evs []event.RouterEvent) (int, error) {
 	p, err := s.parts.Ensure(ctx, key, 0)
 	if err != nil {
-		s.partitionError(w, err, -1)
-		return false
+		return -1, err
 	}
 	for i := range evs {
 		if id, ok := s.parts.WorkerPartition(evs[i].WorkerID); ok && id != p.ID {
-			s.partitionError(w, s.parts.Claim(evs[i].WorkerID, p.ID), i)
-			return false
+			return i, s.parts.Claim(evs[i].WorkerID, p.ID)
 		}
 	}
 	for i := range evs {
 		evs[i].Partition = p.ID
 		if err := s.parts.Claim(evs[i].WorkerID, p.ID); err != nil {
-			s.partitionError(w, err, i)
-			return false
+			return i, err
 		}
 	}
-	return true
+	return -1, nil
+}
+
+// Ingest is the write path of POST /v1/events without HTTP (the library, kvindex.DB): the batch
+// goes to key's partition, then through the lanes (log → lane → tree); it returns once every
+// accepted event is durable and applied. evs must be validated (event.Validate) by the caller.
+func (s *Server) Ingest(ctx context.Context, key partition.Key, evs []event.RouterEvent) (lanes.Result, error) {
+	if _, err := s.assignPartition(ctx, key, evs); err != nil {
+		return lanes.Result{}, err
+	}
+	return s.pipe.Submit(ctx, evs)
+}
+
+// FindMatches answers a find_matches in key's partition (event-fed and side scores merged), as
+// POST /v1/find_matches does; an unknown partition answers nothing.
+func (s *Server) FindMatches(dst []index.Score, key partition.Key, hashes []uint64, earlyExit bool) []index.Score {
+	p, ok := s.parts.Lookup(key)
+	if !ok {
+		return dst[:0]
+	}
+	buf := scoreBufs.Get().(*scoreBuf)
+	defer scoreBufs.Put(buf)
+	return append(dst[:0], s.scoresOf(buf, p, hashes, earlyExit)...)
+}
+
+// Flush returns once every event accepted before the call is applied and approximate blocks due
+// now are removed (POST /v1/flush).
+func (s *Server) Flush(ctx context.Context) error {
+	if err := s.pipe.Flush(ctx); err != nil {
+		return err
+	}
+	return s.approx.Flush(ctx)
 }
 
 func (s *Server) partitionError(w http.ResponseWriter, err error, index int) {
