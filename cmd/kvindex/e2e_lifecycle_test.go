@@ -29,9 +29,6 @@ import (
 	"github.com/kvindex/kvindex/event"
 )
 
-// These tests never read proc.logs: start's scanner goroutine writes it under a lock the tests
-// cannot take, so reading it while the server runs is a data race under -race.
-
 // eventually polls cond every 20 ms until it holds or d passed; then it fails with msg().
 func eventually(t *testing.T, d time.Duration, cond func() bool, msg func() string) {
 	t.Helper()

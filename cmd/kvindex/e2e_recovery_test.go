@@ -33,7 +33,7 @@ func waitConverged(t *testing.T, a, b *proc, wantState string) []rankRow {
 			return rb
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("b did not converge to a:\na %+v\nb %+v\nb logs:\n%s", ra, rb, b.logs.String())
+			t.Fatalf("b did not converge to a:\na %+v\nb %+v\nb logs:\n%s", ra, rb, b.logs())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -122,7 +122,7 @@ func TestTwoProcessRecovery(t *testing.T) {
 						break
 					}
 					if time.Now().After(deadline) {
-						t.Fatalf("ranks never degraded: %+v\n%s", rows, b.logs.String())
+						t.Fatalf("ranks never degraded: %+v\n%s", rows, b.logs())
 					}
 					time.Sleep(100 * time.Millisecond)
 				}

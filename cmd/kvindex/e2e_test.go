@@ -44,8 +44,17 @@ type proc struct {
 	t    *testing.T
 	cmd  *exec.Cmd
 	base string
-	logs *bytes.Buffer
 	done chan error
+
+	outMu sync.Mutex // guards out: start's scanner goroutine appends while tests read
+	out   bytes.Buffer
+}
+
+// logs returns what the server wrote to stdout and stderr so far.
+func (p *proc) logs() string {
+	p.outMu.Lock()
+	defer p.outMu.Unlock()
+	return p.out.String()
 }
 
 func freeAddr(t *testing.T) string {
@@ -62,23 +71,21 @@ func start(t *testing.T, dir string, args ...string) *proc {
 	t.Helper()
 	addr := freeAddr(t)
 	cmd := exec.Command(binPath, append([]string{"serve", "--data-dir", dir, "--listen", addr}, args...)...)
-	logs := &bytes.Buffer{}
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
 	cmd.Stdout = pw
-	var mu sync.Mutex
+	p := &proc{t: t, cmd: cmd, base: "http://" + addr, done: make(chan error, 1)}
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
-			mu.Lock()
-			logs.WriteString(sc.Text() + "\n")
-			mu.Unlock()
+			p.outMu.Lock()
+			p.out.WriteString(sc.Text() + "\n")
+			p.outMu.Unlock()
 		}
 	}()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{t: t, cmd: cmd, base: "http://" + addr, logs: logs, done: make(chan error, 1)}
 	go func() { p.done <- cmd.Wait(); pw.Close() }()
 	t.Cleanup(func() { p.kill() })
 	deadline := time.Now().Add(30 * time.Second)
@@ -86,9 +93,7 @@ func start(t *testing.T, dir string, args ...string) *proc {
 		select {
 		case err := <-p.done:
 			p.done <- err
-			mu.Lock()
-			defer mu.Unlock()
-			t.Fatalf("server exited early: %v\n%s", err, logs.String())
+			t.Fatalf("server exited early: %v\n%s", err, p.logs())
 		default:
 		}
 		if resp, err := http.Get(p.base + "/healthz"); err == nil {
@@ -97,7 +102,7 @@ func start(t *testing.T, dir string, args ...string) *proc {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("server did not come up\n%s", logs.String())
+	t.Fatalf("server did not come up\n%s", p.logs())
 	return nil
 }
 
@@ -544,7 +549,7 @@ func TestServeRemovalGapAndLock(t *testing.T) {
 	// SIGTERM: clean shutdown, exit 0; the state survives.
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	if err := <-p.done; err != nil {
-		t.Fatalf("SIGTERM exit: %v\n%s", err, p.logs.String())
+		t.Fatalf("SIGTERM exit: %v\n%s", err, p.logs())
 	}
 	p.done <- nil
 	p2 := start(t, dir)
