@@ -51,9 +51,7 @@ func (s *Server) routes() []route {
 		{"GET /v1/dump", true, false, s.dump},
 		{"POST /v1/flush", true, true, s.flush},
 		{"POST /v1/routing_decisions", true, true, s.postRoutingDecision},
-		{"GET /healthz", false, false, func(w http.ResponseWriter, r *http.Request) {
-			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-		}},
+		{"GET /healthz", false, false, s.healthz},
 		{"GET /readyz", false, false, s.readyz},
 		{"GET /metrics", false, false, promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}).ServeHTTP},
 		{"GET /{$}", false, false, s.statusPage},
@@ -119,8 +117,8 @@ func (sw *statusWriter) Write(b []byte) (int, error) {
 	return sw.ResponseWriter.Write(b)
 }
 
-// wrap adds the auth check of mutating routes, the readiness gate, panic recovery and request
-// metrics.
+// wrap adds the auth check of mutating routes, the failed-store gate of mutating routes
+// (failure.go), the readiness gate, panic recovery and request metrics.
 func (s *Server) wrap(rt route) http.Handler {
 	pattern, needReady, h := rt.pattern, rt.needReady, rt.h
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -141,6 +139,12 @@ func (s *Server) wrap(rt route) http.Handler {
 		}()
 		if rt.mutating && !s.authorized(sw, r) {
 			return
+		}
+		if rt.mutating {
+			if err := s.storeFailure(); err != nil {
+				writeError(sw, http.StatusServiceUnavailable, err.Error())
+				return
+			}
 		}
 		if needReady && !s.ready.Load() {
 			writeError(sw, http.StatusServiceUnavailable, s.status.Load().(string))
@@ -189,6 +193,11 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) submitError(w http.ResponseWriter, err error) {
+	if ferr := s.storeFailure(); ferr != nil {
+		// The failure is logged once (storeFailure), not once per refused request.
+		writeError(w, http.StatusServiceUnavailable, ferr.Error())
+		return
+	}
 	switch {
 	case errors.Is(err, lanes.ErrBusy):
 		writeError(w, http.StatusServiceUnavailable, "busy: "+err.Error())
@@ -501,6 +510,10 @@ func (s *Server) flush(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if err := s.storeFailure(); err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
 	if !s.ready.Load() {
 		writeError(w, http.StatusServiceUnavailable, s.status.Load().(string))
 		return

@@ -246,13 +246,13 @@ func (c *indexCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
 }
 
-// storeCollector exports the store's size and whether a failed commit stopped the lanes.
+// storeCollector exports the store's size and whether a failed store stopped writes (failure.go).
 type storeCollector struct{ s *Server }
 
 var (
 	descStoreBytes  = prometheus.NewDesc("kvindex_store_bytes", "Bytes the Pebble store uses on disk (sstables, WAL, manifests).", nil, nil)
 	descStoreFailed = prometheus.NewDesc("kvindex_store_failed",
-		"1 after a log commit failed: the failed lanes refuse writes until the store is reopened (restart).", nil, nil)
+		"1 after a fatal store error or a failed log commit (from a lane or a direct commit): writes are refused and /healthz and /readyz answer 503 until kvindex is restarted.", nil, nil)
 )
 
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -262,7 +262,7 @@ func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descStoreBytes, prometheus.GaugeValue, float64(c.s.st.DiskUsage()))
-	ch <- prometheus.MustNewConstMetric(descStoreFailed, prometheus.GaugeValue, boolGauge(c.s.pipe.Failure() != nil))
+	ch <- prometheus.MustNewConstMetric(descStoreFailed, prometheus.GaugeValue, boolGauge(c.s.storeCause() != nil))
 }
 
 func boolGauge(b bool) float64 {

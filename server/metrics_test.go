@@ -92,7 +92,7 @@ func TestBuildAndStoreMetrics(t *testing.T) {
 	}
 }
 
-// TestStoreFailedMetric: once a log commit fails, the write answers 500, kvindex_store_failed
+// TestStoreFailedMetric: once a log commit fails, the write answers 503, kvindex_store_failed
 // turns 1 and the status page names the failure; reads are still served.
 func TestStoreFailedMetric(t *testing.T) {
 	fs, on := testutil.FailingWAL(vfs.NewMem(), errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo, errorfs.OpFileWrite)
@@ -105,8 +105,8 @@ func TestStoreFailedMetric(t *testing.T) {
 		t.Fatalf("first write: %d %s", code, body)
 	}
 	on.Store(true)
-	if code, body := call(t, "POST", url+"/v1/events", ev(2)); code != 500 {
-		t.Fatalf("write on a failing WAL: %d %s, want 500", code, body)
+	if code, body := call(t, "POST", url+"/v1/events", ev(2)); code != 503 {
+		t.Fatalf("write on a failing WAL: %d %s, want 503", code, body)
 	}
 	_, scrape := call(t, "GET", url+"/metrics", "")
 	if v, ok := metricValue(t, scrape, "kvindex_store_failed"); !ok || v != 1 {

@@ -124,6 +124,12 @@ func (s *Server) rankEvents(w http.ResponseWriter, r *http.Request) {
 		s.submitError(w, err)
 		return
 	}
+	if s.storeCause() != nil {
+		// After a failed commit the log may still read the failed batch's events (Pebble put
+		// them in its memtable before the WAL write or sync failed): never acknowledged, maybe
+		// not durable. Serve the rank only up to its durable cursor, read on its lane above.
+		evs = throughID(evs, st.last)
+	}
 	if !startsAt(evs, start, lim) {
 		// Retention folded start away (or the rank was reset) after oldest was read: an Events
 		// answer would start late and the consumer would record a false loss (SPEC §5 lifecycle
@@ -160,6 +166,16 @@ func (s *Server) rangeEvents(rk event.Rank, start uint64, lim int) ([]event.Rout
 		return nil, err
 	}
 	return evs, nil
+}
+
+// throughID cuts evs (in id order) after the last event with an id ≤ last.
+func throughID(evs []event.RouterEvent, last uint64) []event.RouterEvent {
+	for i := range evs {
+		if evs[i].EventID > last {
+			return evs[:i]
+		}
+	}
+	return evs
 }
 
 // startsAt reports whether a range read from start begins where it must: at start itself, or at a

@@ -110,6 +110,7 @@ type Server struct {
 
 	unknownFields atomic.Uint64 // unknown fields ignored in posted events (body.go)
 	unknownNames  sync.Map      // field name → struct{}: the names already logged
+	failSeen      sync.Once     // the first sight of a failed store: log it, drain the lanes (failure.go)
 }
 
 // Open opens the data dir (store.ErrLocked when another process holds it, store.ErrFormatTooNew

@@ -138,7 +138,7 @@ func (s *Server) statusData(refresh int) statusData {
 	}
 	d.StoreBytes = s.st.DiskUsage()
 	d.StoreSize = humanBytes(d.StoreBytes)
-	if err := s.pipe.Failure(); err != nil {
+	if err := s.storeCause(); err != nil {
 		d.StoreFailure = err.Error()
 	}
 	ranks := s.pipe.Status()
