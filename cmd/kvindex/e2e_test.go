@@ -114,6 +114,17 @@ func (p *proc) kill() {
 	}
 }
 
+// stop sends SIGTERM and requires a clean exit (status 0).
+func (p *proc) stop() {
+	p.t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	err := <-p.done
+	p.done <- nil
+	if err != nil {
+		p.t.Fatalf("exit after SIGTERM: %v\n%s", err, p.logs())
+	}
+}
+
 // waitReady polls /readyz and reports whether a 503 was seen before the 200.
 func (p *proc) waitReady() bool {
 	p.t.Helper()
@@ -547,11 +558,7 @@ func TestServeRemovalGapAndLock(t *testing.T) {
 	}
 	check(p)
 	// SIGTERM: clean shutdown, exit 0; the state survives.
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	if err := <-p.done; err != nil {
-		t.Fatalf("SIGTERM exit: %v\n%s", err, p.logs())
-	}
-	p.done <- nil
+	p.stop()
 	p2 := start(t, dir)
 	p2.waitReady()
 	check(p2)
