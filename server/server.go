@@ -206,6 +206,11 @@ func (s *Server) Recover(ctx context.Context) error {
 	if kept+expired > 0 {
 		s.lg.Info("approximate-mode blocks reloaded", "blocks", kept, "expired_while_down", expired)
 	}
+	for _, rk := range s.approx.Ranks() { // a worker fed by decisions only belongs to its partition too
+		if err := s.parts.Claim(rk.WorkerID, rk.Partition); err != nil {
+			s.lg.Warn("a worker has approximate entries in two partitions", "worker_id", rk.WorkerID, "err", err)
+		}
+	}
 	s.pipe.Start()
 	actx, stop := context.WithCancel(context.Background())
 	s.approxStop, s.approxDone = stop, make(chan struct{})
