@@ -151,7 +151,7 @@ func Open(cfg Config) (*Server, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	s.zmq = vllm.NewManager(s.pipe, lg, vllm.Options{Logger: cfg.Logger})
+	s.zmq = vllm.NewManager(s.pipe, lg, vllm.Options{Logger: cfg.Logger, Placer: s})
 	s.m.register(s.zmq)
 	return s, nil
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/vllm"
 )
 
@@ -19,7 +21,8 @@ import (
 // but keep their cursor the same way, keyed by the endpoint's id.
 const zmqSourceMetaPrefix = "zmqsource/"
 
-// ParseZMQFlag parses one --zmq value: ENDPOINT[?replay=ENDPOINT&worker_id=N], e.g.
+// ParseZMQFlag parses one --zmq value:
+// ENDPOINT[?replay=ENDPOINT&worker_id=N&model_name=M&routing_group=G], e.g.
 // tcp://vllm-0:5557?replay=tcp://vllm-0:5558&worker_id=7.
 func ParseZMQFlag(v string) (vllm.Config, error) {
 	ep, query, _ := strings.Cut(strings.TrimSpace(v), "?")
@@ -39,8 +42,12 @@ func ParseZMQFlag(v string) (vllm.Config, error) {
 				return cfg, fmt.Errorf("--zmq %q: worker_id %q is not an unsigned 64-bit integer", v, val)
 			}
 			cfg.WorkerID = &w
+		case "model_name":
+			cfg.ModelName = val
+		case "routing_group":
+			cfg.RoutingGroup = val
 		default:
-			return cfg, fmt.Errorf("--zmq %q: unknown option %q (want replay, worker_id)", v, k)
+			return cfg, fmt.Errorf("--zmq %q: unknown option %q (want replay, worker_id, model_name, routing_group)", v, k)
 		}
 	}
 	cfg, err = vllm.Normalize(cfg)
@@ -48,6 +55,32 @@ func ParseZMQFlag(v string) (vllm.Config, error) {
 		return cfg, fmt.Errorf("--zmq %q: %w", v, err)
 	}
 	return cfg, nil
+}
+
+// Place implements vllm.Placer: a source's ranks go to the partition its configuration names
+// (model_name / routing_group), else to the model of its topic kv@<pod>@<model> (routing group
+// "default"), else to the default partition. The source's block size, when configured, must be
+// the partition's (a new partition takes it); otherwise a new partition takes the batch's block
+// size, and an existing one keeps its own. The worker is claimed for the partition (a worker with
+// ranks elsewhere is refused).
+func (s *Server) Place(ctx context.Context, cfg vllm.Config, topic string, worker uint64, batchBlockSize int) (uint32, error) {
+	model := cfg.ModelName
+	if model == "" {
+		model, _ = vllm.ModelFromTopic(topic)
+	}
+	key := partition.KeyOf(model, cfg.RoutingGroup, "")
+	bs := cfg.BlockSize
+	if _, exists := s.parts.Lookup(key); bs == 0 && !exists {
+		bs = batchBlockSize
+	}
+	p, err := s.parts.Ensure(ctx, key, bs)
+	if err != nil {
+		return 0, fmt.Errorf("source %s: %w", cfg.ID, err)
+	}
+	if err := s.parts.Claim(worker, p.ID); err != nil {
+		return 0, fmt.Errorf("source %s: %w", cfg.ID, err)
+	}
+	return p.ID, nil
 }
 
 // zmqConfigs parses Config.ZMQ (Open refuses a bad one).
@@ -140,6 +173,9 @@ func (s *Server) postSource(w http.ResponseWriter, r *http.Request) {
 		Endpoint       *string `json:"endpoint"`
 		ReplayEndpoint string  `json:"replay_endpoint"`
 		WorkerID       *uint64 `json:"worker_id"`
+		ModelName      string  `json:"model_name"`
+		RoutingGroup   string  `json:"routing_group"`
+		TenantID       string  `json:"tenant_id"`
 	}
 	if err := decodeStrict(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -153,7 +189,12 @@ func (s *Server) postSource(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "missing field endpoint")
 		return
 	}
-	cfg, err := vllm.Normalize(vllm.Config{ID: req.ID, Endpoint: *req.Endpoint, ReplayEndpoint: req.ReplayEndpoint, WorkerID: req.WorkerID})
+	group := req.RoutingGroup
+	if group == "" {
+		group = req.TenantID
+	}
+	cfg, err := vllm.Normalize(vllm.Config{ID: req.ID, Endpoint: *req.Endpoint, ReplayEndpoint: req.ReplayEndpoint, WorkerID: req.WorkerID,
+		ModelName: req.ModelName, RoutingGroup: group})
 	if err == nil && strings.ContainsAny(cfg.ID, "/ ") {
 		err = fmt.Errorf("source id %q must not contain '/' or spaces", cfg.ID)
 	}

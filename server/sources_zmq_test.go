@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/vllm"
 	"github.com/kvindex/kvindex/wal"
 	"github.com/vmihailenco/msgpack/v5"
@@ -89,6 +91,8 @@ func TestParseZMQFlag(t *testing.T) {
 		{in: "tcp://h:5557", want: vllm.Config{ID: vllm.SourceID("tcp://h:5557"), Endpoint: "tcp://h:5557"}},
 		{in: "tcp://h:5557?replay=tcp://h:5558&worker_id=7",
 			want: vllm.Config{ID: vllm.SourceID("tcp://h:5557"), Endpoint: "tcp://h:5557", ReplayEndpoint: "tcp://h:5558", WorkerID: &w7}},
+		{in: "tcp://h:5557?model_name=llama&routing_group=g",
+			want: vllm.Config{ID: vllm.SourceID("tcp://h:5557"), Endpoint: "tcp://h:5557", ModelName: "llama", RoutingGroup: "g"}},
 		{in: "tcp://h", wantErr: "want tcp://host:port"},
 		{in: "tcp://h:1?worker_id=-1", wantErr: "worker_id"},
 		{in: "tcp://h:1?replay=udp://h:2", wantErr: "replay endpoint"},
@@ -190,7 +194,8 @@ func TestSourcesRoutes(t *testing.T) {
 }
 
 // TestSourceIngest: a source added over HTTP ingests a vLLM batch from a PUB socket into the
-// index, and GET /v1/sources shows it connected with its counters.
+// index — the partition of the topic kv@p@m's model m — and GET /v1/sources shows it connected
+// with its counters.
 func TestSourceIngest(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -233,11 +238,15 @@ func TestSourceIngest(t *testing.T) {
 	if !got[0].Connected || got[0].Events != 1 || !got[0].HasSeq || got[0].Seq != 0 {
 		t.Fatalf("source %+v", got[0])
 	}
-	code, body := call(t, "POST", url+"/v1/find_matches_for_request", `{"tokens":[1,2,3,4]}`)
+	code, body := call(t, "POST", url+"/v1/find_matches_for_request", `{"tokens":[1,2,3,4],"model_name":"m"}`)
 	if code != 200 || !strings.Contains(body, `"worker_id":9`) {
 		t.Fatalf("find_matches_for_request: %d %s", code, body)
 	}
-	if st, ok := s.Pipeline().RankStatus(event.Rank{WorkerID: 9}); !ok || st.Last != 1 {
+	p, ok := s.Partitions().Lookup(partition.Key{ModelName: "m", RoutingGroup: "default"})
+	if !ok {
+		t.Fatal("the topic's model made no partition")
+	}
+	if st, ok := s.Pipeline().RankStatus(event.Rank{Partition: p.ID, WorkerID: 9}); !ok || st.Last != 1 {
 		t.Fatalf("rank 9/0: %+v %v, want last id 1", st, ok)
 	}
 }
@@ -260,5 +269,81 @@ func TestZMQWorkersHaveNoUpstream(t *testing.T) {
 	}
 	if got := s.sourceOf(8); got != "http://upstream:7070" {
 		t.Fatalf("worker 8 has source %q, want the upstream", got)
+	}
+}
+
+// TestZMQSourcePartitionFromConfigTopicOrDefault checks the rule "a vLLM source's ranks go to the
+// partition its configuration names, else to the model of its topic kv@<pod>@<model> (routing
+// group default), else to the default partition; a new partition takes the batch's block size;
+// the placement is persisted with the source".
+func TestZMQSourcePartitionFromConfigTopicOrDefault(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{DataDir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Durability: wal.NoSync, Lanes: 2, BlockSize: 16}
+	s, url, stop := serveConfig(t, cfg)
+	topicPub, confPub, plainPub := startZMQPub(t), startZMQPub(t), startZMQPub(t)
+	for _, body := range []string{
+		`{"kind":"zmq","endpoint":"` + topicPub.ep + `"}`,
+		`{"kind":"zmq","endpoint":"` + confPub.ep + `","worker_id":5,"model_name":"qwen","routing_group":"g"}`,
+		`{"kind":"zmq","endpoint":"` + plainPub.ep + `","worker_id":6}`,
+	} {
+		if code, resp := call(t, "POST", url+"/v1/sources", body); code != 200 {
+			t.Fatalf("POST /v1/sources %s: %d %s", body, code, resp)
+		}
+	}
+	// The golden stored_map batch: one block of tokens 1..4, block size 4, dp rank 0.
+	batch := vllmFixture(t, "stored_map")
+	for _, x := range []struct {
+		p     *zmqPub
+		topic string
+	}{{topicPub, "kv@pod-a@llama"}, {confPub, "kv@pod-b@llama"}, {plainPub, ""}} {
+		x.p.waitSubscribed()
+		x.p.send(x.topic, 0, batch)
+	}
+	podA, _ := vllm.WorkerIDFromTopic("kv@pod-a@llama")
+	want := []struct {
+		query  string
+		worker uint64
+	}{
+		{`"model_name":"llama"`, podA},
+		{`"model_name":"qwen","routing_group":"g"`, 5},
+		{`"model_name":"default"`, 6},
+	}
+	// The default partition keeps the server's block size 16: ask by the block's local hash.
+	local := event.BlockHashes([]uint32{1, 2, 3, 4}, 4, "", "")[0]
+	check := func(when string) {
+		t.Helper()
+		for _, w := range want {
+			wantBody := fmt.Sprintf(`"scores":[{"worker_id":%d,"dp_rank":0,"score":1,"tree_size":1}]`, w.worker)
+			deadline := time.Now().Add(15 * time.Second)
+			for {
+				code, body := call(t, "POST", url+"/v1/find_matches", fmt.Sprintf(`{"block_hashes":[%d],%s}`, local, w.query))
+				if code == 200 && strings.Contains(body, wantBody) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: find_matches {%s}: %d %s, want only worker %d", when, w.query, code, body, w.worker)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
+	check("live")
+	if p, ok := s.Partitions().Lookup(partition.Key{ModelName: "llama", RoutingGroup: "default"}); !ok || p.BlockSize != 4 {
+		t.Fatalf("partition llama:default %+v %v, want block size 4 (the batch's)", p, ok)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	_, url, stop = serveConfig(t, cfg)
+	defer func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	check("after restart")
+	for _, src := range listZMQ(t, url) {
+		if src.Endpoint == confPub.ep && (src.ModelName != "qwen" || src.RoutingGroup != "g") {
+			t.Errorf("the stored source lost its partition: %+v", src.Config)
+		}
 	}
 }

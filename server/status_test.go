@@ -162,9 +162,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 		return strings.Contains(body, `"worker_id":30,"dp_rank":0`) && strings.Contains(body, `"state":"recovering"`)
 	})
 
-	// A vLLM publisher for worker 20 whose batch is stamped 2 s before it is sent.
+	// A vLLM publisher for worker 20 whose batch is stamped 2 s before it is sent; its configured
+	// model_name wins over the topic's model m.
 	ep := "tcp://" + pub.Addr().String()
-	if code, resp := call(t, "POST", url+"/v1/sources", `{"kind":"zmq","endpoint":"`+ep+`","worker_id":20}`); code != 200 {
+	if code, resp := call(t, "POST", url+"/v1/sources", `{"kind":"zmq","endpoint":"`+ep+`","worker_id":20,"model_name":"default"}`); code != 200 {
 		t.Fatalf("POST /v1/sources: %d %s", code, resp)
 	}
 	waitFor(t, "zmq subscriber", func() bool { return len(pub.(zmq4.Topics).Topics()) > 0 })

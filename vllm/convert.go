@@ -93,3 +93,13 @@ func WorkerIDFromTopic(topic string) (id uint64, ok bool) {
 	}
 	return xxh3.HashString(key) &^ (1 << 63), true
 }
+
+// ModelFromTopic returns <model> of a topic kv@<pod>@<model>; ok is false for a topic of another
+// shape or an empty model.
+func ModelFromTopic(topic string) (model string, ok bool) {
+	parts := strings.SplitN(topic, "@", 3)
+	if len(parts) != 3 || parts[0] != "kv" || parts[2] == "" {
+		return "", false
+	}
+	return parts[2], true
+}

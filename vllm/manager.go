@@ -47,6 +47,17 @@ type Config struct {
 	// WorkerID is the worker id of every rank of this publisher; nil derives it from the topic
 	// (WorkerIDFromTopic), or from the endpoint when the topic is empty.
 	WorkerID *uint64 `json:"worker_id,omitempty"`
+	// ModelName and RoutingGroup name the partition of this publisher's ranks (SPEC §9). An empty
+	// ModelName takes the model of the topic kv@<pod>@<model> (ModelFromTopic), else "default";
+	// an empty RoutingGroup is "default". Options.Placer resolves them.
+	ModelName    string `json:"model_name,omitempty"`
+	RoutingGroup string `json:"routing_group,omitempty"`
+	// BlockSize is the publisher's block size when known (Dynamo's /register block_size): it
+	// fixes a new partition's block size, and a partition with another one refuses the source's
+	// batches. 0: the partition's own (for a new partition, the batch's block size).
+	BlockSize int `json:"block_size,omitempty"`
+	// DPRank is the dp rank of batches that carry none (Dynamo's /register dp_rank); nil: 0.
+	DPRank *uint32 `json:"dp_rank,omitempty"`
 }
 
 // SourceID is the default id of a source: "zmq-" and 16 hex digits of XXH3-64 of the endpoint,
@@ -79,8 +90,18 @@ func CheckEndpoint(ep string) error {
 	return nil
 }
 
+// Placer puts a source's ranks in a partition: it returns the partition id of worker's ranks for
+// a source configured as cfg whose batch arrived under topic. blockSize is the batch's block size
+// (0 when it stores nothing), for a partition the call creates when cfg.BlockSize is 0. An error
+// refuses the batch (counted in Status.Rejected, the cursor moves past it).
+type Placer interface {
+	Place(ctx context.Context, cfg Config, topic string, worker uint64, blockSize int) (uint32, error)
+}
+
 // Options configure a Manager. Zero values take the documented defaults.
 type Options struct {
+	// Placer resolves the partition of each batch's rank; nil puts every rank in partition 0.
+	Placer      Placer
 	Logger      *slog.Logger  // default slog.Default()
 	BackoffMin  time.Duration // first reconnect delay after a failed dial or a lost connection; default 100 ms
 	BackoffMax  time.Duration // the delay doubles up to this; default 5 s

@@ -316,6 +316,24 @@ func (s *subscriber) apply(ctx context.Context, topic []byte, seq uint64, payloa
 		return nil
 	}
 	rk := event.Rank{WorkerID: s.workerOf(topic), DPRank: b.DPRank}
+	if !b.HasDPRank && s.cfg.DPRank != nil {
+		rk.DPRank = *s.cfg.DPRank
+	}
+	if s.m.opts.Placer != nil {
+		part, err := s.m.opts.Placer.Place(ctx, s.cfg, string(topic), rk.WorkerID, batchBlockSize(&b))
+		if err != nil {
+			if ctx.Err() != nil {
+				return &sinkError{err}
+			}
+			s.ctr.rejected.Add(uint64(len(b.Events)))
+			s.setErr(err)
+			s.lg.Warn("zmq batch refused: no partition for its rank", "source", s.cfg.ID, "seq", seq,
+				"worker_id", rk.WorkerID, "dp_rank", rk.DPRank, "err", err)
+			s.setCursor(seq)
+			return nil
+		}
+		rk.Partition = part
+	}
 	var c Counts
 	s.evs, c = Convert(s.evs[:0], &b, rk, s.nextID(rk))
 	for i := range s.evs {
@@ -342,6 +360,16 @@ func (s *subscriber) apply(ctx context.Context, topic []byte, seq uint64, payloa
 		s.ctr.replayed.Add(1)
 	}
 	return nil
+}
+
+// batchBlockSize is the block size of the batch's first BlockStored (0 when it stores nothing).
+func batchBlockSize(b *Batch) int {
+	for i := range b.Events {
+		if b.Events[i].Kind == BlockStored && b.Events[i].BlockSize > 0 {
+			return b.Events[i].BlockSize
+		}
+	}
+	return 0
 }
 
 // applied records that a batch stamped ts (unix seconds; 0 = none) was just applied: its age

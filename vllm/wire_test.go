@@ -13,6 +13,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/testutil"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -132,18 +133,9 @@ var fixtures = map[string]func() []byte{
 
 func readHex(t *testing.T, name string) []byte {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("testdata", "fixtures", name+".hex"))
+	b, err := testutil.ReadHexFile(filepath.Join("testdata", "fixtures", name+".hex"))
 	if err != nil {
 		t.Fatal(err)
-	}
-	var clean strings.Builder
-	for _, line := range strings.Split(string(raw), "\n") {
-		line, _, _ = strings.Cut(line, "#")
-		clean.WriteString(strings.Join(strings.Fields(line), ""))
-	}
-	b, err := hex.DecodeString(clean.String())
-	if err != nil {
-		t.Fatalf("%s.hex: %v", name, err)
 	}
 	return b
 }
