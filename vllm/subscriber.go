@@ -353,12 +353,12 @@ func (s *subscriber) apply(ctx context.Context, topic []byte, seq uint64, payloa
 		}
 		s.applied(b.TS)
 	}
-	s.setCursor(seq)
 	s.ctr.batches.Add(1)
 	s.ctr.events.Add(uint64(len(s.evs)))
 	if replayed {
 		s.ctr.replayed.Add(1)
 	}
+	s.setCursor(seq) // last: a Status showing this seq shows the batch's counters too
 	return nil
 }
 
