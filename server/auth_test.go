@@ -49,6 +49,16 @@ var sampleRequests = map[string][2]string{
 	"GET /readyz":                                    {"/readyz", ""},
 	"GET /metrics":                                   {"/metrics", ""},
 	"GET /{$}":                                       {"/", ""},
+	"POST /register":                                 {"/register", `{}`},
+	"POST /unregister":                               {"/unregister", `{"instance_id":9,"model_name":"m"}`},
+	"GET /workers":                                   {"/workers", ""},
+	"POST /query":                                    {"/query", `{"token_ids":[1],"model_name":"default"}`},
+	"POST /query_by_hash":                            {"/query_by_hash", `{"block_hashes":[-1],"model_name":"default"}`},
+	"GET /dump":                                      {"/dump", ""},
+	"POST /register_peer":                            {"/register_peer", `{"url":"http://127.0.0.1:1"}`},
+	"POST /deregister_peer":                          {"/deregister_peer", `{"url":"http://127.0.0.1:1"}`},
+	"GET /peers":                                     {"/peers", ""},
+	"GET /health":                                    {"/health", ""},
 }
 
 // doReq sends one request with an optional Authorization header and returns status, headers and
@@ -81,7 +91,8 @@ func TestAuthMutatingRoutes(t *testing.T) {
 	s, url := rangeServer(t, Config{AuthToken: testToken}, DumpCacheOptions{})
 	want := []string{"POST /v1/events", "DELETE /v1/workers/{worker_id}", "DELETE /v1/workers/{worker_id}/ranks/{dp_rank}",
 		"PUT /v1/workers/{worker_id}/source", "DELETE /v1/workers/{worker_id}/source", "POST /v1/sources",
-		"DELETE /v1/sources/{id}", "POST /v1/flush", "POST /v1/routing_decisions"}
+		"DELETE /v1/sources/{id}", "POST /v1/flush", "POST /v1/routing_decisions", "POST /register", "POST /unregister",
+		"POST /register_peer", "POST /deregister_peer"}
 	var got []string
 	for _, rt := range s.routes() {
 		if rt.mutating {

@@ -53,6 +53,17 @@ func (s *Server) routes() []route {
 		{"POST /v1/routing_decisions", true, true, s.postRoutingDecision},
 		{"GET /healthz", false, false, s.healthz},
 		{"GET /readyz", false, false, s.readyz},
+		// Dynamo's standalone-indexer API (dynamo.go).
+		{"POST /register", true, true, s.postRegister},
+		{"POST /unregister", true, true, s.postUnregister},
+		{"GET /workers", true, false, s.getWorkers},
+		{"POST /query", true, false, s.postQuery},
+		{"POST /query_by_hash", true, false, s.postQueryByHash},
+		{"GET /dump", true, false, s.getDump},
+		{"POST /register_peer", true, true, s.postRegisterPeer},
+		{"POST /deregister_peer", true, true, s.postDeregisterPeer},
+		{"GET /peers", true, false, s.getPeers},
+		{"GET /health", false, false, s.getHealth},
 		{"GET /metrics", false, false, promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}).ServeHTTP},
 		{"GET /{$}", false, false, s.statusPage},
 	}
@@ -543,6 +554,9 @@ func (s *Server) dumpRank(ctx context.Context, rk event.Rank, dst []byte) ([]byt
 // otherwise be ignored silently and answer for every worker) and repeated ones.
 func checkQuery(q url.Values, allowed ...string) error {
 	for name, vs := range q {
+		if len(allowed) == 0 {
+			return fmt.Errorf("unknown query parameter %q (this route takes none)", name)
+		}
 		if !slices.Contains(allowed, name) {
 			return fmt.Errorf("unknown query parameter %q (this route takes %s)", name, strings.Join(allowed, ", "))
 		}

@@ -43,6 +43,7 @@ type Config struct {
 	FS            vfs.FS           // default the OS file system (tests pass a crashable MemFS)
 	DumpCache     DumpCacheOptions // the TreeDump cache of the range route; defaults in DumpCacheOptions
 	ZMQ           []string         // vLLM publishers to subscribe to: ENDPOINT[?replay=ENDPOINT&worker_id=N] (ParseZMQFlag)
+	Peers         []string         // kvindex or Dynamo indexers (GET /peers lists them)
 	// Approximate mode (SPEC §8): how long a routing decision's blocks live (default 120 s;
 	// ApproxTTLZero: 0, they expire at once) and the side index's size bound per partition (0 off).
 	ApproxTTL       time.Duration
@@ -102,6 +103,7 @@ type Server struct {
 	srcs       *sources
 	dumps      dumpCache     // TreeDump cache of the range route (dumpcache.go)
 	zmq        *vllm.Manager // vLLM ZMQ sources (sources_zmq.go), started by Recover
+	reg        *registry     // Dynamo registrations and peers (dynamo.go)
 
 	// testAfterOldest, if set, runs in the range route between reading the rank's oldest id
 	// (on its lane) and reading its events (off the lane): tests fold the log there.
@@ -139,6 +141,10 @@ func Open(cfg Config) (*Server, error) {
 	s.dumps.configure(cfg.DumpCache)
 	s.m = newMetrics(s)
 	if s.srcs, err = loadSources(lg, cfg.Upstream); err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	if s.reg, err = loadRegistry(lg, cfg.Peers); err != nil {
 		_ = st.Close()
 		return nil, err
 	}
@@ -198,6 +204,7 @@ func (s *Server) Recover(ctx context.Context) error {
 		return err
 	}
 	s.claimWorkers()
+	s.claimRegistered()
 	kept, expired, err := s.approx.Load(ctx, s.log)
 	if err != nil {
 		s.status.Store("replay failed: " + err.Error())

@@ -1,0 +1,822 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/lanes"
+	"github.com/kvindex/kvindex/partition"
+	"github.com/kvindex/kvindex/vllm"
+	"github.com/kvindex/kvindex/wal"
+)
+
+// Dynamo's standalone-indexer API (SPEC §9, docs/API.md "Dynamo's standalone-indexer routes"):
+// the root routes /register, /unregister, /workers, /query, /query_by_hash, /dump,
+// /register_peer, /deregister_peer, /peers and /health answer with the JSON shapes of
+// `python -m dynamo.indexer`, so its clients can point at kvindex unchanged.
+//
+// Decisions (where Dynamo's behaviour and kvindex's differ or Dynamo is silent):
+//   - A registration (instance_id, dp_rank) is a vLLM ZMQ source (package vllm) with the
+//     instance as its worker id, the registration's dp_rank for batches that carry none, and the
+//     partition and block size of the registration. It is persisted (global metadata
+//     "register/<instance_id>/<dp_rank>" and the source's own "zmqsource/<id>", in one batch), so
+//     a restarted kvindex resumes every registered listener from its seq cursor.
+//   - An instance belongs to one partition: /register refuses it (409) when it is registered, or
+//     has ranks from any source, in another partition. tenant_id is read as routing_group when
+//     routing_group is absent (SPEC §9), here as on every route.
+//   - /unregister removes the instance's ranks (blocks and logs) like DELETE /v1/workers/{id}, or
+//     one rank with dp_rank, and stops and forgets their sources. Without routing_group (and
+//     tenant_id) it matches the instance in any group of model_name.
+//   - Scores are in tokens: blocks × the partition's block size. The instances summary is
+//     cumulative over the storage tiers (rankMatch); the tier extensions are 0 until the storage
+//     tiers land, so cpu = gpu and disk = cpu.
+//   - Peers registered with /register_peer are persisted ("peer/<url>"): a restarted kvindex
+//     lists them again and, with --peers, tries them after the flag's peers when a partition
+//     starts empty (peers.go).
+
+// Sentinels of the Dynamo routes.
+var (
+	// ErrAlreadyRegistered: /register of an (instance_id, dp_rank) that is registered.
+	ErrAlreadyRegistered = errors.New("already registered")
+	// ErrNotRegistered: /unregister of an instance (or rank) kvindex does not know there.
+	ErrNotRegistered = errors.New("not found")
+	// ErrNoPartition: /query or /query_by_hash of a partition that does not exist.
+	ErrNoPartition = errors.New("no indexer")
+	// ErrPeerNotFound: /deregister_peer of a URL that is not a peer.
+	ErrPeerNotFound = errors.New("peer not found")
+)
+
+// Global metadata names of registrations and peers.
+const (
+	registerMetaPrefix = "register/" // "register/<instance_id>/<dp_rank>" → registration as JSON
+	peerMetaPrefix     = "peer/"     // "peer/<url>" → empty
+)
+
+// registration is one /register: an instance's dp rank, fed by a vLLM ZMQ source.
+type registration struct {
+	InstanceID     uint64 `json:"instance_id"`
+	DPRank         uint32 `json:"dp_rank"`
+	Endpoint       string `json:"endpoint"`
+	ReplayEndpoint string `json:"replay_endpoint,omitempty"`
+	ModelName      string `json:"model_name"`
+	RoutingGroup   string `json:"routing_group"`
+	BlockSize      int    `json:"block_size"`
+	SourceID       string `json:"source_id"`
+}
+
+func (r registration) key() partition.Key {
+	return partition.Key{ModelName: r.ModelName, RoutingGroup: r.RoutingGroup}
+}
+
+func (r registration) metaName() string {
+	return registerMetaPrefix + strconv.FormatUint(r.InstanceID, 10) + "/" + strconv.FormatUint(uint64(r.DPRank), 10)
+}
+
+// source is the vLLM ZMQ source of the registration.
+func (r registration) source() vllm.Config {
+	inst, dp := r.InstanceID, r.DPRank
+	return vllm.Config{ID: r.SourceID, Endpoint: r.Endpoint, ReplayEndpoint: r.ReplayEndpoint, WorkerID: &inst,
+		ModelName: r.ModelName, RoutingGroup: r.RoutingGroup, BlockSize: r.BlockSize, DPRank: &dp}
+}
+
+// registrySourceID is the source id of a registration (its seq cursor is kept under it).
+func registrySourceID(instance uint64, dp uint32) string {
+	return fmt.Sprintf("dynamo-%d-%d", instance, dp)
+}
+
+// registry holds the registrations and peers. mu also serializes /register and /unregister, so
+// their checks and writes do not interleave.
+type registry struct {
+	mu    sync.Mutex
+	regs  map[uint64]map[uint32]registration // instance → dp rank → registration
+	peers map[string]bool                    // url → persisted (false: from --peers only)
+}
+
+// loadRegistry reads the persisted registrations and peers; flagPeers are the --peers URLs.
+func loadRegistry(lg *wal.Log, flagPeers []string) (*registry, error) {
+	g := &registry{regs: map[uint64]map[uint32]registration{}, peers: map[string]bool{}}
+	for _, p := range flagPeers {
+		if p = strings.TrimRight(strings.TrimSpace(p), "/"); p != "" {
+			if err := checkSourceURL(p); err != nil {
+				return nil, fmt.Errorf("--peers: %w", err)
+			}
+			g.peers[p] = false
+		}
+	}
+	m, err := lg.Metas(registerMetaPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("loading registrations: %w", err)
+	}
+	for name, v := range m {
+		var r registration
+		if err := json.Unmarshal(v, &r); err != nil {
+			return nil, fmt.Errorf("registration %q: %w", name, err)
+		}
+		g.put(r)
+	}
+	if m, err = lg.Metas(peerMetaPrefix); err != nil {
+		return nil, fmt.Errorf("loading peers: %w", err)
+	}
+	for name := range m {
+		g.peers[strings.TrimPrefix(name, peerMetaPrefix)] = true
+	}
+	return g, nil
+}
+
+func (g *registry) put(r registration) {
+	if g.regs[r.InstanceID] == nil {
+		g.regs[r.InstanceID] = map[uint32]registration{}
+	}
+	g.regs[r.InstanceID][r.DPRank] = r
+}
+
+// instance returns the registrations of an instance, by dp rank (nil when none). Callers hold mu.
+func (g *registry) instance(id uint64) []registration {
+	out := make([]registration, 0, len(g.regs[id]))
+	for _, r := range g.regs[id] {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b registration) int { return int(a.DPRank) - int(b.DPRank) })
+	return out
+}
+
+// all returns every registration, by instance then dp rank.
+func (g *registry) all() []registration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []registration
+	for _, byRank := range g.regs {
+		for _, r := range byRank {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b registration) int {
+		if a.InstanceID != b.InstanceID {
+			if a.InstanceID < b.InstanceID {
+				return -1
+			}
+			return 1
+		}
+		return int(a.DPRank) - int(b.DPRank)
+	})
+	return out
+}
+
+// claimRegistered claims every registered instance for its partition (at start, after the
+// replay's claims): an instance registered before its first event still belongs there.
+func (s *Server) claimRegistered() {
+	for _, r := range s.reg.all() {
+		p, ok := s.parts.Lookup(r.key())
+		if !ok {
+			s.lg.Warn("a registration names a partition that has no record", "instance_id", r.InstanceID, "partition", r.key())
+			continue
+		}
+		if err := s.parts.Claim(r.InstanceID, p.ID); err != nil {
+			s.lg.Warn("a registered instance has ranks in another partition", "instance_id", r.InstanceID, "err", err)
+		}
+	}
+}
+
+// statusOK is Dynamo's success body.
+var statusOK = map[string]string{"status": "ok"}
+
+// decodeDynamo reads a JSON body into v; it answers 4xx itself and returns false.
+func (s *Server) decodeDynamo(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, _, ok := s.readBody(w, r, bodyJSON)
+	if !ok {
+		return false
+	}
+	if err := decodeStrict(body, v); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return false
+	}
+	return true
+}
+
+func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		InstanceID     *uint64 `json:"instance_id"`
+		Endpoint       *string `json:"endpoint"`
+		ReplayEndpoint string  `json:"replay_endpoint"`
+		BlockSize      *uint32 `json:"block_size"`
+		DPRank         uint32  `json:"dp_rank"`
+		partitionNames
+	}
+	if !s.decodeDynamo(w, r, &req) {
+		return
+	}
+	switch {
+	case req.InstanceID == nil:
+		writeError(w, http.StatusBadRequest, "missing field instance_id")
+		return
+	case req.Endpoint == nil:
+		writeError(w, http.StatusBadRequest, "missing field endpoint")
+		return
+	case req.BlockSize == nil || *req.BlockSize == 0:
+		writeError(w, http.StatusBadRequest, "missing field block_size (tokens per block, > 0)")
+		return
+	}
+	reg := registration{InstanceID: *req.InstanceID, DPRank: req.DPRank, Endpoint: *req.Endpoint, ReplayEndpoint: req.ReplayEndpoint,
+		BlockSize: int(*req.BlockSize), SourceID: registrySourceID(*req.InstanceID, req.DPRank)}
+	key := partitionKey(r, req.partitionNames)
+	reg.ModelName, reg.RoutingGroup = key.ModelName, key.RoutingGroup
+	cfg, err := vllm.Normalize(reg.source())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	s.reg.mu.Lock()
+	defer s.reg.mu.Unlock()
+	if have := s.reg.instance(reg.InstanceID); len(have) > 0 {
+		if have[0].key() != key {
+			s.partitionError(w, fmt.Errorf("%w: instance %d is already registered for model=%s routing_group=%s",
+				partition.ErrWorkerElsewhere, reg.InstanceID, have[0].ModelName, have[0].RoutingGroup), -1)
+			return
+		}
+		if _, ok := s.reg.regs[reg.InstanceID][reg.DPRank]; ok {
+			writeError(w, http.StatusConflict, fmt.Errorf("instance %d dp_rank %d %w", reg.InstanceID, reg.DPRank, ErrAlreadyRegistered).Error())
+			return
+		}
+	}
+	if s.zmq.Has(cfg.ID) {
+		writeError(w, http.StatusConflict, fmt.Errorf("source %s %w", cfg.ID, ErrAlreadyRegistered).Error())
+		return
+	}
+	p, err := s.parts.Ensure(r.Context(), key, reg.BlockSize)
+	if err != nil {
+		s.partitionError(w, err, -1)
+		return
+	}
+	_, hadPartition := s.parts.WorkerPartition(reg.InstanceID)
+	if err := s.parts.Claim(reg.InstanceID, p.ID); err != nil {
+		s.partitionError(w, err, -1)
+		return
+	}
+	regJSON, err := json.Marshal(reg)
+	if err == nil {
+		var srcJSON []byte
+		if srcJSON, err = json.Marshal(cfg); err == nil {
+			b := s.log.NewBatch()
+			b.SetMeta(reg.metaName(), regJSON)
+			b.SetMeta(zmqSourceMetaPrefix+cfg.ID, srcJSON)
+			err = s.log.Commit(r.Context(), b)
+			b.Close()
+		}
+	}
+	if err != nil {
+		if !hadPartition {
+			s.parts.Release(reg.InstanceID)
+		}
+		s.submitError(w, fmt.Errorf("registering instance %d dp_rank %d: %w", reg.InstanceID, reg.DPRank, err))
+		return
+	}
+	s.reg.put(reg)
+	if _, err := s.zmq.Add(cfg); err != nil {
+		// Persisted: the source starts with the next restart; say why it does not run now.
+		s.lg.Error("registered, but its zmq source did not start", "instance_id", reg.InstanceID, "dp_rank", reg.DPRank, "err", err)
+		s.submitError(w, fmt.Errorf("starting the source of instance %d dp_rank %d: %w", reg.InstanceID, reg.DPRank, err))
+		return
+	}
+	s.lg.Info("instance registered", "instance_id", reg.InstanceID, "dp_rank", reg.DPRank, "model_name", key.ModelName,
+		"routing_group", key.RoutingGroup, "block_size", reg.BlockSize, "endpoint", reg.Endpoint, "source", cfg.ID)
+	writeJSON(w, http.StatusCreated, statusOK)
+}
+
+func (s *Server) postUnregister(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		InstanceID   *uint64 `json:"instance_id"`
+		ModelName    string  `json:"model_name"`
+		RoutingGroup string  `json:"routing_group"`
+		TenantID     string  `json:"tenant_id"`
+		DPRank       *uint32 `json:"dp_rank"`
+	}
+	if !s.decodeDynamo(w, r, &req) {
+		return
+	}
+	if req.InstanceID == nil {
+		writeError(w, http.StatusBadRequest, "missing field instance_id")
+		return
+	}
+	inst := *req.InstanceID
+	want := partition.KeyOf(req.ModelName, req.RoutingGroup, req.TenantID)
+	anyGroup := req.RoutingGroup == "" && req.TenantID == ""
+	s.reg.mu.Lock()
+	defer s.reg.mu.Unlock()
+	// The instance's partition: its registrations', else the one its ranks are in.
+	regs := s.reg.instance(inst)
+	var have partition.Key
+	switch id, ok := s.parts.WorkerPartition(inst); {
+	case len(regs) > 0:
+		have = regs[0].key()
+	case ok && s.parts.Get(id) != nil:
+		have = s.parts.Get(id).Key
+	default:
+		writeError(w, http.StatusNotFound, fmt.Errorf("instance %d %w", inst, ErrNotRegistered).Error())
+		return
+	}
+	if have.ModelName != want.ModelName || (!anyGroup && have.RoutingGroup != want.RoutingGroup) {
+		where := want.String()
+		if anyGroup {
+			where = want.ModelName
+		}
+		writeError(w, http.StatusNotFound, fmt.Errorf("instance %d %w in %s (it is registered in %s)", inst, ErrNotRegistered, where, have).Error())
+		return
+	}
+	p, _ := s.parts.Lookup(have)
+	if req.DPRank != nil {
+		regs = slices.DeleteFunc(regs, func(x registration) bool { return x.DPRank != *req.DPRank })
+	}
+	if err := s.forget(r.Context(), regs); err != nil {
+		s.submitError(w, err)
+		return
+	}
+	removed := len(regs) > 0
+	if req.DPRank != nil {
+		rk := event.Rank{WorkerID: inst, DPRank: *req.DPRank}
+		if p != nil {
+			rk.Partition = p.ID
+		}
+		ok, err := s.pipe.RemoveRank(r.Context(), rk)
+		if err != nil {
+			s.submitError(w, err)
+			return
+		}
+		removed = removed || ok
+		if len(s.reg.regs[inst]) == 0 && len(s.pipe.RanksOfWorker(inst)) == 0 {
+			s.parts.Release(inst)
+		}
+	} else {
+		n, err := s.pipe.RemoveWorker(r.Context(), inst)
+		if err != nil {
+			s.submitError(w, err)
+			return
+		}
+		removed = removed || n > 0
+		s.parts.Release(inst)
+	}
+	if !removed {
+		what := fmt.Sprintf("instance %d", inst)
+		if req.DPRank != nil {
+			what += fmt.Sprintf(" dp_rank %d", *req.DPRank)
+		}
+		writeError(w, http.StatusNotFound, fmt.Errorf("%s %w", what, ErrNotRegistered).Error())
+		return
+	}
+	s.lg.Info("instance unregistered", "instance_id", inst, "model_name", have.ModelName, "routing_group", have.RoutingGroup,
+		"registrations", len(regs))
+	writeJSON(w, http.StatusOK, statusOK)
+}
+
+// forget stops the sources of regs and deletes them, their cursors and the registrations
+// durably. Callers hold s.reg.mu.
+func (s *Server) forget(ctx context.Context, regs []registration) error {
+	if len(regs) == 0 {
+		return nil
+	}
+	for _, x := range regs {
+		if err := s.zmq.Remove(x.SourceID); err != nil && !errors.Is(err, vllm.ErrNotFound) {
+			return fmt.Errorf("stopping source %s: %w", x.SourceID, err)
+		}
+	}
+	b := s.log.NewBatch()
+	defer b.Close()
+	for _, x := range regs {
+		b.DeleteMeta(x.metaName())
+		b.DeleteMeta(zmqSourceMetaPrefix + x.SourceID)
+		b.DeleteMeta(vllm.CursorMeta(x.SourceID))
+	}
+	if err := s.log.Commit(ctx, b); err != nil {
+		return fmt.Errorf("unregistering instance %d: %w", regs[0].InstanceID, err)
+	}
+	for _, x := range regs {
+		delete(s.reg.regs[x.InstanceID], x.DPRank)
+		if len(s.reg.regs[x.InstanceID]) == 0 {
+			delete(s.reg.regs, x.InstanceID)
+		}
+	}
+	return nil
+}
+
+// Listener states of /workers (Dynamo's ListenerStatus).
+const (
+	listenerPending = "pending" // connecting
+	listenerActive  = "active"  // connected (or replaying a gap)
+	listenerPaused  = "paused"  // its source is not running
+	listenerFailed  = "failed"  // backing off after a failed dial or a lost connection
+)
+
+type listenerJSON struct {
+	Endpoint  string `json:"endpoint"`
+	Status    string `json:"status"`
+	LastError string `json:"last_error,omitempty"`
+}
+
+type workerJSON struct {
+	InstanceID   uint64                  `json:"instance_id"`
+	Source       string                  `json:"source"`
+	Status       string                  `json:"status"`
+	ModelName    string                  `json:"model_name"`
+	RoutingGroup string                  `json:"routing_group"`
+	BlockSize    int                     `json:"block_size"`
+	Endpoints    map[string]string       `json:"endpoints"`
+	Listeners    map[string]listenerJSON `json:"listeners"`
+}
+
+// listenerOf maps a source's state to Dynamo's listener status.
+func listenerOf(st vllm.Status, running bool) (status, lastErr string) {
+	switch {
+	case !running:
+		return listenerPaused, ""
+	case st.State == vllm.StateConnected || st.State == vllm.StateReplaying:
+		return listenerActive, ""
+	case st.State == vllm.StateBackoff:
+		return listenerFailed, st.LastError
+	case st.State == vllm.StateStopped:
+		return listenerPaused, ""
+	}
+	return listenerPending, ""
+}
+
+// aggregateStatus is an instance's status from its listeners': failed wins, then pending, then
+// active, else paused.
+func aggregateStatus(ls map[string]listenerJSON) string {
+	seen := map[string]bool{}
+	for _, l := range ls {
+		seen[l.Status] = true
+	}
+	for _, st := range []string{listenerFailed, listenerPending, listenerActive} {
+		if seen[st] {
+			return st
+		}
+	}
+	return listenerPaused
+}
+
+func (s *Server) getWorkers(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if err := checkQuery(q, partitionParams...); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	model, group := q.Get("model_name"), q.Get("routing_group")
+	if group == "" {
+		group = q.Get("tenant_id")
+	}
+	states := map[string]vllm.Status{}
+	for _, st := range s.zmq.Status() {
+		states[st.ID] = st
+	}
+	out := []workerJSON{}
+	for _, x := range s.reg.all() {
+		if (model != "" && x.ModelName != model) || (group != "" && x.RoutingGroup != group) {
+			continue
+		}
+		if n := len(out); n == 0 || out[n-1].InstanceID != x.InstanceID {
+			out = append(out, workerJSON{InstanceID: x.InstanceID, Source: "zmq", ModelName: x.ModelName, RoutingGroup: x.RoutingGroup,
+				BlockSize: x.BlockSize, Endpoints: map[string]string{}, Listeners: map[string]listenerJSON{}})
+		}
+		wj := &out[len(out)-1]
+		st, running := states[x.SourceID]
+		status, lastErr := listenerOf(st, running)
+		dp := strconv.FormatUint(uint64(x.DPRank), 10)
+		wj.Endpoints[dp] = x.Endpoint
+		wj.Listeners[dp] = listenerJSON{Endpoint: x.Endpoint, Status: status, LastError: lastErr}
+	}
+	for i := range out {
+		out[i].Status = aggregateStatus(out[i].Listeners)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// rankMatch is one rank's answer to a query, in blocks: Device is its device-tree score, the
+// others the storage tiers' extensions beyond the previous tier (SPEC §7). The tier extensions
+// are 0 until the storage tiers land; summarize already folds them in.
+type rankMatch struct {
+	WorkerID                     uint64
+	DPRank                       uint32
+	Device, Host, Disk, External uint64
+}
+
+// instanceJSON is one instance of a query answer (Mooncake RFC #1403): tokens matched on the GPU
+// (max over its ranks), per rank on the GPU, and cumulative through the host tier (cpu) and the
+// disk and external tiers (disk).
+type instanceJSON struct {
+	LongestMatched uint64            `json:"longest_matched"`
+	GPU            uint64            `json:"gpu"`
+	DP             map[string]uint64 `json:"dp"`
+	CPU            uint64            `json:"cpu"`
+	Disk           uint64            `json:"disk"`
+}
+
+// scoreJSON is the answer of /query and /query_by_hash.
+type scoreJSON struct {
+	Scores      map[string]map[string]uint64 `json:"scores"`
+	Frequencies []uint64                     `json:"frequencies"`
+	Instances   map[string]instanceJSON      `json:"instances"`
+}
+
+// summarize builds a query answer from the ranks' matches (blocks) with blockSize tokens per
+// block: scores (device tokens of each rank with a device hit), frequencies (frequencies[i] =
+// ranks holding the first i+1 device blocks) and the cumulative instances summary.
+func summarize(ms []rankMatch, blockSize uint64) scoreJSON {
+	out := scoreJSON{Scores: map[string]map[string]uint64{}, Frequencies: []uint64{}, Instances: map[string]instanceJSON{}}
+	for _, m := range ms {
+		wk, dp := strconv.FormatUint(m.WorkerID, 10), strconv.FormatUint(uint64(m.DPRank), 10)
+		gpu := m.Device * blockSize
+		cpu := gpu + m.Host*blockSize
+		disk := cpu + (m.Disk+m.External)*blockSize
+		if m.Device > 0 {
+			if out.Scores[wk] == nil {
+				out.Scores[wk] = map[string]uint64{}
+			}
+			out.Scores[wk][dp] = gpu
+		}
+		for uint64(len(out.Frequencies)) < m.Device {
+			out.Frequencies = append(out.Frequencies, 0)
+		}
+		for i := range m.Device {
+			out.Frequencies[i]++
+		}
+		in, ok := out.Instances[wk]
+		if !ok {
+			in.DP = map[string]uint64{}
+		}
+		in.DP[dp] = gpu
+		in.GPU, in.CPU, in.Disk = max(in.GPU, gpu), max(in.CPU, cpu), max(in.Disk, disk)
+		in.LongestMatched = max(in.GPU, in.CPU, in.Disk)
+		out.Instances[wk] = in
+	}
+	return out
+}
+
+// answerQuery scores hashes in partition p and writes the answer.
+func (s *Server) answerQuery(w http.ResponseWriter, p *partition.Partition, hashes []uint64) {
+	scores := p.Index.FindMatches(hashes, false)
+	ms := make([]rankMatch, len(scores))
+	for i, sc := range scores {
+		ms[i] = rankMatch{WorkerID: sc.WorkerID, DPRank: sc.DPRank, Device: uint64(sc.Score)}
+	}
+	writeJSON(w, http.StatusOK, summarize(ms, uint64(p.BlockSize)))
+}
+
+// queryPartition resolves the partition a query names; it answers 404 itself for an unknown one.
+func (s *Server) queryPartition(w http.ResponseWriter, r *http.Request, names partitionNames) (*partition.Partition, bool) {
+	key := partitionKey(r, names)
+	p, ok := s.parts.Lookup(key)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Errorf("%w for model=%s routing_group=%s", ErrNoPartition, key.ModelName, key.RoutingGroup).Error())
+		return nil, false
+	}
+	return p, true
+}
+
+func (s *Server) postQuery(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		TokenIDs  *[]uint32 `json:"token_ids"`
+		LoraName  *string   `json:"lora_name"`
+		CacheSalt *string   `json:"cache_salt"`
+		partitionNames
+	}
+	if !s.decodeDynamo(w, r, &req) {
+		return
+	}
+	if req.TokenIDs == nil {
+		writeError(w, http.StatusBadRequest, "missing field token_ids")
+		return
+	}
+	p, ok := s.queryPartition(w, r, req.partitionNames)
+	if !ok {
+		return
+	}
+	deref := func(v *string) string {
+		if v == nil {
+			return ""
+		}
+		return *v
+	}
+	// cache_salt salts the block hash as Dynamo's cache_namespace does (SPEC §2).
+	s.answerQuery(w, p, event.BlockHashes(*req.TokenIDs, p.BlockSize, deref(req.LoraName), deref(req.CacheSalt)))
+}
+
+// parseI64Hashes reads Dynamo's i64 block hashes: a negative value is the two's complement of a
+// u64 hash; values above 2^63-1 (kvindex's own u64 spelling) are taken as they are.
+func parseI64Hashes(raw []json.Number) ([]uint64, error) {
+	out := make([]uint64, len(raw))
+	for i, n := range raw {
+		v := string(n)
+		if strings.HasPrefix(v, "-") {
+			x, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("field block_hashes[%d]: %s is not a 64-bit integer", i, v)
+			}
+			out[i] = uint64(x)
+			continue
+		}
+		x, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("field block_hashes[%d]: %s is not a 64-bit integer", i, v)
+		}
+		out[i] = x
+	}
+	return out, nil
+}
+
+func (s *Server) postQueryByHash(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		BlockHashes *[]json.Number  `json:"block_hashes"`
+		CacheSalt   json.RawMessage `json:"cache_salt"`
+		partitionNames
+	}
+	if !s.decodeDynamo(w, r, &req) {
+		return
+	}
+	if req.BlockHashes == nil {
+		writeError(w, http.StatusBadRequest, "missing field block_hashes")
+		return
+	}
+	if len(req.CacheSalt) > 0 && !bytes.Equal(req.CacheSalt, []byte("null")) {
+		writeError(w, http.StatusBadRequest, "cache_salt is not accepted by /query_by_hash; block_hashes must already include the intended cache salt")
+		return
+	}
+	hashes, err := parseI64Hashes(*req.BlockHashes)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	p, ok := s.queryPartition(w, r, req.partitionNames)
+	if !ok {
+		return
+	}
+	s.answerQuery(w, p, hashes)
+}
+
+// dumpedPartitions are the partitions GET /dump lists: those with ranks or registrations.
+func (s *Server) dumpedPartitions() []*partition.Partition {
+	has := map[uint32]bool{}
+	for _, st := range s.pipe.Status() {
+		has[st.Rank.Partition] = true
+	}
+	for _, x := range s.reg.all() {
+		if p, ok := s.parts.Lookup(x.key()); ok {
+			has[p.ID] = true
+		}
+	}
+	var out []*partition.Partition
+	for _, p := range s.parts.All() {
+		if has[p.ID] {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key.String() < out[j].Key.String() })
+	return out
+}
+
+// getDump answers {"<model>:<group>": {"block_size": n, "events": [RouterEvent…]}}: each
+// partition's tree as Stored events in replay order (ids from 0 per rank), each rank read on its
+// lane.
+func (s *Server) getDump(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r.URL.Query()); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	buf := []byte{'{'}
+	for i, p := range s.dumpedPartitions() {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		k, _ := json.Marshal(p.Key.String())
+		buf = append(buf, k...)
+		buf = append(buf, `:{"block_size":`...)
+		buf = strconv.AppendInt(buf, int64(p.BlockSize), 10)
+		buf = append(buf, `,"events":[`...)
+		first := true
+		for _, info := range p.Index.Ranks() {
+			var err error
+			if buf, err = s.dumpRankJSON(r.Context(), p.Index, info.Rank, buf, &first); err != nil && !errors.Is(err, lanes.ErrUnknownRank) {
+				s.submitError(w, err)
+				return
+			}
+		}
+		buf = append(buf, "]}"...)
+	}
+	buf = append(buf, "}\n"...)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(buf)
+}
+
+// dumpRankJSON appends the rank's tree as comma-separated RouterEvent JSON, read on its lane.
+func (s *Server) dumpRankJSON(ctx context.Context, ix *index.Index, rk event.Rank, dst []byte, first *bool) ([]byte, error) {
+	var err error
+	derr := s.pipe.Do(ctx, rk, func() {
+		err = ix.DumpRank(rk, func(ev *event.RouterEvent) error {
+			if !*first {
+				dst = append(dst, ',')
+			}
+			*first = false
+			dst = event.AppendJSON(dst, ev)
+			return nil
+		})
+	})
+	if derr != nil {
+		return dst, derr
+	}
+	return dst, err
+}
+
+// peerRequest is the body of /register_peer and /deregister_peer.
+type peerRequest struct {
+	URL *string `json:"url"`
+}
+
+func (s *Server) peerURL(w http.ResponseWriter, r *http.Request) (string, bool) {
+	var req peerRequest
+	if !s.decodeDynamo(w, r, &req) {
+		return "", false
+	}
+	if req.URL == nil {
+		writeError(w, http.StatusBadRequest, "missing field url")
+		return "", false
+	}
+	if err := checkSourceURL(*req.URL); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return "", false
+	}
+	return strings.TrimRight(*req.URL, "/"), true
+}
+
+func (s *Server) postRegisterPeer(w http.ResponseWriter, r *http.Request) {
+	u, ok := s.peerURL(w, r)
+	if !ok {
+		return
+	}
+	b := s.log.NewBatch()
+	defer b.Close()
+	b.SetMeta(peerMetaPrefix+u, nil)
+	if err := s.log.Commit(r.Context(), b); err != nil {
+		s.submitError(w, fmt.Errorf("registering peer %s: %w", u, err))
+		return
+	}
+	s.reg.mu.Lock()
+	s.reg.peers[u] = true
+	s.reg.mu.Unlock()
+	s.lg.Info("peer registered", "url", u)
+	writeJSON(w, http.StatusCreated, statusOK)
+}
+
+func (s *Server) postDeregisterPeer(w http.ResponseWriter, r *http.Request) {
+	u, ok := s.peerURL(w, r)
+	if !ok {
+		return
+	}
+	s.reg.mu.Lock()
+	defer s.reg.mu.Unlock()
+	stored, known := s.reg.peers[u]
+	if !known {
+		writeError(w, http.StatusNotFound, fmt.Errorf("%w: %s", ErrPeerNotFound, u).Error())
+		return
+	}
+	if stored {
+		b := s.log.NewBatch()
+		defer b.Close()
+		b.DeleteMeta(peerMetaPrefix + u)
+		if err := s.log.Commit(r.Context(), b); err != nil {
+			s.submitError(w, fmt.Errorf("deregistering peer %s: %w", u, err))
+			return
+		}
+	}
+	delete(s.reg.peers, u)
+	s.lg.Info("peer deregistered", "url", u)
+	writeJSON(w, http.StatusOK, statusOK)
+}
+
+// peerList is every peer, sorted.
+func (s *Server) peerList() []string {
+	s.reg.mu.Lock()
+	defer s.reg.mu.Unlock()
+	out := make([]string, 0, len(s.reg.peers))
+	for u := range s.reg.peers {
+		out = append(out, u)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (s *Server) getPeers(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.peerList())
+}
+
+func (s *Server) getHealth(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, statusOK)
+}
