@@ -43,7 +43,7 @@ type Config struct {
 	FS            vfs.FS           // default the OS file system (tests pass a crashable MemFS)
 	DumpCache     DumpCacheOptions // the TreeDump cache of the range route; defaults in DumpCacheOptions
 	ZMQ           []string         // vLLM publishers to subscribe to: ENDPOINT[?replay=ENDPOINT&worker_id=N] (ParseZMQFlag)
-	Peers         []string         // kvindex or Dynamo indexers (GET /peers lists them)
+	Peers         []string         // kvindex or Dynamo indexers whose GET /dump fills partitions empty at start (peers.go)
 	// Approximate mode (SPEC §8): how long a routing decision's blocks live (default 120 s;
 	// ApproxTTLZero: 0, they expire at once) and the side index's size bound per partition (0 off).
 	ApproxTTL       time.Duration
@@ -104,6 +104,7 @@ type Server struct {
 	dumps      dumpCache     // TreeDump cache of the range route (dumpcache.go)
 	zmq        *vllm.Manager // vLLM ZMQ sources (sources_zmq.go), started by Recover
 	reg        *registry     // Dynamo registrations and peers (dynamo.go)
+	peerM      *peerMetrics  // peer bootstrap progress (peers.go)
 
 	// testAfterOldest, if set, runs in the range route between reading the rank's oldest id
 	// (on its lane) and reading its events (off the lane): tests fold the log there.
@@ -148,6 +149,7 @@ func Open(cfg Config) (*Server, error) {
 		_ = st.Close()
 		return nil, err
 	}
+	s.peerM = newPeerMetrics(s.m)
 	fetcher := recovery.NewFetcher(recovery.FetcherOptions{RequestTimeout: cfg.FetchTimeout, BaseBackoff: cfg.FetchBackoff,
 		Logger: cfg.Logger, AuthToken: cfg.AuthToken})
 	s.pipe = lanes.New(lg, s.parts, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, Logger: cfg.Logger,
@@ -225,6 +227,7 @@ func (s *Server) Recover(ctx context.Context) error {
 		defer close(s.approxDone)
 		s.approx.Run(actx)
 	}()
+	s.bootstrapFromPeers(ctx)
 	if err := s.startZMQ(); err != nil {
 		return err
 	}
@@ -352,7 +355,7 @@ func (s *Server) logSettings(addr string, tlsOn bool) {
 		"block_size", c.BlockSize, "lanes", lanesN, "durability", c.Durability.String(), "retain_events", c.RetainEvents,
 		"max_body_bytes", c.MaxBodyBytes, "submit_timeout_ms", c.SubmitTimeout.Milliseconds(), "upstream", c.Upstream,
 		"fetch_timeout_ms", c.FetchTimeout.Milliseconds(), "fetch_backoff_ms", c.FetchBackoff.Milliseconds(),
-		"zmq_sources", len(c.ZMQ), "auth", c.AuthToken != "", "strict", c.Strict)
+		"zmq_sources", len(c.ZMQ), "peers", len(c.Peers), "auth", c.AuthToken != "", "strict", c.Strict)
 	if c.AuthToken == "" && !isLoopbackListen(c.Listen) {
 		s.lg.Warn("listening beyond loopback without an auth token: anyone who reaches the port can post events and delete workers (use --auth-token-file)",
 			"addr", addr)

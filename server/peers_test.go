@@ -1,0 +1,141 @@
+package server
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/kvindex/kvindex/wal"
+)
+
+func quietConfig(dir string, peers ...string) Config {
+	return Config{DataDir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Durability: wal.NoSync, Lanes: 2, Peers: peers}
+}
+
+// scrapeValue is the value of a metric's sample in url's /metrics (-1 when absent).
+func scrapeValue(t *testing.T, url, series string) float64 {
+	t.Helper()
+	_, body := call(t, "GET", url+"/metrics", "")
+	if v, ok := metricValue(t, body, series); ok {
+		return v
+	}
+	return -1
+}
+
+// TestPeersBootstrapAnswersLikeThePeer checks the rule "serve --peers: each partition empty at
+// start is filled from the first peer whose /dump answers (a peer that does not answer is
+// skipped), through the normal pipeline, so B answers /query like A once ready; the events are
+// durable, so a restart does not ask again; progress is a metric".
+func TestPeersBootstrapAnswersLikeThePeer(t *testing.T) {
+	_, a, stopA := serveConfig(t, quietConfig(t.TempDir()))
+	defer func() { _ = stopA() }()
+	pub := startZMQPub(t)
+	steps := []struct{ path, body string }{
+		{"/register", `{"instance_id":7,"endpoint":"` + pub.ep + `","model_name":"llama","block_size":4}`},
+		{"/register", `{"instance_id":9,"endpoint":"tcp://127.0.0.1:9","model_name":"qwen","block_size":8}`},
+		{"/v1/events?model_name=llama", `[{"worker_id":7,"event":{"event_id":1,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":701,"tokens_hash":14643705804678351452},{"block_hash":702,"tokens_hash":16777012769546811212}]}}}},
+		 {"worker_id":7,"event":{"event_id":1,"dp_rank":1,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":711,"tokens_hash":14643705804678351452}]}}}},
+		 {"worker_id":8,"event":{"event_id":3,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":801,"tokens_hash":14643705804678351452}]}}}}]`},
+		{"/v1/events", `[{"worker_id":10,"event":{"event_id":5,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":1001,"tokens_hash":11}]}}}}]`},
+	}
+	for _, st := range steps {
+		if code, body := call(t, "POST", a+st.path, st.body); code/100 != 2 {
+			t.Fatalf("A %s: %d %s", st.path, code, body)
+		}
+	}
+	queries := []struct{ path, body string }{
+		{"/query", `{"token_ids":[1,2,3,4,5,6,7,8],"model_name":"llama"}`},
+		{"/query_by_hash", `{"block_hashes":[11],"model_name":"default"}`},
+	}
+	_, wantA := call(t, "POST", a+queries[0].path, queries[0].body)
+	if !strings.Contains(wantA, `"7":{"0":8,"1":4}`) {
+		t.Fatalf("A's own answer %s", wantA)
+	}
+
+	dir := t.TempDir()
+	dead := "http://127.0.0.1:1" // nothing listens: skipped
+	_, b, stopB := serveConfig(t, quietConfig(dir, dead, a))
+	if code, body := call(t, "GET", b+"/readyz", ""); code != 200 {
+		t.Fatalf("B /readyz after Recover: %d %s", code, body)
+	}
+	for _, q := range queries {
+		_, want := call(t, "POST", a+q.path, q.body)
+		if code, got := call(t, "POST", b+q.path, q.body); code != 200 || got != want {
+			t.Errorf("B %s %s: %d %s, want A's %s", q.path, q.body, code, got, want)
+		}
+	}
+	if got := scrapeValue(t, b, "kvindex_peer_bootstrap_events_total"); got != 4 {
+		t.Errorf("kvindex_peer_bootstrap_events_total %v, want 4", got)
+	}
+	if got := scrapeValue(t, b, "kvindex_peer_bootstrap_partitions"); got != 3 {
+		t.Errorf("kvindex_peer_bootstrap_partitions %v, want 3 (default, llama, and qwen's empty dump)", got)
+	}
+	if err := stopB(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Restarted, B's partitions are not empty: it replays its own log and asks nobody.
+	_, b, stopB = serveConfig(t, quietConfig(dir, a))
+	defer func() { _ = stopB() }()
+	if got := scrapeValue(t, b, "kvindex_peer_bootstrap_events_total"); got != 0 {
+		t.Errorf("after restart: kvindex_peer_bootstrap_events_total %v, want 0", got)
+	}
+	if _, got := call(t, "POST", b+queries[0].path, queries[0].body); got != wantA {
+		t.Errorf("after restart: B %s, want %s", got, wantA)
+	}
+}
+
+// TestPeersBootstrapFromDynamoBeforeReady checks the rules "a Dynamo indexer's dump (ids not
+// rising per rank) is applied with ids renumbered per rank; /readyz stays 503 until the bootstrap
+// is done; a peer that fails leaves the partitions empty and the server ready".
+func TestPeersBootstrapFromDynamoBeforeReady(t *testing.T) {
+	release := make(chan struct{})
+	dynamo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/dump" {
+			http.NotFound(w, r)
+			return
+		}
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"llama:default":{"block_size":4,"events":[
+		 {"worker_id":7,"event":{"event_id":0,"dp_rank":0,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":701,"tokens_hash":14643705804678351452}]}}}},
+		 {"worker_id":7,"event":{"event_id":0,"dp_rank":0,"data":{"stored":{"parent_hash":701,"blocks":[{"block_hash":702,"tokens_hash":16777012769546811212}]}}}}]},
+		 "broken:default":{"error":"dump failed"}}`)
+	}))
+	defer dynamo.Close()
+	s, err := Open(quietConfig(t.TempDir(), dynamo.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	defer func() {
+		ts.Close()
+		_ = s.Close()
+	}()
+	done := make(chan error, 1)
+	go func() { done <- s.Recover(context.Background()) }()
+	waitStatus := func(want string) {
+		t.Helper()
+		waitBody(t, "GET", ts.URL+"/metrics", "", want)
+	}
+	waitStatus("kvindex_ready 0")
+	if code, body := call(t, "GET", ts.URL+"/readyz", ""); code != http.StatusServiceUnavailable || !strings.Contains(body, "bootstrapping from peers") {
+		t.Fatalf("/readyz while the peer's dump is pending: %d %s, want 503 bootstrapping", code, body)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitBody(t, "POST", ts.URL+"/query", `{"token_ids":[1,2,3,4,5,6,7,8],"model_name":"llama"}`, `"scores":{"7":{"0":8}}`)
+
+	// A peer that fails: ready, empty.
+	_, c, stopC := serveConfig(t, quietConfig(t.TempDir(), "http://127.0.0.1:1"))
+	defer func() { _ = stopC() }()
+	if code, body := call(t, "GET", c+"/dump", ""); code != 200 || strings.TrimSpace(body) != "{}" {
+		t.Errorf("C /dump: %d %s, want {}", code, body)
+	}
+}
