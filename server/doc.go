@@ -9,10 +9,11 @@
 //     events are durable under the configured durability.
 //   - Bad input is answered 4xx with {"error": "..."} (and "index" for the first bad event) before
 //     anything is submitted; nothing of a rejected request is written.
-//   - Until the restart replay is done, /readyz and every /v1 route answer 503; /healthz,
-//     /metrics and the status page / (status.go) answer 200.
-//   - After a fatal store error (failure.go) /healthz, /readyz and every mutating route answer
-//     503 {"error": "store failed …: <cause>"} until restart; reads are still served, and the
-//     range route serves no event past a rank's durable cursor.
+//   - Until the restart replay (and the --peers bootstrap, peers.go) is done, /readyz, every /v1
+//     route and Dynamo's routes (dynamo.go) answer 503; /healthz, /health, /metrics and the
+//     status page / (status.go) answer 200.
+//   - After a fatal store error (failure.go) /healthz, /health, /readyz and every mutating route
+//     answer 503 {"error": "store failed …: <cause>"} until restart; reads are still served, and
+//     the range route serves no event past a rank's durable cursor.
 //   - Every metric lives in the Server's own Prometheus registry (no global state).
 package server
