@@ -38,6 +38,8 @@ import (
 //   - /unregister removes the instance's ranks (blocks and logs) like DELETE /v1/workers/{id}, or
 //     one rank with dp_rank, and stops and forgets their sources. Without routing_group (and
 //     tenant_id) it matches the instance in any group of model_name.
+//   - /query and /query_by_hash score like find_matches: the event-fed tree and, by the max rule
+//     of SPEC §8, the side index of approximate mode (frequencies count those scores too).
 //   - Scores are in tokens: blocks × the partition's block size. The instances summary is
 //     cumulative over the storage tiers (rankMatch); the tier extensions are 0 until the storage
 //     tiers land, so cpu = gpu and disk = cpu.
@@ -362,7 +364,12 @@ func (s *Server) postUnregister(w http.ResponseWriter, r *http.Request) {
 			s.submitError(w, err)
 			return
 		}
-		removed = removed || n > 0
+		side, err := s.approx.RemoveWorker(r.Context(), inst)
+		if err != nil {
+			s.submitError(w, err)
+			return
+		}
+		removed = removed || n > 0 || side > 0
 		s.parts.Release(inst)
 	}
 	if !removed {
@@ -560,9 +567,12 @@ func summarize(ms []rankMatch, blockSize uint64) scoreJSON {
 	return out
 }
 
-// answerQuery scores hashes in partition p and writes the answer.
+// answerQuery scores hashes in partition p as find_matches does (the event-fed tree, and the
+// side index of approximate mode by the max rule) and writes the answer.
 func (s *Server) answerQuery(w http.ResponseWriter, p *partition.Partition, hashes []uint64) {
-	scores := p.Index.FindMatches(hashes, false)
+	buf := scoreBufs.Get().(*scoreBuf)
+	defer scoreBufs.Put(buf)
+	scores := s.scoresOf(buf, p, hashes, false)
 	ms := make([]rankMatch, len(scores))
 	for i, sc := range scores {
 		ms[i] = rankMatch{WorkerID: sc.WorkerID, DPRank: sc.DPRank, Device: uint64(sc.Score)}
@@ -815,8 +825,4 @@ func (s *Server) peerList() []string {
 
 func (s *Server) getPeers(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.peerList())
-}
-
-func (s *Server) getHealth(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, statusOK)
 }

@@ -63,7 +63,7 @@ func (s *Server) routes() []route {
 		{"POST /register_peer", true, true, s.postRegisterPeer},
 		{"POST /deregister_peer", true, true, s.postDeregisterPeer},
 		{"GET /peers", true, false, s.getPeers},
-		{"GET /health", false, false, s.getHealth},
+		{"GET /health", false, false, s.healthz}, // Dynamo's name for /healthz
 		{"GET /metrics", false, false, promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}).ServeHTTP},
 		{"GET /{$}", false, false, s.statusPage},
 	}
