@@ -143,7 +143,7 @@ func (g *registry) put(r registration) {
 	g.regs[r.InstanceID][r.DPRank] = r
 }
 
-// instance returns the registrations of an instance, by dp rank (nil when none). Callers hold mu.
+// instance returns the registrations of an instance, by dp rank. Callers hold mu.
 func (g *registry) instance(id uint64) []registration {
 	out := make([]registration, 0, len(g.regs[id]))
 	for _, r := range g.regs[id] {
