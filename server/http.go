@@ -369,13 +369,13 @@ type gapsJSON struct {
 }
 
 type rankJSON struct {
-	Mode         string   `json:"mode"`
-	ApproxBlocks int      `json:"approx_blocks"`
-	ModelName    string   `json:"model_name"`
-	RoutingGroup string   `json:"routing_group"`
 	WorkerID     uint64   `json:"worker_id"`
 	DPRank       uint32   `json:"dp_rank"`
+	ModelName    string   `json:"model_name"`
+	RoutingGroup string   `json:"routing_group"`
+	Mode         string   `json:"mode"` // events, approximate or mixed
 	Blocks       uint64   `json:"blocks"`
+	ApproxBlocks int      `json:"approx_blocks"`
 	Lane         int      `json:"lane"`
 	FirstEventID uint64   `json:"first_event_id"`
 	LastEventID  uint64   `json:"last_event_id"`
