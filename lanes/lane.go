@@ -141,6 +141,8 @@ func (ln *lane) control(o *op) {
 		ln.input(o.rank, nil, (*recovery.RankState).Resume)
 	case opExec:
 		o.w.finish(Result{}, 0, ln.exec(o))
+	case opInstall:
+		ln.install(o)
 	}
 }
 

@@ -156,9 +156,10 @@ const (
 	opRemoveRank
 	opDo
 	opAnswer
-	opSource // the worker's recovery source was set or removed: SetHasSource
-	opResume // after the restart replay: Resume
-	opExec   // a side write (approximate mode): its own batch, no RankState input
+	opSource  // the worker's recovery source was set or removed: SetHasSource
+	opResume  // after the restart replay: Resume
+	opExec    // a side write (approximate mode): its own batch, no RankState input
+	opInstall // Install: a dump replaces the rank's state (install.go)
 )
 
 type op struct {

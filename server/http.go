@@ -569,7 +569,7 @@ func checkQuery(q url.Values, allowed ...string) error {
 
 func (s *Server) dump(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if err := checkQuery(q, append([]string{"worker_id", "dp_rank"}, partitionParams...)...); err != nil {
+	if err := checkQuery(q, append([]string{"worker_id", "dp_rank", "stream"}, partitionParams...)...); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -593,21 +593,39 @@ func (s *Server) dump(w http.ResponseWriter, r *http.Request) {
 		wantR = &y
 	}
 	p, ok := s.parts.Lookup(partitionKey(r, partitionNames{}))
-	if !ok {
+	if !ok && !q.Has("stream") {
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	var buf []byte
-	for _, info := range p.Index.Ranks() {
-		if (wantW != nil && info.Rank.WorkerID != *wantW) || (wantR != nil && info.Rank.DPRank != *wantR) {
-			continue
+	body := func() ([]byte, error) {
+		var buf []byte
+		if p == nil {
+			return buf, nil
 		}
-		var err error
-		if buf, err = s.dumpRank(r.Context(), info.Rank, buf); err != nil && !errors.Is(err, lanes.ErrUnknownRank) {
-			s.submitError(w, err)
+		for _, info := range p.Index.Ranks() {
+			if (wantW != nil && info.Rank.WorkerID != *wantW) || (wantR != nil && info.Rank.DPRank != *wantR) {
+				continue
+			}
+			var err error
+			if buf, err = s.dumpRank(r.Context(), info.Rank, buf); err != nil && !errors.Is(err, lanes.ErrUnknownRank) {
+				return buf, err
+			}
+		}
+		return buf, nil
+	}
+	if q.Has("stream") {
+		if wantW != nil || wantR != nil {
+			writeError(w, http.StatusBadRequest, "query parameter stream dumps a whole partition: it takes no worker_id or dp_rank")
 			return
 		}
+		s.streamDump(w, partitionKey(r, partitionNames{}), p, q.Get("stream"), body)
+		return
+	}
+	buf, err := body()
+	if err != nil {
+		s.submitError(w, err)
+		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)

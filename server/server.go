@@ -19,6 +19,7 @@ import (
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/lanes"
+	"github.com/kvindex/kvindex/natsrc"
 	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/store"
@@ -44,6 +45,8 @@ type Config struct {
 	DumpCache     DumpCacheOptions // the TreeDump cache of the range route; defaults in DumpCacheOptions
 	ZMQ           []string         // vLLM publishers to subscribe to: ENDPOINT[?replay=ENDPOINT&worker_id=N] (ParseZMQFlag)
 	Peers         []string         // kvindex or Dynamo indexers whose GET /dump fills partitions empty at start (peers.go)
+	NATS          []string         // NATS Core sources: URL?subject=…[&model_name=…] (natsrc.ParseFlag)
+	JetStream     []string         // JetStream sources: URL?stream=…&durable=…[&peers=…] (natsrc.ParseFlag)
 	// Approximate mode (SPEC §8): how long a routing decision's blocks live (default 120 s;
 	// ApproxTTLZero: 0, they expire at once) and the side index's size bound per partition (0 off).
 	ApproxTTL       time.Duration
@@ -101,10 +104,11 @@ type Server struct {
 	ready      atomic.Bool
 	status     atomic.Value // string: what the replay is doing, for /readyz
 	srcs       *sources
-	dumps      dumpCache     // TreeDump cache of the range route (dumpcache.go)
-	zmq        *vllm.Manager // vLLM ZMQ sources (sources_zmq.go), started by Recover
-	reg        *registry     // Dynamo registrations and peers (dynamo.go)
-	peerM      *peerMetrics  // peer bootstrap progress (peers.go)
+	dumps      dumpCache       // TreeDump cache of the range route (dumpcache.go)
+	zmq        *vllm.Manager   // vLLM ZMQ sources (sources_zmq.go), started by Recover
+	reg        *registry       // Dynamo registrations and peers (dynamo.go)
+	peerM      *peerMetrics    // peer bootstrap progress (peers.go)
+	nats       *natsrc.Manager // NATS Core and JetStream sources (sources_nats.go), started by Recover
 
 	// testAfterOldest, if set, runs in the range route between reading the rank's oldest id
 	// (on its lane) and reading its events (off the lane): tests fold the log there.
@@ -161,6 +165,12 @@ func Open(cfg Config) (*Server, error) {
 	}
 	s.zmq = vllm.NewManager(s.pipe, lg, vllm.Options{Logger: cfg.Logger, Placer: s})
 	s.m.register(s.zmq)
+	if _, err := natsConfigs(cfg.NATS, cfg.JetStream); err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	s.nats = s.newNATS()
+	s.m.register(s.nats)
 	return s, nil
 }
 
@@ -231,6 +241,9 @@ func (s *Server) Recover(ctx context.Context) error {
 	if err := s.startZMQ(); err != nil {
 		return err
 	}
+	if err := s.startNATS(); err != nil {
+		return err
+	}
 	took := time.Since(start)
 	s.m.replaySec.Set(took.Seconds())
 	s.ready.Store(true)
@@ -251,6 +264,7 @@ func (s *Server) Close() error {
 		<-s.approxDone
 	}
 	s.zmq.Close() // before the lanes: a source may be submitting
+	s.nats.Close()
 	s.pipe.Close()
 	s.dumps.close()
 	return s.st.Close()

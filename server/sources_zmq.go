@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kvindex/kvindex/natsrc"
 	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/vllm"
 )
@@ -106,24 +107,11 @@ func (s *Server) startZMQ() error {
 	if err != nil {
 		return err
 	}
-	stored, err := s.log.Metas(zmqSourceMetaPrefix)
+	stored, err := loadStored[vllm.Config](s, zmqSourceMetaPrefix)
 	if err != nil {
-		return fmt.Errorf("loading zmq sources: %w", err)
+		return err
 	}
-	cfgs := flagCfgs
-	names := make([]string, 0, len(stored))
-	for k := range stored {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
-		var cfg vllm.Config
-		if err := json.Unmarshal(stored[k], &cfg); err != nil {
-			s.lg.Error("skipping an unreadable stored zmq source", "key", k, "err", err)
-			continue
-		}
-		cfgs = append(cfgs, cfg)
-	}
+	cfgs := append(flagCfgs, stored...)
 	for _, cfg := range cfgs {
 		if _, err := s.zmq.Add(cfg); err != nil {
 			if errors.Is(err, vllm.ErrDuplicate) {
@@ -135,6 +123,30 @@ func (s *Server) startZMQ() error {
 		s.lg.Info("zmq source started", "source", cfg.ID, "endpoint", cfg.Endpoint, "replay_endpoint", cfg.ReplayEndpoint)
 	}
 	return nil
+}
+
+// loadStored decodes the source configs stored as JSON under prefix, in key order; an
+// unreadable one is logged and skipped.
+func loadStored[T any](s *Server, prefix string) ([]T, error) {
+	stored, err := s.log.Metas(prefix)
+	if err != nil {
+		return nil, fmt.Errorf("loading the stored sources %s*: %w", prefix, err)
+	}
+	names := make([]string, 0, len(stored))
+	for k := range stored {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var out []T
+	for _, k := range names {
+		var cfg T
+		if err := json.Unmarshal(stored[k], &cfg); err != nil {
+			s.lg.Error("skipping an unreadable stored source", "key", k, "err", err)
+			continue
+		}
+		out = append(out, cfg)
+	}
+	return out, nil
 }
 
 // sourceJSON is one element of GET /v1/sources.
@@ -150,7 +162,7 @@ func (s *Server) sourceJSON(st vllm.Status) (sourceJSON, error) {
 }
 
 func (s *Server) listSources(w http.ResponseWriter, r *http.Request) {
-	out := []sourceJSON{}
+	out := []any{}
 	for _, st := range s.zmq.Status() {
 		j, err := s.sourceJSON(st)
 		if err != nil {
@@ -159,12 +171,25 @@ func (s *Server) listSources(w http.ResponseWriter, r *http.Request) {
 		}
 		out = append(out, j)
 	}
+	ns, err := s.natsSources()
+	if err != nil {
+		s.submitError(w, err)
+		return
+	}
+	for _, j := range ns {
+		out = append(out, j)
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) postSource(w http.ResponseWriter, r *http.Request) {
 	body, _, ok := s.readBody(w, r, bodyJSON)
 	if !ok {
+		return
+	}
+	var kind struct{ Kind string }
+	if json.Unmarshal(body, &kind) == nil && (kind.Kind == natsrc.KindCore || kind.Kind == natsrc.KindJetStream) {
+		s.postNATSSource(w, r, body)
 		return
 	}
 	var req struct {
@@ -182,7 +207,7 @@ func (s *Server) postSource(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Kind != nil && *req.Kind != "zmq" {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown source kind %q (want zmq)", *req.Kind))
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown source kind %q (want zmq, nats or jetstream)", *req.Kind))
 		return
 	}
 	if req.Endpoint == nil {
@@ -238,6 +263,10 @@ func (s *Server) postSource(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteZMQSource(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if s.nats.Has(id) {
+		s.deleteNATSSource(w, r, id)
+		return
+	}
 	if err := s.zmq.Remove(id); err != nil {
 		if errors.Is(err, vllm.ErrNotFound) {
 			writeError(w, http.StatusNotFound, fmt.Sprintf("no source %q", id))

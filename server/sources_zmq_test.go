@@ -123,7 +123,8 @@ func TestSourcesRoutes(t *testing.T) {
 	_, url, stop := zmqServer(t, dir, "tcp://127.0.0.1:1")
 
 	bad := []struct{ body, want string }{
-		{`{"kind":"nats","endpoint":"tcp://h:1"}`, "unknown source kind"},
+		{`{"kind":"kafka","endpoint":"tcp://h:1"}`, "unknown source kind"},
+		{`{"kind":"nats","endpoint":"tcp://h:1"}`, "missing url"},
 		{`{"kind":"zmq"}`, "missing field endpoint"},
 		{`{"kind":"zmq","endpoint":"http://h:1"}`, "bad zmq endpoint"},
 		{`{"kind":"zmq","endpoint":"tcp://h:1","worker_id":-3}`, "worker_id"},

@@ -23,7 +23,8 @@ var testOnlyModules = []string{
 	"go.uber.org/goleak",
 	"pgregory.net/rapid",
 	"github.com/cockroachdb/datadriven",
-	"github.com/pmezard/go-difflib", // pulled in by datadriven, for its diffs
+	"github.com/pmezard/go-difflib",     // pulled in by datadriven, for its diffs
+	"github.com/nats-io/nats-server/v2", // the embedded NATS server of the natsrc tests
 }
 
 // TestBinaryLinksNoTestOnlyPackages checks the dependency closure of the kvindex binary (the
