@@ -369,10 +369,14 @@ func (s *jsSource) catchUp(ctx context.Context, first uint64) error {
 	s.ctr.gaps.Add(1)
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
-	if len(s.cfg.Peers) > 0 {
+	peers := s.cfg.Peers
+	if len(peers) == 0 && s.m.opts.Peers != nil {
+		peers = s.m.opts.Peers()
+	}
+	if len(peers) > 0 {
 		s.setState(StateBootstrapping)
 		var errs []error
-		for _, peer := range s.cfg.Peers {
+		for _, peer := range peers {
 			seq, err := s.bootstrap(ctx, peer, first)
 			if err == nil {
 				s.ctr.bootstraps.Add(1)

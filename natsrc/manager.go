@@ -56,6 +56,9 @@ type Options struct {
 	// HTTP is the client of the peer bootstraps; default a client with a 60 s timeout.
 	HTTP      *http.Client
 	AuthToken string // sent as a bearer token to peers
+	// Peers, if set, lists the peers of a JetStream source that names none (the server's
+	// --peers and registered peers).
+	Peers func() []string
 }
 
 func (o *Options) defaults() {

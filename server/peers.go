@@ -178,6 +178,10 @@ func (s *Server) applyDumpPartition(ctx context.Context, k string, e peerDumpPar
 	if !ok {
 		return 0, fmt.Errorf("%w: key %q is not <model>:<group>", ErrBootstrap, k)
 	}
+	if s.jetStreamFeeds(key) {
+		s.lg.Info("peer bootstrap: partition fed by a JetStream source, which bootstraps it at a stream position", "partition", k)
+		return -1, nil
+	}
 	if p, ok := s.parts.Lookup(key); ok && !s.partitionEmpty(p.ID) {
 		s.lg.Info("peer bootstrap: partition not empty, kept", "partition", k)
 		return -1, nil

@@ -54,7 +54,7 @@ func (m logMeta) SetMeta(ctx context.Context, name string, value []byte) error {
 
 // newNATS builds the NATS source manager (started by startNATS).
 func (s *Server) newNATS() *natsrc.Manager {
-	return natsrc.NewManager(s.pipe, logMeta{s}, natsrc.Options{Logger: s.cfg.Logger, AuthToken: s.cfg.AuthToken,
+	return natsrc.NewManager(s.pipe, logMeta{s}, natsrc.Options{Logger: s.cfg.Logger, AuthToken: s.cfg.AuthToken, Peers: s.bootstrapPeers,
 		Partition: func(ctx context.Context, model, group string, worker uint64) (uint32, error) {
 			p, err := s.parts.Ensure(ctx, partition.KeyOf(model, group, ""), 0)
 			if err != nil {
@@ -90,6 +90,27 @@ func (s *Server) startNATS() error {
 		s.lg.Info("nats source started", "source", cfg.ID, "kind", cfg.Kind, "url", cfg.URL, "subject", cfg.Subject, "stream", cfg.Stream, "durable", cfg.Durable)
 	}
 	return nil
+}
+
+// jetStreamFeeds reports whether a JetStream source (from a flag or stored) writes into the
+// partition: the --peers bootstrap at start leaves such a partition to the source, which
+// bootstraps it from a peer together with the stream position its dump reflects (a dump without
+// that position, renumbered, would be replayed over by the stream).
+func (s *Server) jetStreamFeeds(key partition.Key) bool {
+	cfgs, err := natsConfigs(nil, s.cfg.JetStream)
+	if err != nil {
+		return false
+	}
+	stored, err := loadStored[natsrc.Config](s, natsSourceMetaPrefix)
+	if err != nil {
+		return false
+	}
+	for _, c := range append(cfgs, stored...) {
+		if c.Kind == natsrc.KindJetStream && partition.KeyOf(c.ModelName, c.RoutingGroup, "") == key {
+			return true
+		}
+	}
+	return false
 }
 
 // natsSourceJSON is a NATS element of GET /v1/sources.
