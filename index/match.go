@@ -37,6 +37,22 @@ func (ix *Index) FindMatches(localHashes []uint64, earlyExit bool) []Score {
 // table's ordinals, through a bitmap or a sort of packed integers), each placed in its score's
 // slot of a counting sort.
 func (ix *Index) FindMatchesInto(dst []Score, localHashes []uint64, earlyExit bool) []Score {
+	return ix.findMatches(dst, nil, localHashes, earlyExit)
+}
+
+// FindMatchesPath is FindMatchesInto that also appends to path[:0], and returns, the block hash
+// of the node the walk matched at each depth: path[d-1] is the anchor of every rank scoring d,
+// the block its lower-tier chains continue from (package tier). A node's block hash is the one it
+// was created under (node.hash): a rank that stored that position under a hash of its own is
+// anchored on the first rank's. len(path) is the deepest score.
+func (ix *Index) FindMatchesPath(dst []Score, path []uint64, localHashes []uint64, earlyExit bool) ([]Score, []uint64) {
+	path = path[:0]
+	dst = ix.findMatches(dst, &path, localHashes, earlyExit)
+	return dst, path
+}
+
+// findMatches is FindMatchesInto; with path not nil it records the matched nodes' block hashes.
+func (ix *Index) findMatches(dst []Score, path *[]uint64, localHashes []uint64, earlyExit bool) []Score {
 	dst = dst[:0]
 	if len(localHashes) == 0 {
 		return dst
@@ -69,6 +85,9 @@ func (ix *Index) FindMatchesInto(dst []Score, localHashes []uint64, earlyExit bo
 	if len(active) > 0 {
 		depth = 1
 		cur := first
+		if path != nil {
+			*path = append(*path, first.hash)
+		}
 		for _, h := range localHashes[1:] {
 			if earlyExit && len(active) == 1 {
 				break
@@ -98,6 +117,9 @@ func (ix *Index) FindMatchesInto(dst []Score, localHashes []uint64, earlyExit bo
 			}
 			depth++
 			cur = child
+			if path != nil {
+				*path = append(*path, child.hash)
+			}
 		}
 	}
 	for _, id := range active {
