@@ -33,6 +33,17 @@ func (r Rank) Less(o Rank) bool {
 	return r.DPRank < o.DPRank
 }
 
+// Compare orders ranks as Less does: -1, 0 or +1 (for slices.SortFunc).
+func (r Rank) Compare(o Rank) int {
+	switch {
+	case r.Less(o):
+		return -1
+	case o.Less(r):
+		return 1
+	}
+	return 0
+}
+
 // Kind is the variant of an event's data.
 type Kind uint8
 

@@ -18,6 +18,7 @@ import (
 // "block_not_found", "invalid_block").
 type Model struct {
 	ranks map[event.Rank]*modelRank
+	lower [3]*modelTier // host_pinned, disk, external (SPEC §7)
 }
 
 // ModelBlock is one held block.
@@ -40,10 +41,25 @@ type Outcome struct {
 }
 
 // NewModel returns an empty model.
-func NewModel() *Model { return &Model{ranks: map[event.Rank]*modelRank{}} }
+func NewModel() *Model {
+	m := &Model{ranks: map[event.Rank]*modelRank{}}
+	for i := range m.lower {
+		m.lower[i] = &modelTier{edges: map[EdgeKey]*modelEdge{}, held: map[event.Rank]map[uint64]EdgeKey{}}
+	}
+	return m
+}
 
-// Apply applies one event (the tier is ignored).
+// Apply applies one event: a device event to the rank's blocks, a Stored or Removed of a lower
+// tier to that tier's edges, a Cleared (of any tier) to every tier.
 func (m *Model) Apply(ev *event.RouterEvent) Outcome {
+	if ev.Kind == event.KindCleared {
+		m.clearLower(ev.Rank())
+	} else if ev.Tier != event.TierDevice {
+		if int(ev.Tier) > len(m.lower) {
+			return Outcome{Status: "invalid_block"}
+		}
+		return m.lower[ev.Tier-1].apply(ev)
+	}
 	r := ev.Rank()
 	mr := m.ranks[r]
 	switch ev.Kind {
@@ -107,14 +123,16 @@ func (m *Model) ClearRank(r event.Rank) {
 	}
 }
 
-// RemoveRank forgets r and reports whether it was known.
+// RemoveRank forgets r (in every tier) and reports whether the device tree knew it.
 func (m *Model) RemoveRank(r event.Rank) bool {
 	_, ok := m.ranks[r]
 	delete(m.ranks, r)
+	m.clearLower(r)
 	return ok
 }
 
-// RemoveWorker forgets every rank of a worker and returns how many there were.
+// RemoveWorker forgets every rank of a worker (in every tier) and returns how many ranks the
+// device tree knew.
 func (m *Model) RemoveWorker(workerID uint64) int {
 	n := 0
 	for r := range m.ranks {
@@ -123,20 +141,19 @@ func (m *Model) RemoveWorker(workerID uint64) int {
 			n++
 		}
 	}
+	for _, t := range m.lower {
+		for r := range t.held {
+			if r.WorkerID == workerID {
+				t.clear(r)
+			}
+		}
+	}
 	return n
 }
 
 // Ranks returns the known ranks, sorted by worker id, then dp rank.
 func (m *Model) Ranks() []event.Rank {
-	return slices.SortedFunc(maps.Keys(m.ranks), func(a, b event.Rank) int {
-		switch {
-		case a.Less(b):
-			return -1
-		case b.Less(a):
-			return 1
-		}
-		return 0
-	})
+	return slices.SortedFunc(maps.Keys(m.ranks), event.Rank.Compare)
 }
 
 // Held returns the number of blocks r holds.
@@ -252,4 +269,169 @@ func (m *Model) Reachable(r event.Rank) int {
 		}
 	}
 	return n
+}
+
+// EdgeKey is a lower-tier continuation edge's key: (parent block hash | root, tokens hash).
+type EdgeKey struct {
+	Root       bool
+	ParentHash uint64 // 0 with Root
+	TokensHash uint64
+}
+
+type modelEdge struct {
+	child   uint64
+	holders map[event.Rank]bool
+}
+
+// modelTier is one lower tier (SPEC §7): edges with their holders, and per rank the block hashes
+// it holds with their edge.
+type modelTier struct {
+	edges map[EdgeKey]*modelEdge
+	held  map[event.Rank]map[uint64]EdgeKey
+}
+
+func (t *modelTier) apply(ev *event.RouterEvent) Outcome {
+	r := ev.Rank()
+	switch ev.Kind {
+	case event.KindStored:
+		for i, b := range ev.Blocks {
+			if (ev.HasParent && b.BlockHash == ev.ParentHash) || (i > 0 && b.BlockHash == ev.Blocks[i-1].BlockHash) {
+				return Outcome{Status: "invalid_block"}
+			}
+		}
+		if t.held[r] == nil {
+			t.held[r] = map[uint64]EdgeKey{}
+		}
+		o := Outcome{Status: "ok"}
+		k := EdgeKey{Root: !ev.HasParent}
+		if ev.HasParent {
+			k.ParentHash = ev.ParentHash
+		}
+		for _, b := range ev.Blocks {
+			k.TokensHash = b.TokensHash
+			if have, ok := t.held[r][b.BlockHash]; ok {
+				if have != k {
+					break // held under another edge: the chain stops
+				}
+			} else {
+				e := t.edges[k]
+				if e != nil && e.child != b.BlockHash {
+					break // the first mapping wins: the chain stops
+				}
+				if e == nil {
+					e = &modelEdge{child: b.BlockHash, holders: map[event.Rank]bool{}}
+					t.edges[k] = e
+				}
+				e.holders[r] = true
+				t.held[r][b.BlockHash] = k
+			}
+			o.Blocks++
+			k = EdgeKey{ParentHash: b.BlockHash}
+		}
+		return o
+	case event.KindRemoved:
+		o := Outcome{Status: "ok"}
+		for _, h := range ev.Removed {
+			k, ok := t.held[r][h]
+			if !ok {
+				o.NotFound++
+				continue
+			}
+			t.drop(r, h, k)
+			o.Blocks++
+		}
+		if o.NotFound > 0 {
+			o.Status = "block_not_found"
+		}
+		return o
+	}
+	return Outcome{Status: "invalid_block"}
+}
+
+func (t *modelTier) drop(r event.Rank, h uint64, k EdgeKey) {
+	delete(t.held[r], h)
+	e := t.edges[k]
+	delete(e.holders, r)
+	if len(e.holders) == 0 {
+		delete(t.edges, k)
+	}
+}
+
+func (t *modelTier) clear(r event.Rank) {
+	for h, k := range t.held[r] {
+		t.drop(r, h, k)
+	}
+	delete(t.held, r)
+}
+
+func (m *Model) clearLower(r event.Rank) {
+	for _, t := range m.lower {
+		t.clear(r)
+	}
+}
+
+// TierBlocks returns the blocks r holds in a lower tier (event.TierHostPinned … TierExternal).
+func (m *Model) TierBlocks(r event.Rank, tier event.Tier) int {
+	return len(m.lower[tier-1].held[r])
+}
+
+// TierRanks returns the ranks holding a block in some lower tier, sorted.
+func (m *Model) TierRanks() []event.Rank {
+	set := map[event.Rank]bool{}
+	for _, t := range m.lower {
+		for r, h := range t.held {
+			if len(h) > 0 {
+				set[r] = true
+			}
+		}
+	}
+	return slices.SortedFunc(maps.Keys(set), event.Rank.Compare)
+}
+
+// TierEdges returns r's edges in a lower tier: block hash → edge key.
+func (m *Model) TierEdges(r event.Rank, tier event.Tier) map[uint64]EdgeKey {
+	return maps.Clone(m.lower[tier-1].held[r])
+}
+
+// Extensions is the tier walk of SPEC §7 done one rank at a time: for each rank holding
+// lower-tier blocks, the blocks each lower tier (host_pinned, disk, external) extends its match
+// of the query by. device gives the ranks' device scores; anchor(d) is the block hash a rank
+// scoring d continues from (the device walk's path). Ranks without any extension are absent.
+func (m *Model) Extensions(q []uint64, device map[event.Rank]int, anchor func(d int) uint64) map[event.Rank][3]int {
+	out := map[event.Rank][3]int{}
+	if len(q) == 0 {
+		return out
+	}
+	for _, r := range m.TierRanks() {
+		pos, has := 0, false
+		k := EdgeKey{}
+		if d := device[r]; d > 0 {
+			pos, has, k = d, true, EdgeKey{ParentHash: anchor(d)}
+		}
+		var ext [3]int
+		for i, t := range m.lower {
+			if !has {
+				if e := t.edges[EdgeKey{Root: true, TokensHash: q[0]}]; e != nil && e.holders[r] {
+					pos, has, k = 0, true, EdgeKey{Root: true}
+				} else {
+					continue
+				}
+			}
+			start := pos
+			for pos < len(q) {
+				k.TokensHash = q[pos]
+				e := t.edges[k]
+				if e == nil || !e.holders[r] {
+					break
+				}
+				k = EdgeKey{ParentHash: e.child}
+				pos++
+			}
+			ext[i] = pos - start
+		}
+		if ext != [3]int{} {
+			out[r] = ext
+		}
+	}
+	return out
 }
