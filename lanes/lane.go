@@ -204,7 +204,7 @@ func (ln *lane) removeRank(r event.Rank) (int, error) {
 	rs.mu.Lock()
 	known := rs.visible()
 	rs.mu.Unlock()
-	if !known && ln.p.ix(r).RankBlocks(r) == 0 {
+	if !known && !ln.p.ix(r).Holds(r) {
 		return 0, nil
 	}
 	if err := ln.failure(); err != nil {
@@ -604,15 +604,9 @@ func (p *Pipeline) startFetch(rs *rankState, fr recovery.FetchRequest) {
 	}()
 }
 
-// applyOne applies a logged event to the tree: device-tier events only (other tiers are logged
-// and counted; SPEC §7).
+// applyOne applies a logged event to its partition's state: the device tree or a lower tier by
+// its tier, every tier for a Cleared (SPEC §7).
 func applyOne(p *Pipeline, ev *event.RouterEvent) index.Result {
-	if ev.Tier != event.TierDevice {
-		if f := p.opts.Listener.Skipped; f != nil {
-			f(ev.Rank(), ev.Tier)
-		}
-		return index.Result{}
-	}
 	return p.ix(ev.Rank()).Apply(ev)
 }
 

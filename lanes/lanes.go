@@ -14,6 +14,7 @@ import (
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/recovery"
+	"github.com/kvindex/kvindex/tier"
 	"github.com/kvindex/kvindex/wal"
 )
 
@@ -29,20 +30,42 @@ var (
 	ErrUnknownRank = errors.New("lanes: unknown rank")
 )
 
-// Indexes gives the tree of each partition (partition.Set); OneIndex serves one tree for all.
-type Indexes interface {
-	IndexOf(partition uint32) *index.Index
+// Tree is one partition's state as the lanes change it (tier.Tiers: the device tree and the
+// lower tiers). Apply takes a logged event of any tier; the other methods act on every tier. The
+// lanes call the writer methods of a rank only on its lane.
+type Tree interface {
+	Apply(ev *event.RouterEvent) index.Result
+	ClearRank(r event.Rank)
+	ReplaceRank(r event.Rank, dump []event.RouterEvent)
+	RemoveRank(r event.Rank) bool
+	Holds(r event.Rank) bool
+	RegisterRanks(ranks []event.Rank)
 }
 
-// OneIndex is an Indexes with one tree for every partition (tests, single-partition tools).
-func OneIndex(ix *index.Index) Indexes { return oneIndex{ix} }
+// Indexes gives the Tree of each partition.
+type Indexes interface {
+	TreeOf(partition uint32) Tree
+}
 
-type oneIndex struct{ ix *index.Index }
+// TreeFunc adapts a function to Indexes (the server passes its partition set's TiersOf).
+type TreeFunc func(partition uint32) Tree
 
-func (o oneIndex) IndexOf(uint32) *index.Index { return o.ix }
+// TreeOf returns f(partition).
+func (f TreeFunc) TreeOf(partition uint32) Tree { return f(partition) }
 
-// ix is the tree of r's partition.
-func (p *Pipeline) ix(r event.Rank) *index.Index { return p.ixs.IndexOf(r.Partition) }
+// OneIndex is an Indexes with one partition state for every partition: the tree ix and lower
+// tiers of its own (tests, single-partition tools).
+func OneIndex(ix *index.Index) Indexes { return oneTree{tier.New(ix)} }
+
+// OneTree is an Indexes with one Tree for every partition.
+func OneTree(t Tree) Indexes { return oneTree{t} }
+
+type oneTree struct{ t Tree }
+
+func (o oneTree) TreeOf(uint32) Tree { return o.t }
+
+// ix is the state of r's partition.
+func (p *Pipeline) ix(r event.Rank) Tree { return p.ixs.TreeOf(r.Partition) }
 
 // Fetcher fetches a range of a rank's events from a recovery source (recovery.Fetcher; tests
 // pass a fake). start nil asks for a TreeDump.
@@ -78,8 +101,6 @@ type Listener struct {
 	GapLost func(r event.Rank, from, to uint64)
 	// Epoch is called when a publisher restart starts a new epoch for a rank.
 	Epoch func(r event.Rank, lastID, newID uint64)
-	// Skipped is called for a logged event that is not applied to the device tree (other tiers).
-	Skipped func(r event.Rank, tier event.Tier)
 	// Snapshot is called after online retention folded a rank's log prefix into a snapshot.
 	Snapshot func(r event.Rank, upTo uint64, d time.Duration, err error)
 	// Recovered is called for each gap a recovery filled.
@@ -602,7 +623,7 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 		byPart[r.Partition] = append(byPart[r.Partition], r)
 	}
 	for part, rs := range byPart {
-		p.ixs.IndexOf(part).RegisterRanks(rs)
+		p.ixs.TreeOf(part).RegisterRanks(rs)
 	}
 	perLane := make([][]*rankState, len(p.lanes))
 	for _, r := range ranks {

@@ -8,6 +8,7 @@ import (
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/recovery"
+	"github.com/kvindex/kvindex/tier"
 	"github.com/kvindex/kvindex/wal"
 )
 
@@ -195,7 +196,7 @@ func exportEvents(ctx context.Context, l *wal.Log, r event.Rank, from uint64, ou
 
 func exportDump(ctx context.Context, l *wal.Log, r event.Rank, out *ndjson) (ExportedRank, error) {
 	er := ExportedRank{Rank: r}
-	ix := index.New(index.Options{RankCapacity: 1})
+	ix := tier.New(index.New(index.Options{RankCapacity: 1})) // every tier: the dump carries them all
 	rep, err := recovery.ReplayRank(ctx, l, ix, r, 0)
 	if err != nil {
 		return er, err

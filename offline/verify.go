@@ -11,6 +11,7 @@ import (
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/store"
+	"github.com/kvindex/kvindex/tier"
 	"github.com/kvindex/kvindex/wal"
 )
 
@@ -152,7 +153,7 @@ func (v *rankVerifier) run() error {
 		}
 	}
 
-	ix := index.New(index.Options{RankCapacity: 1})
+	ix := tier.New(index.New(index.Options{RankCapacity: 1})) // every tier; the checks are the tree's
 	snap, hasSnap, err := v.l.ReadSnapshot(r)
 	switch {
 	case err != nil && errors.Is(err, wal.ErrCorruption):
@@ -181,7 +182,7 @@ func (v *rankVerifier) run() error {
 			v.problem("cursor at %d is behind the newest logged id %d", meta.Cursor.LastEventID, top)
 		}
 	}
-	return v.checkTree(ix)
+	return v.checkTree(ix.Device)
 }
 
 // checkSnapshot checks that the snapshot is a dump: it applies cleanly and dumps back to itself.
@@ -189,7 +190,7 @@ func (v *rankVerifier) checkSnapshot(snap wal.Snapshot, meta wal.RankMeta) {
 	if meta.SnapshotID != snap.LastEventID {
 		v.problem("snapshot id metadata says %d, the snapshot says %d", meta.SnapshotID, snap.LastEventID)
 	}
-	scratch := index.New(index.Options{RankCapacity: 1})
+	scratch := tier.New(index.New(index.Options{RankCapacity: 1}))
 	for i := range snap.Events {
 		ev := &snap.Events[i]
 		if ev.Kind != event.KindStored {
@@ -213,7 +214,7 @@ func (v *rankVerifier) checkSnapshot(snap wal.Snapshot, meta wal.RankMeta) {
 
 // replayLog decodes every log record of the rank, applies the good ones to ix and checks ids.
 // It returns the newest logged id.
-func (v *rankVerifier) replayLog(ix *index.Index, snap wal.Snapshot, hasSnap bool, meta wal.RankMeta) (uint64, error) {
+func (v *rankVerifier) replayLog(ix *tier.Tiers, snap wal.Snapshot, hasSnap bool, meta wal.RankMeta) (uint64, error) {
 	lo, hi := store.RankLogBounds(v.r)
 	it, err := v.st.DB().NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi, KeyTypes: pebble.IterKeyTypePointsOnly})
 	if err != nil {
@@ -272,9 +273,7 @@ func (v *rankVerifier) replayLog(ix *index.Index, snap wal.Snapshot, hasSnap boo
 			}
 		}
 		prev, havePrev, prevCorrupt = id, true, false
-		if ev.Tier == event.TierDevice {
-			ix.Apply(&ev)
-		}
+		ix.Apply(&ev)
 	}
 	if err := it.Close(); err != nil && decodeErr == nil {
 		decodeErr = store.MapError("log", err)
@@ -375,7 +374,10 @@ func scoreOf(ix *index.Index, r event.Rank, path []uint64) int {
 	return 0
 }
 
-func dumpOf(ix *index.Index, r event.Rank) ([]event.RouterEvent, error) {
+// dumpOf returns r's dump (index.Index: the tree's; tier.Tiers: every tier's).
+func dumpOf(ix interface {
+	DumpRank(event.Rank, func(*event.RouterEvent) error) error
+}, r event.Rank) ([]event.RouterEvent, error) {
 	var out []event.RouterEvent
 	err := ix.DumpRank(r, func(ev *event.RouterEvent) error {
 		out = append(out, ev.Clone())
@@ -388,7 +390,7 @@ func dumpOf(ix *index.Index, r event.Rank) ([]event.RouterEvent, error) {
 func sameDump(a, b []event.RouterEvent) (int, bool) {
 	for i := range min(len(a), len(b)) {
 		x, y := &a[i], &b[i]
-		if x.Kind != y.Kind || x.HasParent != y.HasParent || (x.HasParent && x.ParentHash != y.ParentHash) || !slices.Equal(x.Blocks, y.Blocks) {
+		if x.Kind != y.Kind || x.Tier != y.Tier || x.HasParent != y.HasParent || (x.HasParent && x.ParentHash != y.ParentHash) || !slices.Equal(x.Blocks, y.Blocks) {
 			return i, false
 		}
 	}

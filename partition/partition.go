@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/tier"
 	"github.com/kvindex/kvindex/wal"
 )
 
@@ -62,13 +63,21 @@ func (k Key) check() error {
 	return nil
 }
 
-// Partition is one partition: its id, names, block size and tree.
+// Partition is one partition: its id, names, block size and state: Tiers (the device tree Index
+// and the lower tiers; SPEC §7).
 type Partition struct {
 	ID        uint32
 	Key       Key
 	BlockSize int
-	Index     *index.Index
+	Index     *index.Index // Tiers.Device
+	Tiers     *tier.Tiers
 	persisted bool
+}
+
+// newPartition returns a partition with an empty state.
+func newPartition(id uint32, k Key, blockSize int, ixOpts index.Options) *Partition {
+	ts := tier.New(index.New(ixOpts))
+	return &Partition{ID: id, Key: k, BlockSize: blockSize, Index: ts.Device, Tiers: ts}
 }
 
 type record struct {
@@ -112,14 +121,14 @@ func Open(log *wal.Log, defaultBlockSize int, ixOpts index.Options) (*Set, error
 			if err := json.Unmarshal(v, &r); err != nil {
 				return nil, fmt.Errorf("partition: record %q: %w", name, err)
 			}
-			p := &Partition{ID: uint32(id), Key: Key{r.ModelName, r.RoutingGroup}, BlockSize: r.BlockSize,
-				Index: index.New(ixOpts), persisted: true}
+			p := newPartition(uint32(id), Key{r.ModelName, r.RoutingGroup}, r.BlockSize, ixOpts)
+			p.persisted = true
 			s.byID[p.ID], s.byKey[p.Key] = p, p
 			s.next = max(s.next, p.ID+1)
 		}
 	}
 	if _, ok := s.byID[0]; !ok {
-		p := &Partition{ID: 0, Key: Default, BlockSize: defaultBlockSize, Index: index.New(ixOpts)}
+		p := newPartition(0, Default, defaultBlockSize, ixOpts)
 		s.byID[0], s.byKey[Default] = p, p
 	}
 	return s, nil
@@ -140,22 +149,25 @@ func (s *Set) Get(id uint32) *Partition {
 	return s.byID[id]
 }
 
-// IndexOf returns partition id's tree (lanes.Indexes). Every rank the lanes see belongs to a
-// partition of the set; an unknown id (a damaged dir) gets an empty partition of its own.
-func (s *Set) IndexOf(id uint32) *index.Index {
+// IndexOf returns partition id's device tree (TiersOf(id).Device).
+func (s *Set) IndexOf(id uint32) *index.Index { return s.TiersOf(id).Device }
+
+// TiersOf returns partition id's state in every tier (what the lanes apply events to). Every rank
+// the lanes see belongs to a partition of the set; an unknown id (a damaged dir) gets an empty
+// partition of its own.
+func (s *Set) TiersOf(id uint32) *tier.Tiers {
 	if p := s.Get(id); p != nil {
-		return p.Index
+		return p.Tiers
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if p := s.byID[id]; p != nil {
-		return p.Index
+		return p.Tiers
 	}
-	p := &Partition{ID: id, Key: Key{ModelName: "unknown-" + strconv.FormatUint(uint64(id), 10), RoutingGroup: DefaultName},
-		BlockSize: s.blockSize, Index: index.New(s.ixOpts)}
+	p := newPartition(id, Key{ModelName: "unknown-" + strconv.FormatUint(uint64(id), 10), RoutingGroup: DefaultName}, s.blockSize, s.ixOpts)
 	s.byID[id], s.byKey[p.Key] = p, p
 	s.next = max(s.next, id+1)
-	return p.Index
+	return p.Tiers
 }
 
 // Ensure returns k's partition, creating and persisting it when needed. blockSize 0 takes the
@@ -177,7 +189,7 @@ func (s *Set) Ensure(ctx context.Context, k Key, blockSize int) (*Partition, err
 		blockSize = s.blockSize
 	}
 	if p == nil {
-		p = &Partition{ID: s.next, Key: k, Index: index.New(s.ixOpts)}
+		p = newPartition(s.next, k, 0, s.ixOpts)
 	}
 	p.BlockSize = blockSize
 	if s.log != nil {

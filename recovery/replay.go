@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/tier"
 	"github.com/kvindex/kvindex/wal"
 )
 
@@ -36,11 +37,19 @@ func (e *NotFoldableError) Error() string {
 
 func (e *NotFoldableError) Unwrap() error { return ErrNotFoldable }
 
+// Tree is what the replay applies a rank's events to: Apply takes an event of any tier and
+// routes it (tier.Tiers; a bare index.Index would put lower-tier events in the device tree).
+type Tree interface {
+	Apply(ev *event.RouterEvent) index.Result
+}
+
 // Fold writes a snapshot of rank r as of event id upTo (its previous snapshot plus its log events
-// ≤ upTo, replayed into a scratch index) and lets the log delete the folded prefix. The caller
-// must own the rank (its lane, or an offline tool).
+// ≤ upTo, replayed into a scratch partition state of every tier) and lets the log delete the
+// folded prefix. The snapshot holds the rank's device dump, then its lower-tier edges, each
+// event tagged with its tier (tier.Tiers.DumpRank). The caller must own the rank (its lane, or
+// an offline tool).
 func Fold(ctx context.Context, log *wal.Log, r event.Rank, upTo uint64) error {
-	scratch := index.New(index.Options{})
+	scratch := tier.New(nil)
 	rep, err := ReplayRank(ctx, log, scratch, r, upTo)
 	if err != nil {
 		return err
@@ -49,16 +58,18 @@ func Fold(ctx context.Context, log *wal.Log, r event.Rank, upTo uint64) error {
 		return fmt.Errorf("recovery: fold of rank %v: %w", r, rep.Damaged)
 	}
 	var stored []event.RouterEvent
-	blocks := 0
+	device := 0
 	if err := scratch.DumpRank(r, func(ev *event.RouterEvent) error {
 		stored = append(stored, ev.Clone())
-		blocks += len(ev.Blocks)
+		if ev.Tier == event.TierDevice {
+			device += len(ev.Blocks)
+		}
 		return nil
 	}); err != nil {
 		return err
 	}
-	if held := scratch.RankBlocks(r); uint64(blocks) != held {
-		return &NotFoldableError{Rank: r, UpTo: upTo, Held: held, Reachable: uint64(blocks)}
+	if held := scratch.TierBlocks(r); uint64(device) != held[event.TierDevice] {
+		return &NotFoldableError{Rank: r, UpTo: upTo, Held: held[event.TierDevice], Reachable: uint64(device)}
 	}
 	return log.WriteSnapshot(ctx, r, upTo, stored)
 }
@@ -74,8 +85,9 @@ type Replayed struct {
 }
 
 // ReplayRank rebuilds rank r in ix from its snapshot and its log events with id ≤ upTo (0 means
-// no bound). It writes nothing: a damaged snapshot is reported in Replayed.Damaged.
-func ReplayRank(ctx context.Context, log *wal.Log, ix *index.Index, r event.Rank, upTo uint64) (Replayed, error) {
+// no bound), events of every tier. It writes nothing: a damaged snapshot is reported in
+// Replayed.Damaged.
+func ReplayRank(ctx context.Context, log *wal.Log, ix Tree, r event.Rank, upTo uint64) (Replayed, error) {
 	var res Replayed
 	n := 0
 	from := uint64(0)
@@ -103,9 +115,7 @@ func ReplayRank(ctx context.Context, log *wal.Log, ix *index.Index, r event.Rank
 		if n&1023 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if ev.Tier == event.TierDevice {
-			ix.Apply(ev)
-		}
+		ix.Apply(ev)
 		n++
 		return nil
 	})

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/tier"
 )
 
 // answerShape holds the request fields that shrink a find_matches answer (API.md extensions):
@@ -19,11 +19,12 @@ type answerShape struct {
 }
 
 // trim applies the shape to an answer in the documented order. The ranks with a score of at
-// least MinScore are a prefix of that order, so both limits only cut it.
-func (a answerShape) trim(sc []index.Score) []index.Score {
-	if a.MinScore > 1 { // every score is ≥ 1: min_score 0 and 1 keep all
+// least MinScore are a prefix of that order (the ranks with lower-tier hits only, score 0, come
+// last), so both limits only cut it.
+func (a answerShape) trim(sc []tier.Score) []tier.Score {
+	if a.MinScore > 0 { // min_score 0 keeps all
 		n := len(sc)
-		for n > 0 && uint64(sc[n-1].Score) < a.MinScore {
+		for n > 0 && uint64(sc[n-1].Score.Score) < a.MinScore {
 			n--
 		}
 		sc = sc[:n]
@@ -72,7 +73,7 @@ func wantsMsgpack(r *http.Request) bool {
 // appendAnswerMsgpack appends the find_matches answer as a msgpack map with the JSON answer's
 // keys and shape: "scores" (maps with worker_id, dp_rank, score, tree_size) and, when
 // withHashes, "block_hashes". Integers take their smallest encoding.
-func appendAnswerMsgpack(dst []byte, sc []index.Score, hashes []uint64, withHashes bool) []byte {
+func appendAnswerMsgpack(dst []byte, sc []tier.Score, hashes []uint64, withHashes bool) []byte {
 	if withHashes {
 		dst = append(dst, 0x82) // fixmap, 2 entries
 	} else {
@@ -80,15 +81,24 @@ func appendAnswerMsgpack(dst []byte, sc []index.Score, hashes []uint64, withHash
 	}
 	dst = append(dst, "\xa6scores"...)
 	dst = appendMPArrayLen(dst, len(sc))
-	for _, x := range sc {
-		dst = append(dst, "\x84\xa9worker_id"...)
+	for i := range sc {
+		x := &sc[i]
+		if x.HasExt() {
+			dst = append(dst, 0x85) // fixmap, 5 entries: "tiers" too
+		} else {
+			dst = append(dst, 0x84)
+		}
+		dst = append(dst, "\xa9worker_id"...)
 		dst = appendMPUint(dst, x.WorkerID)
 		dst = append(dst, "\xa7dp_rank"...)
 		dst = appendMPUint(dst, uint64(x.DPRank))
 		dst = append(dst, "\xa5score"...)
-		dst = appendMPUint(dst, uint64(x.Score))
+		dst = appendMPUint(dst, uint64(x.Score.Score))
 		dst = append(dst, "\xa9tree_size"...)
 		dst = appendMPUint(dst, x.TreeSize)
+		if x.HasExt() {
+			dst = appendTiersMsgpack(append(dst, "\xa5tiers"...), x)
+		}
 	}
 	if withHashes {
 		dst = append(dst, "\xacblock_hashes"...)

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/tier"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -20,26 +21,27 @@ import (
 // keeps the first k of what is left (ties already ordered by worker_id, dp_rank), 0 means no
 // limit, and a limit beyond the answer keeps it whole.
 func TestTrimKeepsThePrefixOfTheDocumentedOrder(t *testing.T) {
-	answer := []index.Score{ // as FindMatches orders it: score desc, worker_id, dp_rank asc
-		{WorkerID: 3, Score: 3, TreeSize: 3},
-		{WorkerID: 1, DPRank: 0, Score: 2, TreeSize: 2},
-		{WorkerID: 1, DPRank: 1, Score: 2, TreeSize: 2},
-		{WorkerID: 2, Score: 2, TreeSize: 2},
-		{WorkerID: 4, Score: 1, TreeSize: 1},
+	answer := []tier.Score{ // as FindMatches orders it: score desc, worker_id, dp_rank asc
+		{Score: index.Score{WorkerID: 3, Score: 3, TreeSize: 3}},
+		{Score: index.Score{WorkerID: 1, DPRank: 0, Score: 2, TreeSize: 2}},
+		{Score: index.Score{WorkerID: 1, DPRank: 1, Score: 2, TreeSize: 2}},
+		{Score: index.Score{WorkerID: 2, Score: 2, TreeSize: 2}},
+		{Score: index.Score{WorkerID: 4, Score: 1, TreeSize: 1}},
+		{Score: index.Score{WorkerID: 5, Score: 0}, Ext: [3]uint32{2, 0, 0}}, // lower-tier hits only: last
 	}
 	for _, c := range []struct {
 		name  string
 		shape answerShape
 		want  int // the answer's first want entries
 	}{
-		{"no limits", answerShape{}, 5},
-		{"top_k 0 is all", answerShape{TopK: 0}, 5},
+		{"no limits", answerShape{}, 6},
+		{"top_k 0 is all", answerShape{TopK: 0}, 6},
 		{"top_k 1", answerShape{TopK: 1}, 1},
 		{"top_k cuts inside a tie by worker_id, dp_rank", answerShape{TopK: 3}, 3},
-		{"top_k equal to the answer", answerShape{TopK: 5}, 5},
-		{"top_k larger than the answer", answerShape{TopK: 1000}, 5},
-		{"min_score 0 is all", answerShape{MinScore: 0}, 5},
-		{"min_score 1 is all (scores are ≥ 1)", answerShape{MinScore: 1}, 5},
+		{"top_k equal to the answer", answerShape{TopK: 6}, 6},
+		{"top_k larger than the answer", answerShape{TopK: 1000}, 6},
+		{"min_score 0 is all", answerShape{MinScore: 0}, 6},
+		{"min_score 1 drops the ranks with lower-tier hits only", answerShape{MinScore: 1}, 5},
 		{"min_score keeps the whole tie at it", answerShape{MinScore: 2}, 4},
 		{"min_score 3", answerShape{MinScore: 3}, 1},
 		{"min_score above every score", answerShape{MinScore: 4}, 0},
@@ -48,7 +50,7 @@ func TestTrimKeepsThePrefixOfTheDocumentedOrder(t *testing.T) {
 		{"top_k larger than what min_score leaves", answerShape{MinScore: 3, TopK: 2}, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got := c.shape.trim(append([]index.Score(nil), answer...))
+			got := c.shape.trim(append([]tier.Score(nil), answer...))
 			if !reflect.DeepEqual(got, answer[:c.want]) {
 				t.Fatalf("trim(%+v) = %+v, want %+v", c.shape, got, answer[:c.want])
 			}
@@ -116,10 +118,11 @@ func tieTokens(blockSize int) []uint32 {
 }
 
 type wireScore struct {
-	WorkerID uint64 `json:"worker_id" msgpack:"worker_id"`
-	DPRank   uint32 `json:"dp_rank" msgpack:"dp_rank"`
-	Score    uint32 `json:"score" msgpack:"score"`
-	TreeSize uint64 `json:"tree_size" msgpack:"tree_size"`
+	WorkerID uint64            `json:"worker_id" msgpack:"worker_id"`
+	DPRank   uint32            `json:"dp_rank" msgpack:"dp_rank"`
+	Score    uint32            `json:"score" msgpack:"score"`
+	TreeSize uint64            `json:"tree_size" msgpack:"tree_size"`
+	Tiers    map[string]uint32 `json:"tiers,omitempty" msgpack:"tiers,omitempty"`
 }
 
 type wireAnswer struct {
@@ -161,7 +164,7 @@ func TestFindMatchesTopKAndMinScoreOverHTTP(t *testing.T) {
 	hashes := event.BlockHashes(tieTokens(bs), bs, "", "")
 	hashesJSON, _ := json.Marshal(hashes)
 	tokensJSON, _ := json.Marshal(tieTokens(bs))
-	all := []wireScore{{3, 0, 3, 3}, {1, 0, 2, 2}, {1, 1, 2, 2}, {2, 0, 2, 2}, {4, 0, 1, 1}}
+	all := []wireScore{{3, 0, 3, 3, nil}, {1, 0, 2, 2, nil}, {1, 1, 2, 2, nil}, {2, 0, 2, 2, nil}, {4, 0, 1, 1, nil}}
 	for _, c := range []struct {
 		name, extra string
 		want        []wireScore
@@ -302,10 +305,13 @@ func normalize(t *testing.T, v any) any {
 func TestMsgpackAnswerEncodingDecodes(t *testing.T) {
 	values := []uint64{0, 1, 0x7f, 0x80, 0xff, 0x100, 0xffff, 0x10000, 1<<32 - 1, 1 << 32, 1<<64 - 1}
 	for _, n := range []int{0, 1, 15, 16, 1<<16 - 1, 1 << 16} {
-		sc := make([]index.Score, min(n, 300))
+		sc := make([]tier.Score, min(n, 300))
 		for i := range sc {
 			v := values[i%len(values)]
-			sc[i] = index.Score{WorkerID: v, DPRank: uint32(v), Score: uint32(v >> 1), TreeSize: ^v}
+			sc[i] = tier.Score{Score: index.Score{WorkerID: v, DPRank: uint32(v), Score: uint32(v >> 1), TreeSize: ^v}}
+			if i%3 == 1 { // some scores carry tiers, zero entries left out
+				sc[i].Ext = [3]uint32{uint32(v), 0, uint32(v >> 33)}
+			}
 		}
 		hashes := make([]uint64, n)
 		for i := range hashes {
@@ -318,7 +324,15 @@ func TestMsgpackAnswerEncodingDecodes(t *testing.T) {
 			}
 			want := wireAnswer{Scores: make([]wireScore, len(sc))}
 			for i, x := range sc {
-				want.Scores[i] = wireScore{x.WorkerID, x.DPRank, x.Score, x.TreeSize}
+				want.Scores[i] = wireScore{x.WorkerID, x.DPRank, x.Score.Score, x.TreeSize, nil}
+				for j, tr := range tier.Lower {
+					if x.Ext[j] > 0 {
+						if want.Scores[i].Tiers == nil {
+							want.Scores[i].Tiers = map[string]uint32{}
+						}
+						want.Scores[i].Tiers[tr.String()] = x.Ext[j]
+					}
+				}
 			}
 			if withHashes {
 				want.BlockHashes = hashes

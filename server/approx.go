@@ -75,11 +75,11 @@ func (s *Server) postRoutingDecision(w http.ResponseWriter, r *http.Request) {
 // scoresOf answers a find_matches in partition p (nil: unknown, no scores): the event-fed
 // tree's scores, each rank raised to its side score where that is higher (SPEC §8).
 func (s *Server) scoresOf(buf *scoreBuf, p *partition.Partition, hashes []uint64, earlyExit bool) []index.Score {
-	buf.scores = buf.scores[:0]
+	buf.scores, buf.path = buf.scores[:0], buf.path[:0]
 	if p == nil {
 		return buf.scores
 	}
-	buf.scores = p.Index.FindMatchesInto(buf.scores, hashes, earlyExit)
+	buf.scores, buf.path = p.Index.FindMatchesPath(buf.scores, buf.path, hashes, earlyExit)
 	buf.side = s.approx.Scores(buf.side[:0], p.ID, hashes, earlyExit)
 	if len(buf.side) == 0 {
 		return buf.scores

@@ -299,7 +299,7 @@ func (s *Server) dumpFlight(ctx context.Context, c *ristretto.Cache[string, *dum
 				return
 			}
 		}
-		err = s.parts.IndexOf(rk.Partition).DumpRank(rk, func(ev *event.RouterEvent) error {
+		err = s.parts.TiersOf(rk.Partition).DumpRank(rk, func(ev *event.RouterEvent) error {
 			dumped = append(dumped, ev.Clone())
 			return nil
 		})
@@ -346,18 +346,19 @@ func (d *dumpCache) appendBudget() int {
 // errTailUnsafe stops a tail read that found something a Stored tail cannot express.
 var errTailUnsafe = errors.New("tail cannot extend the dump")
 
-// readTail reads rk's log from e.last to newest and returns the device-tier Stored events after
+// readTail reads rk's log from e.last to newest and returns the Stored events (of any tier) after
 // e.last, when appending them to e's dump replays to the rank's state; ok is false otherwise.
 //
 // Decision (SPEC §5 "extended with a safe tail"): only Stored tails extend a dump. A TreeDump is
-// applied with index.ReplaceRank, which applies Stored events and ignores every other kind, so a
-// Removed in the tail cannot be expressed (and DumpRank leaves blocks stranded by a mid-chain
-// Removed out, which a raw Removed could not reproduce): a device-tier Removed or any Cleared
-// forces a full rebuild, as do an id gap, a log that no longer holds e.last with the same record
-// (folded, reset, rewritten) and a tail longer than the budget. Events of other tiers are logged
-// but never applied to the tree, so they are skipped. A Stored event whose parent the dump does
-// not hold (a block stranded under a removed ancestor) is skipped by the consumer as it would be
-// left out of a fresh dump, so the extended dump scores like a fresh one.
+// applied with ReplaceRank (tier.Tiers), which applies Stored events, each to its tier, and
+// ignores every other kind, so a Removed in the tail cannot be expressed (and the device dump
+// leaves blocks stranded by a mid-chain Removed out, which a raw Removed could not reproduce): a
+// Removed of any tier or any Cleared forces a full rebuild, as do an id gap, a log that no longer
+// holds e.last with the same record (folded, reset, rewritten) and a tail longer than the budget.
+// A device Stored event whose parent the dump does not hold (a block stranded under a removed
+// ancestor) is skipped by the consumer as it would be left out of a fresh dump, so the extended
+// dump scores like a fresh one; a lower-tier Stored applies as it did here (continuation edges
+// need no parent).
 func (s *Server) readTail(rk event.Rank, e *dumpEntry, newest uint64, budget int) (tail []event.RouterEvent, fp uint64, ok bool, err error) {
 	if newest-e.last > uint64(max(budget-e.appended, 0)) {
 		return nil, 0, false, nil
@@ -377,13 +378,10 @@ func (s *Server) readTail(rk event.Rank, e *dumpEntry, newest uint64, budget int
 			}
 			return nil
 		}
-		switch {
-		case ev.Tier != event.TierDevice && ev.Kind != event.KindCleared:
-		case ev.Kind == event.KindStored:
-			tail = append(tail, ev.Clone())
-		default:
+		if ev.Kind != event.KindStored {
 			return errTailUnsafe
 		}
+		tail = append(tail, ev.Clone())
 		return nil
 	})
 	if errors.Is(err, errTailUnsafe) {

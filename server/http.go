@@ -19,6 +19,7 @@ import (
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/partition"
+	"github.com/kvindex/kvindex/tier"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -221,10 +222,12 @@ func (s *Server) submitError(w http.ResponseWriter, err error) {
 }
 
 // appendScores appends `"scores":[...]` (API.md shape) without reflection: the answer of a
-// find_matches carries up to one score per rank, so this is the hot part of the response.
-func appendScores(dst []byte, sc []index.Score) []byte {
+// find_matches carries up to one score per rank, so this is the hot part of the response. A score
+// that lower tiers extend carries `"tiers"` (appendTiers).
+func appendScores(dst []byte, sc []tier.Score) []byte {
 	dst = append(dst, `"scores":[`...)
-	for i, x := range sc {
+	for i := range sc {
+		x := &sc[i]
 		if i > 0 {
 			dst = append(dst, ',')
 		}
@@ -233,9 +236,12 @@ func appendScores(dst []byte, sc []index.Score) []byte {
 		dst = append(dst, `,"dp_rank":`...)
 		dst = strconv.AppendUint(dst, uint64(x.DPRank), 10)
 		dst = append(dst, `,"score":`...)
-		dst = strconv.AppendUint(dst, uint64(x.Score), 10)
+		dst = strconv.AppendUint(dst, uint64(x.Score.Score), 10)
 		dst = append(dst, `,"tree_size":`...)
 		dst = strconv.AppendUint(dst, x.TreeSize, 10)
+		if x.HasExt() {
+			dst = appendTiers(append(dst, `,"tiers":`...), x)
+		}
 		dst = append(dst, '}')
 	}
 	return append(dst, ']')
@@ -256,17 +262,20 @@ var scoreBufs = sync.Pool{New: func() any { return &scoreBuf{} }}
 
 type scoreBuf struct {
 	scores, side, merged []index.Score
+	path                 []uint64 // the device walk's matched block hashes (the tier walk's anchors)
+	tiered               []tier.Score
 	out                  []byte
 }
 
-// writeScores answers a find_matches: {"scores":[...]} (trimmed to the request's shape) plus,
-// when withHashes, "block_hashes"; in msgpack when the request's Accept asks for it.
-// p nil (an unknown partition) answers no scores.
-func (s *Server) writeScores(w http.ResponseWriter, r *http.Request, p *partition.Partition, hashes []uint64, earlyExit bool, shape answerShape, withHashes bool) {
+// writeScores answers a find_matches: {"scores":[...]} — the event-fed tree's scores raised to
+// the side index's (SPEC §8), extended by the lower tiers unless deviceOnly (SPEC §7), trimmed to
+// the request's shape — plus, when withHashes, "block_hashes"; in msgpack when the request's
+// Accept asks for it. p nil (an unknown partition) answers no scores.
+func (s *Server) writeScores(w http.ResponseWriter, r *http.Request, p *partition.Partition, hashes []uint64, earlyExit, deviceOnly bool, shape answerShape, withHashes bool) {
 	buf := scoreBufs.Get().(*scoreBuf)
 	defer scoreBufs.Put(buf)
 	start := time.Now()
-	scores := shape.trim(s.scoresOf(buf, p, hashes, earlyExit))
+	scores := shape.trim(s.tieredScoresOf(buf, p, hashes, earlyExit, deviceOnly))
 	s.m.findSec.Observe(time.Since(start).Seconds())
 	if wantsMsgpack(r) {
 		buf.out = appendAnswerMsgpack(buf.out[:0], scores, hashes, withHashes)
@@ -317,6 +326,7 @@ func (s *Server) findMatches(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		BlockHashes *[]uint64 `json:"block_hashes"`
 		EarlyExit   bool      `json:"early_exit"`
+		DeviceOnly  bool      `json:"device_only"`
 		partitionNames
 		answerShape
 	}
@@ -329,7 +339,7 @@ func (s *Server) findMatches(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, _ := s.parts.Lookup(partitionKey(r, req.partitionNames))
-	s.writeScores(w, r, p, *req.BlockHashes, req.EarlyExit, req.answerShape, false)
+	s.writeScores(w, r, p, *req.BlockHashes, req.EarlyExit, req.DeviceOnly, req.answerShape, false)
 }
 
 func (s *Server) findMatchesForRequest(w http.ResponseWriter, r *http.Request) {
@@ -342,6 +352,7 @@ func (s *Server) findMatchesForRequest(w http.ResponseWriter, r *http.Request) {
 		LoraName       string    `json:"lora_name"`
 		CacheNamespace string    `json:"cache_namespace"`
 		EarlyExit      bool      `json:"early_exit"`
+		DeviceOnly     bool      `json:"device_only"`
 		partitionNames
 		answerShape
 	}
@@ -360,7 +371,7 @@ func (s *Server) findMatchesForRequest(w http.ResponseWriter, r *http.Request) {
 		bs = p.BlockSize
 	}
 	hashes := event.BlockHashes(*req.Tokens, bs, req.LoraName, req.CacheNamespace)
-	s.writeScores(w, r, p, hashes, req.EarlyExit, req.answerShape, true)
+	s.writeScores(w, r, p, hashes, req.EarlyExit, req.DeviceOnly, req.answerShape, true)
 }
 
 type gapsJSON struct {
@@ -369,18 +380,19 @@ type gapsJSON struct {
 }
 
 type rankJSON struct {
-	WorkerID     uint64   `json:"worker_id"`
-	DPRank       uint32   `json:"dp_rank"`
-	ModelName    string   `json:"model_name"`
-	RoutingGroup string   `json:"routing_group"`
-	Mode         string   `json:"mode"` // events, approximate or mixed
-	Blocks       uint64   `json:"blocks"`
-	ApproxBlocks int      `json:"approx_blocks"`
-	Lane         int      `json:"lane"`
-	FirstEventID uint64   `json:"first_event_id"`
-	LastEventID  uint64   `json:"last_event_id"`
-	State        string   `json:"state"`
-	Gaps         gapsJSON `json:"gaps"`
+	WorkerID     uint64    `json:"worker_id"`
+	DPRank       uint32    `json:"dp_rank"`
+	ModelName    string    `json:"model_name"`
+	RoutingGroup string    `json:"routing_group"`
+	Mode         string    `json:"mode"` // events, approximate or mixed
+	Blocks       uint64    `json:"blocks"`
+	ApproxBlocks int       `json:"approx_blocks"`
+	Tiers        tiersJSON `json:"tiers"` // lower-tier blocks (SPEC §7)
+	Lane         int       `json:"lane"`
+	FirstEventID uint64    `json:"first_event_id"`
+	LastEventID  uint64    `json:"last_event_id"`
+	State        string    `json:"state"`
+	Gaps         gapsJSON  `json:"gaps"`
 }
 
 func (s *Server) listRanks(w http.ResponseWriter, r *http.Request) {
@@ -419,9 +431,11 @@ func (s *Server) listRanks(w http.ResponseWriter, r *http.Request) {
 			state = "live"
 		}
 		side := s.approx.RankBlocks(st.Rank)
+		tb := p.Tiers.TierBlocks(st.Rank)
 		out = append(out, rankJSON{Mode: rankMode(true, side), ApproxBlocks: side, ModelName: p.Key.ModelName, RoutingGroup: p.Key.RoutingGroup,
-			WorkerID: st.Rank.WorkerID, DPRank: st.Rank.DPRank, Blocks: p.Index.RankBlocks(st.Rank),
-			Lane: st.Lane, FirstEventID: first, LastEventID: st.Last, State: state, Gaps: gapsJSON{Recovered: st.Recovered, Lost: st.Lost}})
+			WorkerID: st.Rank.WorkerID, DPRank: st.Rank.DPRank, Blocks: tb[event.TierDevice],
+			Lane: st.Lane, FirstEventID: first, LastEventID: st.Last, State: state, Gaps: gapsJSON{Recovered: st.Recovered, Lost: st.Lost},
+			Tiers: tiersOf(tb)})
 	}
 	// Ranks fed by routing decisions only (approximate mode).
 	for _, rk := range s.approx.Ranks() {
@@ -532,11 +546,12 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
-// dumpRank appends the rank's tree as NDJSON Stored events (replay order, ids from 0), read on the
-// rank's lane so it is consistent with the rank's writes.
+// dumpRank appends the rank's blocks in every tier as NDJSON Stored events (replay order, ids
+// from 0, each tagged with its tier), read on the rank's lane so it is consistent with the rank's
+// writes.
 func (s *Server) dumpRank(ctx context.Context, rk event.Rank, dst []byte) ([]byte, error) {
 	var err error
-	ix := s.parts.IndexOf(rk.Partition)
+	ix := s.parts.TiersOf(rk.Partition)
 	derr := s.pipe.Do(ctx, rk, func() {
 		err = ix.DumpRank(rk, func(ev *event.RouterEvent) error {
 			dst = event.AppendJSON(dst, ev)
@@ -603,12 +618,12 @@ func (s *Server) dump(w http.ResponseWriter, r *http.Request) {
 		if p == nil {
 			return buf, nil
 		}
-		for _, info := range p.Index.Ranks() {
-			if (wantW != nil && info.Rank.WorkerID != *wantW) || (wantR != nil && info.Rank.DPRank != *wantR) {
+		for _, rk := range p.Tiers.Ranks() { // ranks with lower-tier blocks only too
+			if (wantW != nil && rk.WorkerID != *wantW) || (wantR != nil && rk.DPRank != *wantR) {
 				continue
 			}
 			var err error
-			if buf, err = s.dumpRank(r.Context(), info.Rank, buf); err != nil && !errors.Is(err, lanes.ErrUnknownRank) {
+			if buf, err = s.dumpRank(r.Context(), rk, buf); err != nil && !errors.Is(err, lanes.ErrUnknownRank) {
 				return buf, err
 			}
 		}

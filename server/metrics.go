@@ -10,6 +10,7 @@ import (
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/lanes"
+	"github.com/kvindex/kvindex/tier"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
@@ -65,7 +66,6 @@ type metrics struct {
 	commits      *prometheus.CounterVec
 	logged       prometheus.Counter
 	ignored      prometheus.Counter
-	skipped      *prometheus.CounterVec
 	gaps         *prometheus.CounterVec
 	fetches      *prometheus.CounterVec
 	epochs       prometheus.Counter
@@ -88,8 +88,6 @@ func newMetrics(s *Server) *metrics {
 		Help: "Log commits by mode (sync = fsynced; concurrent synced commits share fsyncs) and result."}, []string{"mode", "result"})
 	m.logged = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvindex_events_logged_total", Help: "Events appended to the log."})
 	m.ignored = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvindex_events_ignored_total", Help: "Stale or duplicate events ignored (not logged)."})
-	m.skipped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_events_not_applied_total",
-		Help: "Logged events not applied to the device tree, by storage tier."}, []string{"storage_tier"})
 	m.gaps = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_gaps_total", Help: "Event id gaps by outcome."}, []string{"outcome"})
 	m.fetches = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_recovery_fetches_total",
 		Help: "Recovery fetches from upstream sources by kind (full = TreeDump restore, range) and result: events, treedump, too_new, invalid_range, failed, discarded."}, []string{"kind", "result"})
@@ -116,7 +114,7 @@ func newMetrics(s *Server) *metrics {
 		Buckets: prometheus.ExponentialBuckets(100e-6, 3, 12)}, []string{"route", "code"})
 	m.buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvindex_build_info", Help: "Always 1; the labels name the build."}, []string{"version", "go"})
 	m.buildInfo.WithLabelValues(BuildVersion(), runtime.Version()).Set(1)
-	for _, c := range []prometheus.Collector{m.appendSec, m.commits, m.logged, m.ignored, m.skipped, m.gaps, m.fetches, m.epochs, m.snapshots,
+	for _, c := range []prometheus.Collector{m.appendSec, m.commits, m.logged, m.ignored, m.gaps, m.fetches, m.epochs, m.snapshots,
 		m.findSec, m.httpRequests, m.replayRanks, m.replayTotal, m.replayEvents, m.replaySec, m.panics, m.httpSec, m.buildInfo} {
 		f(c)
 	}
@@ -162,8 +160,7 @@ func (m *metrics) listener(mode string) lanes.Listener {
 			}
 			m.fetches.WithLabelValues(kind, outcome).Inc()
 		},
-		Epoch:   func(event.Rank, uint64, uint64) { m.epochs.Inc() },
-		Skipped: func(_ event.Rank, t event.Tier) { m.skipped.WithLabelValues(t.String()).Inc() },
+		Epoch: func(event.Rank, uint64, uint64) { m.epochs.Inc() },
 		Snapshot: func(_ event.Rank, _ uint64, _ time.Duration, err error) {
 			m.snapshots.WithLabelValues(result(err)).Inc()
 		},
@@ -191,11 +188,17 @@ var (
 	descNodes           = prometheus.NewDesc("kvindex_tree_nodes", "Radix tree nodes of the partition's tree.", []string{"model", "routing_group"}, nil)
 	descQueue           = prometheus.NewDesc("kvindex_lane_queue_depth", "Requests queued per lane.", []string{"lane"}, nil)
 	descReady           = prometheus.NewDesc("kvindex_ready", "1 once the restart replay finished.", nil, nil)
+
+	descTierBlocks    = prometheus.NewDesc("kvindex_tier_blocks", "(rank, block) entries of a lower storage tier (host_pinned, disk, external) per partition.", []string{"tier", "model", "routing_group"}, nil)
+	descTierEdges     = prometheus.NewDesc("kvindex_tier_edges", "Continuation edges of a lower storage tier per partition.", []string{"tier", "model", "routing_group"}, nil)
+	descTierApplied   = prometheus.NewDesc("kvindex_tier_events_applied_total", "Stored and Removed events applied to a lower storage tier by event type and status, per partition (a Cleared counts in kvindex_events_applied_total).", []string{"tier", "event_type", "status", "model", "routing_group"}, nil)
+	descTierConflicts = prometheus.NewDesc("kvindex_tier_conflicts_total", "Blocks a lower tier refused because their edge maps to another block (the first mapping wins), per partition.", []string{"tier", "model", "routing_group"}, nil)
 )
 
 func (c *indexCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descApplied, descRanks, descBlocks, descNodes, descQueue, descReady,
-		descApproxDecisions, descApproxBlocks, descApproxExpired, descApproxPruned} {
+		descApproxDecisions, descApproxBlocks, descApproxExpired, descApproxPruned,
+		descTierBlocks, descTierEdges, descTierApplied, descTierConflicts} {
 		ch <- d
 	}
 }
@@ -227,6 +230,7 @@ func (c *indexCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descBlocks, prometheus.GaugeValue, float64(p.Index.Blocks()), model, group)
 		ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(p.Index.NodeCount()), model, group)
+		collectTiers(ch, p.Tiers, model, group)
 		if c.s.approx != nil {
 			ch <- prometheus.MustNewConstMetric(descApproxBlocks, prometheus.GaugeValue, float64(c.s.approx.Blocks(p.ID)), model, group)
 		}
@@ -244,6 +248,22 @@ func (c *indexCollector) Collect(ch chan<- prometheus.Metric) {
 		ready = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
+}
+
+// collectTiers exports a partition's lower-tier sizes and counters.
+func collectTiers(ch chan<- prometheus.Metric, ts *tier.Tiers, model, group string) {
+	for _, tr := range tier.Lower {
+		lx, name := ts.Lower(tr), tr.String()
+		ch <- prometheus.MustNewConstMetric(descTierBlocks, prometheus.GaugeValue, float64(lx.Blocks()), name, model, group)
+		ch <- prometheus.MustNewConstMetric(descTierEdges, prometheus.GaugeValue, float64(lx.Edges()), name, model, group)
+		ch <- prometheus.MustNewConstMetric(descTierConflicts, prometheus.CounterValue, float64(lx.Conflicts()), name, model, group)
+		counts := lx.Counts()
+		for _, k := range []event.Kind{event.KindStored, event.KindRemoved} {
+			for _, st := range []index.Status{index.StatusOK, index.StatusBlockNotFound, index.StatusInvalidBlock} {
+				ch <- prometheus.MustNewConstMetric(descTierApplied, prometheus.CounterValue, float64(counts.Get(k, st)), name, k.String(), st.String(), model, group)
+			}
+		}
+	}
 }
 
 // storeCollector exports the store's size and whether a failed store stopped writes (failure.go).

@@ -20,11 +20,11 @@ import (
 //  5. start < oldest retained          → TreeDump
 //  6. otherwise                        → Events from start to newest (end is not a cap)
 //
-// Events: when a device-tier Cleared lies in [start, newest], the answer starts at the last such
-// Cleared (what precedes it cannot matter to a consumer that applies the Cleared). With limit, at
-// most limit events come back and last_event_id is the id of the last one returned (limit=0 is a
-// 400, as is a query parameter other than start, end and limit). A Cleared of another tier is
-// not applied to the tree, so it cuts nothing.
+// Events: when a Cleared lies in [start, newest], the answer starts at the last one (what precedes
+// it cannot matter to a consumer that applies the Cleared, which clears every tier, whatever tier
+// it is tagged with; SPEC §7). With limit, at most limit events come back and last_event_id is
+// the id of the last one returned (limit=0 is a 400, as is a query parameter other than start,
+// end and limit).
 //
 // TreeDumps come from the single-flight, cached builder in dumpcache.go. newest and oldest are
 // read on the rank's lane (consistent with its writes); the Events themselves are read after,
@@ -145,7 +145,7 @@ func (s *Server) rankEvents(w http.ResponseWriter, r *http.Request) {
 	s.writeAnswer(w, &a)
 }
 
-// rangeEvents reads rk's log from start: every event from the last device-tier Cleared seen
+// rangeEvents reads rk's log from start: every event from the last Cleared seen
 // onwards, at most lim of them (lim < 0: no limit). Reading stops once lim events follow the last
 // Cleared seen, so a Cleared beyond that page is only skipped to by a later page.
 func (s *Server) rangeEvents(rk event.Rank, start uint64, lim int) ([]event.RouterEvent, error) {
@@ -154,7 +154,7 @@ func (s *Server) rangeEvents(rk event.Rank, start uint64, lim int) ([]event.Rout
 	}
 	var evs []event.RouterEvent
 	err := s.log.Range(rk, start, 0, func(ev *event.RouterEvent) error {
-		if ev.Kind == event.KindCleared && ev.Tier == event.TierDevice {
+		if ev.Kind == event.KindCleared {
 			evs = evs[:0]
 		} else if lim > 0 && len(evs) == lim {
 			return errPageFull
@@ -179,7 +179,7 @@ func throughID(evs []event.RouterEvent, last uint64) []event.RouterEvent {
 }
 
 // startsAt reports whether a range read from start begins where it must: at start itself, or at a
-// device-tier Cleared (what precedes a Cleared may be left out). An empty read (limit 0) is exact.
+// Cleared (what precedes a Cleared may be left out). An empty read (limit 0) is exact.
 func startsAt(evs []event.RouterEvent, start uint64, lim int) bool {
 	if lim == 0 {
 		return true
@@ -188,7 +188,7 @@ func startsAt(evs []event.RouterEvent, start uint64, lim int) bool {
 		return false
 	}
 	first := &evs[0]
-	return first.EventID == start || (first.Kind == event.KindCleared && first.Tier == event.TierDevice && first.EventID > start)
+	return first.EventID == start || (first.Kind == event.KindCleared && first.EventID > start)
 }
 
 // errPageFull stops a range read once a page is full.

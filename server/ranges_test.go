@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/recovery"
+	"github.com/kvindex/kvindex/tier"
 	"github.com/kvindex/kvindex/wal"
 	"go.uber.org/goleak"
 )
@@ -133,24 +133,25 @@ func describe(a recovery.Answer) string {
 // dumpBlocks replays a dump into an empty index the way a router installs it (ReplaceRank) and
 // returns the rank's dump from there: equal results mean equal scoring state.
 func dumpBlocks(evs []event.RouterEvent) []string {
-	ix := index.New(index.Options{})
-	ix.ReplaceRank(rk1, evs)
+	ts := tier.New(nil)
+	ts.ReplaceRank(rk1, evs)
 	var out []string
-	_ = ix.DumpRank(rk1, func(ev *event.RouterEvent) error {
+	_ = ts.DumpRank(rk1, func(ev *event.RouterEvent) error {
 		for _, b := range ev.Blocks {
-			out = append(out, fmt.Sprintf("%d/%d<%v:%d", b.BlockHash, b.TokensHash, ev.HasParent, ev.ParentHash))
+			out = append(out, fmt.Sprintf("%s %d/%d<%v:%d", ev.Tier, b.BlockHash, b.TokensHash, ev.HasParent, ev.ParentHash))
 		}
 		return nil
 	})
 	return out
 }
 
-// serverBlocks is dumpBlocks of the server's own tree for rk1, read on the rank's lane.
+// serverBlocks is dumpBlocks of the server's own state (every tier) for rk1, read on the rank's
+// lane.
 func serverBlocks(t testing.TB, s *Server) []string {
 	t.Helper()
 	var evs []event.RouterEvent
 	if err := s.pipe.Do(context.Background(), rk1, func() {
-		_ = s.Index().DumpRank(rk1, func(ev *event.RouterEvent) error {
+		_ = s.parts.TiersOf(rk1.Partition).DumpRank(rk1, func(ev *event.RouterEvent) error {
 			evs = append(evs, ev.Clone())
 			return nil
 		})
@@ -223,11 +224,11 @@ func TestRangeClearedCut(t *testing.T) {
 		event.Stored(rk1, 5, nil, event.Block{BlockHash: 100, TokensHash: 1}), hostCleared,
 		event.Stored(rk1, 7, nil, event.Block{BlockHash: 700, TokensHash: 7}))
 	for _, tc := range []struct{ query, want string }{
-		{"?start=1", "Events[4 5 6 7] last=7"},
-		{"?start=5", "Events[5 6 7] last=7"}, // a host-tier Cleared is not applied: it cuts nothing
+		{"?start=1", "Events[6 7] last=7"},
+		{"?start=5", "Events[6 7] last=7"}, // a host-tier Cleared clears every tier: it cuts too
 		{"?start=1&limit=2", "Events[1 2] last=2"},
-		{"?start=3&limit=2", "Events[4 5] last=5"},
-		{"?start=4&limit=10", "Events[4 5 6 7] last=7"},
+		{"?start=3&limit=2", "Events[6 7] last=7"}, // a Cleared after a full page still cuts
+		{"?start=4&limit=10", "Events[6 7] last=7"},
 	} {
 		if got := describe(getAnswer(t, url, tc.query)); got != tc.want {
 			t.Errorf("%s: got %q, want %q", tc.query, got, tc.want)
@@ -316,14 +317,16 @@ func TestTreeDumpCacheLifecycle(t *testing.T) {
 	tree("unchanged: a hit", counts{1, 1, 0})
 	post(t, url, chain(4))
 	tree("one Stored: extended", counts{1, 2, 1})
-	hostRemoved := event.Removed(rk1, 6, 100)
-	hostRemoved.Tier = event.TierDisk
-	post(t, url, event.Stored(rk1, 5, nil, event.Block{BlockHash: 5000, TokensHash: 55}), hostRemoved)
-	tree("Stored + another tier's Removed: extended", counts{1, 3, 2})
+	diskStored := event.Stored(rk1, 6, nil, event.Block{BlockHash: 600, TokensHash: 66})
+	diskStored.Tier = event.TierDisk
+	post(t, url, event.Stored(rk1, 5, nil, event.Block{BlockHash: 5000, TokensHash: 55}), diskStored)
+	tree("Stored + another tier's Stored: extended (the tail tagged with its tier)", counts{1, 3, 2})
 	post(t, url, chain(7))
 	tree("the append budget is spent: rebuilt", counts{2, 3, 2})
-	post(t, url, event.Removed(rk1, 8, 700))
-	tree("a Removed: rebuilt", counts{3, 3, 2})
+	diskRemoved := event.Removed(rk1, 8, 600)
+	diskRemoved.Tier = event.TierDisk
+	post(t, url, diskRemoved)
+	tree("another tier's Removed: rebuilt", counts{3, 3, 2})
 	post(t, url, event.Cleared(rk1, 9), chain(1))
 	tree("a Cleared: rebuilt", counts{4, 3, 2})
 	tree("unchanged again: a hit", counts{4, 4, 2})

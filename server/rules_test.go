@@ -45,7 +45,7 @@ func TestRule7RangeAnswersAreExactUnderRetention(t *testing.T) {
 }
 
 // TestRule7StartsAt pins the check the range route makes after reading: an Events answer starts
-// at start, or at a device-tier Cleared after it.
+// at start, or at a Cleared after it (of any tier: a Cleared clears every tier, SPEC §7).
 func TestRule7StartsAt(t *testing.T) {
 	r := rk1
 	host := event.Cleared(r, 6)
@@ -62,7 +62,7 @@ func TestRule7StartsAt(t *testing.T) {
 		{"nothing read: reset meanwhile", nil, 3, -1, false},
 		{"limit 0 reads nothing on purpose", nil, 3, 0, true},
 		{"device Cleared after start", []event.RouterEvent{event.Cleared(r, 6), chain(7)}, 3, -1, true},
-		{"host-tier Cleared after start cuts nothing", []event.RouterEvent{host}, 3, -1, false},
+		{"host-tier Cleared after start", []event.RouterEvent{host}, 3, -1, true},
 	} {
 		if got := startsAt(tc.evs, tc.start, tc.lim); got != tc.want {
 			t.Errorf("%s: startsAt = %v, want %v", tc.name, got, tc.want)

@@ -156,7 +156,8 @@ func Open(cfg Config) (*Server, error) {
 	s.peerM = newPeerMetrics(s.m)
 	fetcher := recovery.NewFetcher(recovery.FetcherOptions{RequestTimeout: cfg.FetchTimeout, BaseBackoff: cfg.FetchBackoff,
 		Logger: cfg.Logger, AuthToken: cfg.AuthToken})
-	s.pipe = lanes.New(lg, s.parts, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, Logger: cfg.Logger,
+	trees := lanes.TreeFunc(func(id uint32) lanes.Tree { return s.parts.TiersOf(id) })
+	s.pipe = lanes.New(lg, trees, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, Logger: cfg.Logger,
 		Listener: s.m.listener(mode), Source: s.sourceOf, Fetcher: fetcher})
 	s.approx = approx.New(s.pipe, cfg.approxOptions())
 	if _, err := zmqConfigs(cfg.ZMQ); err != nil {

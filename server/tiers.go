@@ -1,0 +1,80 @@
+package server
+
+import (
+	"strconv"
+
+	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/partition"
+	"github.com/kvindex/kvindex/tier"
+)
+
+// Storage tiers in the answers (SPEC §7): a find_matches score carries the blocks each lower tier
+// extends the rank's match by, `"tiers":{"host_pinned":n,"disk":n,"external":n}`, zero entries
+// omitted (and the object with them); /v1/ranks lists each rank's lower-tier block counts.
+
+// appendTiers appends a score's `{"host_pinned":n,...}` object (its non-zero extensions).
+func appendTiers(dst []byte, x *tier.Score) []byte {
+	dst = append(dst, '{')
+	first := true
+	for i, tr := range tier.Lower {
+		if x.Ext[i] == 0 {
+			continue
+		}
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = append(dst, '"')
+		dst = append(dst, tr.String()...)
+		dst = append(dst, `":`...)
+		dst = strconv.AppendUint(dst, uint64(x.Ext[i]), 10)
+	}
+	return append(dst, '}')
+}
+
+// appendTiersMsgpack appends a score's tiers as a msgpack map of its non-zero extensions.
+func appendTiersMsgpack(dst []byte, x *tier.Score) []byte {
+	n := 0
+	for _, e := range x.Ext {
+		if e > 0 {
+			n++
+		}
+	}
+	dst = append(dst, 0x80|byte(n)) // fixmap
+	for i, tr := range tier.Lower {
+		if x.Ext[i] > 0 {
+			name := tr.String()
+			dst = append(dst, 0xa0|byte(len(name))) // fixstr (≤ 31 bytes)
+			dst = append(dst, name...)
+			dst = appendMPUint(dst, uint64(x.Ext[i]))
+		}
+	}
+	return dst
+}
+
+// tiersJSON is a rank's lower-tier block counts in /v1/ranks (device blocks are "blocks").
+type tiersJSON struct {
+	HostPinned uint64 `json:"host_pinned"`
+	Disk       uint64 `json:"disk"`
+	External   uint64 `json:"external"`
+}
+
+func tiersOf(tb [4]uint64) tiersJSON {
+	return tiersJSON{HostPinned: tb[event.TierHostPinned], Disk: tb[event.TierDisk], External: tb[event.TierExternal]}
+}
+
+// tieredScoresOf answers a find_matches in partition p (nil: unknown, no scores): the device
+// scores of scoresOf (event-fed tree and side index), then, unless deviceOnly, the lower tiers'
+// extensions from the event-fed tree's path (tier.Tiers.Extend).
+func (s *Server) tieredScoresOf(buf *scoreBuf, p *partition.Partition, hashes []uint64, earlyExit, deviceOnly bool) []tier.Score {
+	device := s.scoresOf(buf, p, hashes, earlyExit)
+	if p == nil || deviceOnly {
+		buf.tiered = buf.tiered[:0]
+		for _, d := range device {
+			buf.tiered = append(buf.tiered, tier.Score{Score: d})
+		}
+		return buf.tiered
+	}
+	buf.tiered = p.Tiers.Extend(buf.tiered, hashes, device, buf.path)
+	return buf.tiered
+}
