@@ -7,25 +7,29 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// TierOf maps a vLLM medium to a storage tier: "" (absent/nil), "GPU" and "cuda" are the device
-// tier the tree indexes; "CPU" is host_pinned; "DISK" is disk; any other medium is external.
-// Case is ignored.
-func TierOf(medium string) event.Tier {
-	switch {
-	case mediumIsDevice(medium):
-		return event.TierDevice
-	case strings.EqualFold(medium, "CPU"):
-		return event.TierHostPinned
-	case strings.EqualFold(medium, "DISK"):
-		return event.TierDisk
+// TierOf maps a vLLM (or SGLang) medium to a storage tier as Dynamo does (SPEC §7): absent, GPU,
+// DEVICE → device; CPU, CPU_PINNED, CPU_TIER1 → host_pinned; CPU_TIER2, DISK, NVME, STORAGE →
+// disk; EXTERNAL, NETWORK, REMOTE, SHARED → external. Case is ignored. known is false for any
+// other medium, which maps to device (Convert counts it).
+func TierOf(medium string) (t event.Tier, known bool) {
+	switch strings.ToUpper(medium) {
+	case "", "GPU", "DEVICE":
+		return event.TierDevice, true
+	case "CPU", "CPU_PINNED", "CPU_TIER1":
+		return event.TierHostPinned, true
+	case "CPU_TIER2", "DISK", "NVME", "STORAGE":
+		return event.TierDisk, true
+	case "EXTERNAL", "NETWORK", "REMOTE", "SHARED":
+		return event.TierExternal, true
 	}
-	return event.TierExternal
+	return event.TierDevice, false
 }
 
 // Counts says what a conversion dropped or marked.
 type Counts struct {
-	Rejected  int // BlockStored events rejected (bad block size, token count, hash count)
-	OffDevice int // events converted with a non-device tier (logged, counted, not in the device tree)
+	Rejected      int // BlockStored events rejected (bad block size, token count, hash count)
+	OffDevice     int // events converted with a lower tier (host_pinned, disk, external)
+	UnknownMedium int // events whose medium is none of TierOf's: taken as device
 }
 
 // Convert appends the RouterEvents of b for rank, numbered from firstID upward (kvindex assigns
@@ -59,10 +63,10 @@ func Convert(dst []event.RouterEvent, b *Batch, rank event.Rank, firstID uint64)
 				parent = &p
 			}
 			out = event.Stored(rank, id, parent, blocks...)
-			out.Tier = TierOf(ev.Medium)
+			out.Tier = c.tierOf(ev.Medium)
 		case BlockRemoved:
 			out = event.Removed(rank, id, ev.BlockHashes...)
-			out.Tier = TierOf(ev.Medium)
+			out.Tier = c.tierOf(ev.Medium)
 		case AllBlocksCleared:
 			out = event.Cleared(rank, id)
 		default:
@@ -76,6 +80,14 @@ func Convert(dst []event.RouterEvent, b *Batch, rank event.Rank, firstID uint64)
 		id++
 	}
 	return dst, c
+}
+
+func (c *Counts) tierOf(medium string) event.Tier {
+	t, known := TierOf(medium)
+	if !known {
+		c.UnknownMedium++
+	}
+	return t
 }
 
 // WorkerIDFromTopic derives a worker id from a publisher topic. vLLM's topic convention is

@@ -43,9 +43,10 @@
 // logged id + 1, or 1), so ranges served to other kvindex instances stay gap-free; the publisher's
 // seq is kept beside them as the source's cursor (below). tokens_hash is kvindex's own block hash
 // of a block's token_ids (event.BlockHashes, with the batch's block_size and lora_name), block_hash the
-// engine's hash. Media: GPU (or absent) is the device tier; CPU maps to host_pinned, DISK to disk,
-// anything else to external — the lanes log and count those and keep them out of the device
-// tree. A BlockStored whose token count is not block_count × block_size is rejected and counted.
+// engine's hash. Media map to storage tiers as Dynamo's do (TierOf, SPEC §7): GPU, DEVICE (or
+// absent) are the device tier; CPU, CPU_PINNED, CPU_TIER1 host_pinned; CPU_TIER2, DISK, NVME,
+// STORAGE disk; EXTERNAL, NETWORK, REMOTE, SHARED external; any other medium is taken as device
+// and counted (unknown_medium). The lanes apply lower-tier events to their tier's index. A BlockStored whose token count is not block_count × block_size is rejected and counted.
 //
 // # Seq cursors and recovery
 //

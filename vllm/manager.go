@@ -162,10 +162,12 @@ type Status struct {
 	Lost         uint64  `json:"lost"`                // batches neither received nor replayed
 	DecodeErrors uint64  `json:"decode_errors"`       // malformed messages or payloads skipped
 	Rejected     uint64  `json:"rejected"`            // BlockStored events rejected (token count vs block size)
-	OffDevice    uint64  `json:"off_device"`          // events of a non-GPU medium (logged, not in the device tree)
-	Epochs       uint64  `json:"epochs"`              // publisher restarts (seq back to 0)
-	Reconnects   uint64  `json:"reconnects"`          // sessions ended (dial failures and lost connections)
-	LastError    string  `json:"last_error,omitempty"`
+	OffDevice    uint64  `json:"off_device"`          // events of a lower tier (host_pinned, disk, external medium)
+	// UnknownMedium counts events whose medium kvindex does not know: taken as device.
+	UnknownMedium uint64 `json:"unknown_medium"`
+	Epochs        uint64 `json:"epochs"`     // publisher restarts (seq back to 0)
+	Reconnects    uint64 `json:"reconnects"` // sessions ended (dial failures and lost connections)
+	LastError     string `json:"last_error,omitempty"`
 	// LastEventAt is when the newest batch with events was applied (nil before the first);
 	// LastBatchTS is that batch's publisher timestamp (unix seconds; 0 when it carried none).
 	LastEventAt *time.Time `json:"last_event_at,omitempty"`
@@ -315,7 +317,8 @@ var (
 		{prometheus.NewDesc("kvindex_zmq_lost_batches_total", "Batches neither received nor replayed.", []string{"source"}, nil), func(s *Status) uint64 { return s.Lost }},
 		{prometheus.NewDesc("kvindex_zmq_decode_errors_total", "Malformed messages or payloads skipped.", []string{"source"}, nil), func(s *Status) uint64 { return s.DecodeErrors }},
 		{prometheus.NewDesc("kvindex_zmq_rejected_events_total", "BlockStored events rejected (token count not blocks × block size).", []string{"source"}, nil), func(s *Status) uint64 { return s.Rejected }},
-		{prometheus.NewDesc("kvindex_zmq_off_device_events_total", "Events of a non-GPU medium (logged, not in the device tree).", []string{"source"}, nil), func(s *Status) uint64 { return s.OffDevice }},
+		{prometheus.NewDesc("kvindex_zmq_off_device_events_total", "Events of a lower-tier medium (host_pinned, disk, external).", []string{"source"}, nil), func(s *Status) uint64 { return s.OffDevice }},
+		{prometheus.NewDesc("kvindex_zmq_unknown_medium_events_total", "Events of a medium kvindex does not know, taken as device.", []string{"source"}, nil), func(s *Status) uint64 { return s.UnknownMedium }},
 		{prometheus.NewDesc("kvindex_zmq_epochs_total", "Publisher restarts (seq back to 0).", []string{"source"}, nil), func(s *Status) uint64 { return s.Epochs }},
 		{prometheus.NewDesc("kvindex_zmq_reconnects_total", "Sessions ended by a failed dial or a lost connection.", []string{"source"}, nil), func(s *Status) uint64 { return s.Reconnects }},
 	}

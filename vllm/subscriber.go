@@ -34,7 +34,7 @@ const (
 
 // counters are a source's monotonic counters (read by Status without locks).
 type counters struct {
-	batches, events, gaps, replayed, lost, decodeErrs, rejected, offDevice, epochs, reconnects atomic.Uint64
+	batches, events, gaps, replayed, lost, decodeErrs, rejected, offDevice, unknownMedium, epochs, reconnects atomic.Uint64
 }
 
 // subscriber is one source: one SUB socket (redialled with backoff) and its seq cursor. Only its
@@ -345,6 +345,9 @@ func (s *subscriber) apply(ctx context.Context, topic []byte, seq uint64, payloa
 			"worker_id", rk.WorkerID, "dp_rank", rk.DPRank, "rejected", c.Rejected)
 	}
 	s.ctr.offDevice.Add(uint64(c.OffDevice))
+	if c.UnknownMedium > 0 {
+		s.ctr.unknownMedium.Add(uint64(c.UnknownMedium))
+	}
 	if len(s.evs) > 0 {
 		var v [8]byte
 		binary.BigEndian.PutUint64(v[:], seq)
@@ -388,7 +391,7 @@ func (s *subscriber) status() Status {
 	st := Status{Config: s.cfg,
 		Batches: s.ctr.batches.Load(), Events: s.ctr.events.Load(), Gaps: s.ctr.gaps.Load(), Replayed: s.ctr.replayed.Load(),
 		Lost: s.ctr.lost.Load(), DecodeErrors: s.ctr.decodeErrs.Load(), Rejected: s.ctr.rejected.Load(),
-		OffDevice: s.ctr.offDevice.Load(), Epochs: s.ctr.epochs.Load(), Reconnects: s.ctr.reconnects.Load()}
+		OffDevice: s.ctr.offDevice.Load(), UnknownMedium: s.ctr.unknownMedium.Load(), Epochs: s.ctr.epochs.Load(), Reconnects: s.ctr.reconnects.Load()}
 	s.mu.Lock()
 	st.State, st.Connected, st.LastError = s.state, s.connected, s.lastErr
 	st.HasSeq, st.Seq = s.hasSeq, s.seq

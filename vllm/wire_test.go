@@ -119,6 +119,23 @@ var fixtures = map[string]func() []byte{
 			key("medium").str("CPU")
 		return x.buf.Bytes()
 	},
+	// vLLM's OffloadingConnector (self_describing_kv_events): the GPU block, its CPU copy and a
+	// continuation on DISK, an eviction from CPU, and a medium kvindex does not know (taken as
+	// device, counted). SPEC §7's medium table.
+	"offload_media": func() []byte {
+		x := newEnc().mp(3).key("ts").f64(5.5).key("events").arr(5)
+		x.mp(6).key("type").str("BlockStored").key("block_hashes").arr(1).u(engineHash).
+			key("parent_block_hash").null().key("token_ids").tokens(1, 2, 3, 4).key("block_size").u(4).key("medium").str("GPU")
+		x.mp(6).key("type").str("BlockStored").key("block_hashes").arr(1).u(0x2222).
+			key("parent_block_hash").u(engineHash).key("token_ids").tokens(5, 6, 7, 8).key("block_size").u(4).key("medium").str("CPU")
+		x.mp(6).key("type").str("BlockStored").key("block_hashes").arr(1).u(0x3333).
+			key("parent_block_hash").u(0x2222).key("token_ids").tokens(9, 10, 11, 12).key("block_size").u(4).key("medium").str("DISK")
+		x.mp(3).key("type").str("BlockRemoved").key("block_hashes").arr(1).u(0x2222).key("medium").str("CPU")
+		x.mp(6).key("type").str("BlockStored").key("block_hashes").arr(1).u(0x4444).
+			key("parent_block_hash").null().key("token_ids").tokens(1, 2, 3, 4).key("block_size").u(4).key("medium").str("HBM3")
+		x.key("data_parallel_rank").u(0)
+		return x.buf.Bytes()
+	},
 	// Hash above 2^63, unknown map keys, extra trailing array elements, a LoRA name.
 	"extras": func() []byte {
 		x := newEnc().arr(4).f64(4.25).arr(2)
@@ -219,7 +236,7 @@ func formatRouterEvents(evs []event.RouterEvent, c Counts) string {
 		}
 		out.WriteByte('\n')
 	}
-	fmt.Fprintf(&out, "rejected=%d off_device=%d\n", c.Rejected, c.OffDevice)
+	fmt.Fprintf(&out, "rejected=%d off_device=%d unknown_medium=%d\n", c.Rejected, c.OffDevice, c.UnknownMedium)
 	return out.String()
 }
 
