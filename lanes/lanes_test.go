@@ -14,6 +14,7 @@ import (
 	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/store"
 	"github.com/kvindex/kvindex/testutil"
+	"github.com/kvindex/kvindex/tier"
 	"github.com/kvindex/kvindex/wal"
 	"go.uber.org/goleak"
 )
@@ -29,6 +30,7 @@ type fixture struct {
 	st  *store.Store
 	log *wal.Log
 	ix  *index.Index
+	ts  *tier.Tiers // ix and the lower tiers
 	p   *Pipeline
 }
 
@@ -46,12 +48,13 @@ func open(t *testing.T, fs vfs.FS, opts Options) *fixture {
 	if opts.Logger == nil {
 		opts.Logger = quiet()
 	}
-	p := New(lg, OneIndex(ix), opts)
+	ts := tier.New(ix)
+	p := New(lg, OneTree(ts), opts)
 	if err := p.Replay(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	p.Start()
-	f := &fixture{t: t, fs: fs, st: st, log: lg, ix: ix, p: p}
+	f := &fixture{t: t, fs: fs, st: st, log: lg, ix: ix, ts: ts, p: p}
 	return f
 }
 

@@ -19,6 +19,7 @@ import (
 type partitionRig struct {
 	t   *testing.T
 	dir string
+	cfg Config // beyond the data dir, logger, durability and lanes
 	s   *Server
 	ts  *httptest.Server
 }
@@ -31,7 +32,9 @@ func newPartitionRig(t *testing.T) *partitionRig {
 }
 
 func (g *partitionRig) open() {
-	s, err := Open(Config{DataDir: g.dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Durability: wal.NoSync, Lanes: 2})
+	cfg := g.cfg
+	cfg.DataDir, cfg.Logger, cfg.Durability, cfg.Lanes = g.dir, slog.New(slog.NewTextHandler(io.Discard, nil)), wal.NoSync, 2
+	s, err := Open(cfg)
 	if err != nil {
 		g.t.Fatal(err)
 	}
