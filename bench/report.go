@@ -41,6 +41,12 @@ const (
 	MetricLoadedQueries        = "find_matches_loaded_calls"  // queries timed under load
 	MetricMemoryIngestEventsPS = "memory_ingest_events_per_s" // baseline (a) in events
 	MetricIndexEntries         = "index_entries"              // (rank, block) entries after stage 2
+	// The tier walk (SPEC §7), on the same queries as find_matches_p50/p99: device walk plus the
+	// host_pinned → disk → external walk (with --host-blocks the workload offloads evictions).
+	MetricTierEntries          = "tier_entries"               // (rank, edge) entries of the lower tiers after stage 2
+	MetricFindMatchesTieredP50 = "find_matches_tiered_p50_ns" // find_matches with the tier walk
+	MetricFindMatchesTieredP99 = "find_matches_tiered_p99_ns"
+	MetricTierExtendedQueries  = "tier_extended_queries_ratio" // queries where a lower tier extends some rank
 )
 
 // RequiredMetrics lists docs/BENCHMARKS.md's required metric names in the order of its table.

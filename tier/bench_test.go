@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/tier"
+	"github.com/kvindex/kvindex/workload"
 )
 
 func liveHeap() uint64 {
@@ -136,6 +137,38 @@ func BenchmarkWalk(b *testing.B) {
 			if len(dst) != ranks || (!deviceOnly && (dst[0].Score.Score != 8 || dst[0].Ext != [3]uint32{24, 32, 0})) {
 				b.Fatalf("unexpected answer: %d scores, best %+v", len(dst), dst[0])
 			}
+		})
+	}
+}
+
+// BenchmarkTraceWalk runs `kvindex bench --scale 8 --host-blocks 512`'s stream (workers offload
+// their evictions to a 512-block host LRU) into a Tiers, then times its queries device-only and
+// with the tier walk (one op: every query).
+//
+//	go test ./tier -run '^$' -bench BenchmarkTraceWalk -benchtime 3x
+func BenchmarkTraceWalk(b *testing.B) {
+	reqs, err := workload.LoadTraceFile("../testdata/conversation_trace.jsonl")
+	if err != nil {
+		b.Fatal(err)
+	}
+	wl, err := workload.Generate(reqs, 8, workload.WorkloadOptions{HostBlocks: 512})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ts := tier.New(nil)
+	for i := range wl.Events {
+		ts.Apply(&wl.Events[i])
+	}
+	for _, deviceOnly := range []bool{true, false} {
+		b.Run(fmt.Sprintf("device_only=%v", deviceOnly), func(b *testing.B) {
+			var dst []tier.Score
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				for _, q := range wl.Queries {
+					dst = ts.FindMatchesInto(dst, q.BlockHashes, false, deviceOnly)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(wl.Queries)), "ns/query")
 		})
 	}
 }

@@ -15,7 +15,8 @@
 //
 //   - Generate is deterministic: the same trace, scale and WorkloadOptions give the same
 //     Workload, event for event and query for query. No function modifies its inputs.
-//   - In a generated stream, per rank the event ids run 1, 2, 3, … with no gap; a Removed names
+//   - In a generated stream, per rank the event ids run 1, 2, 3, … with no gap, over both tiers
+//     when WorkloadOptions.HostBlocks offloads evictions to host memory; a device Removed names
 //     only cached blocks with no cached child (leaves first); a Stored's parent is the deepest
 //     prompt block the worker held (or the root); queries come in stream order.
 //   - Every Query.AfterEvent lies in [0, len(Events)]: ReadWorkloadDir refuses any other.

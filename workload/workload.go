@@ -38,6 +38,15 @@ import (
 //     whose blocks are all cached emits nothing; the worker's event ids stay contiguous from 1.
 //   - A worker caches at most CacheBlocks blocks of a prompt (its leading ones); the rest are
 //     neither stored nor counted as hits.
+//   - With HostBlocks > 0 a worker also has a host-memory LRU of that many blocks (SPEC §7's
+//     offloading): the blocks its device LRU evicts move there, each under its own parent hash
+//     (a continuation edge). After the device Removed come a host_pinned Removed of what the host
+//     LRU evicts to make room (least recently used first; a batch enters leaves first, so a
+//     parent outlives its children there too) and host_pinned Stored events of the moved blocks
+//     (parents first, one event per run of a chain); a batch larger than the host LRU keeps its
+//     parent-most blocks. A block already in host memory is only touched. Device
+//     hits never read the host LRU (routing is by device prefix, as before), so the device stream
+//     and the queries are those of the same options without HostBlocks.
 //   - Ties of cost go to the worker chosen least recently; workers never chosen yet rank by a
 //     permutation drawn from Seed (the same one in every copy, so the k copies route alike and
 //     differ only in hash ids and worker ids).
@@ -62,6 +71,7 @@ type WorkloadOptions struct {
 	CacheBlocks int     // LRU capacity of each worker, in blocks; default 512
 	Speedup     float64 // trace time is divided by this; default 16
 	Seed        int64   // orders the workers for first-use tie-breaking; default (and 0) 42
+	HostBlocks  int     // host-memory LRU of each worker, in blocks; default 0: no host tier
 }
 
 // The defaults of WorkloadOptions (docs/BENCHMARKS.md `kvindex bench` flags).
@@ -73,7 +83,7 @@ const (
 )
 
 func (o WorkloadOptions) withDefaults() (WorkloadOptions, error) {
-	if o.Workers < 0 || o.CacheBlocks < 0 || !(o.Speedup >= 0) || math.IsInf(o.Speedup, 1) {
+	if o.Workers < 0 || o.CacheBlocks < 0 || o.HostBlocks < 0 || !(o.Speedup >= 0) || math.IsInf(o.Speedup, 1) {
 		return o, fmt.Errorf("%w: %+v", ErrBadOptions, o)
 	}
 	if o.Workers == 0 {
@@ -198,6 +208,9 @@ func newCopySim(c int, o WorkloadOptions) *copySim {
 	}
 	for i := range s.workers {
 		s.workers[i] = NewWorker(event.Rank{WorkerID: s.base + uint64(i)}, o.CacheBlocks)
+		if o.HostBlocks > 0 {
+			s.workers[i].host = NewWorker(s.workers[i].rank, o.HostBlocks)
+		}
 	}
 	rng := rand.New(rand.NewPCG(uint64(o.Seed), 0x6b76696e646578)) // "kvindex"
 	for j, i := range rng.Perm(w) {
@@ -263,6 +276,9 @@ func (s *copySim) serve(wl *Workload, r *Request) (int, error) {
 	}
 	for i := first; i < len(wl.Events); i++ {
 		ev := &wl.Events[i]
+		if ev.Tier != event.TierDevice {
+			continue // routing reads the device caches only
+		}
 		for _, h := range ev.Removed {
 			s.drop(h, best)
 		}
@@ -345,11 +361,13 @@ type Worker struct {
 	index    map[uint64]int32 // block hash → node
 	nodes    []lruNode        // nodes[0] is the sentinel of the circular recency list
 	free     []int32
+	host     *Worker // the host-memory LRU (WorkloadOptions.HostBlocks), nil without one
 }
 
 // lruNode is one cached block in the recency list: next goes towards less recently used.
 type lruNode struct {
 	hash       uint64
+	tokens     uint64
 	parent     uint64
 	hasParent  bool
 	prev, next int32
@@ -424,13 +442,21 @@ func (w *Worker) Serve(dst []event.RouterEvent, local, seq []uint64) ([]event.Ro
 	for i := p - 1; i >= 0; i-- {
 		w.moveToFront(w.index[seq[i]])
 	}
+	var evicted []lruNode
 	if evict := len(w.index) + (m - p) - w.capacity; evict > 0 {
 		removed := make([]uint64, 0, evict)
 		for range evict {
-			removed = append(removed, w.evictLRU())
+			n := w.evictLRU()
+			removed = append(removed, n.hash)
+			if w.host != nil {
+				evicted = append(evicted, n)
+			}
 		}
 		w.lastID++
 		dst = append(dst, event.Removed(w.rank, w.lastID, removed...))
+	}
+	if len(evicted) > 0 {
+		dst = w.offload(dst, evicted)
 	}
 	// Insert the missing blocks and retouch the prefix, deepest first: block 0 ends most recent.
 	for i := m - 1; i >= 0; i-- {
@@ -438,7 +464,7 @@ func (w *Worker) Serve(dst []event.RouterEvent, local, seq []uint64) ([]event.Ro
 			w.moveToFront(w.index[seq[i]])
 			continue
 		}
-		n := lruNode{hash: seq[i]}
+		n := lruNode{hash: seq[i], tokens: local[i]}
 		if i > 0 {
 			n.parent, n.hasParent = seq[i-1], true
 		}
@@ -491,13 +517,80 @@ func (w *Worker) pushFront(n lruNode) {
 	w.linkFront(i)
 }
 
-func (w *Worker) evictLRU() uint64 {
+func (w *Worker) evictLRU() lruNode {
 	i := w.nodes[0].prev
-	h := w.nodes[i].hash
+	n := w.nodes[i]
 	w.unlink(i)
-	delete(w.index, h)
+	delete(w.index, n.hash)
 	w.free = append(w.free, i)
-	return h
+	return n
+}
+
+// offload moves blocks the device LRU evicted (leaves first) into the host LRU and appends the
+// host_pinned events that causes (see the generator's decisions).
+func (w *Worker) offload(dst []event.RouterEvent, evicted []lruNode) []event.RouterEvent {
+	h := w.host
+	if len(evicted) > h.capacity {
+		evicted = evicted[len(evicted)-h.capacity:] // the parent-most ones
+	}
+	fresh := 0
+	for _, n := range evicted {
+		if _, ok := h.index[n.hash]; !ok {
+			fresh++
+		}
+	}
+	if evict := len(h.index) + fresh - h.capacity; evict > 0 {
+		removed := make([]uint64, 0, evict)
+		for range evict {
+			removed = append(removed, h.evictLRU().hash)
+		}
+		w.lastID++
+		ev := event.Removed(w.rank, w.lastID, removed...)
+		ev.Tier = event.TierHostPinned
+		dst = append(dst, ev)
+	}
+	var run []event.Block
+	var parent uint64
+	var hasParent bool
+	flush := func() {
+		if len(run) == 0 {
+			return
+		}
+		var pp *uint64
+		if hasParent {
+			p := parent
+			pp = &p
+		}
+		w.lastID++
+		ev := event.Stored(w.rank, w.lastID, pp, run...)
+		ev.Tier = event.TierHostPinned
+		dst = append(dst, ev)
+		run = nil
+	}
+	// Into the LRU leaves first, so that parents end more recent than their children (evicted
+	// after them, as on the device); the events name the moved blocks parents first.
+	moved := make([]bool, len(evicted))
+	for i, n := range evicted {
+		if j, ok := h.index[n.hash]; ok {
+			h.moveToFront(j)
+			continue
+		}
+		moved[i] = true
+		h.pushFront(lruNode{hash: n.hash, tokens: n.tokens, parent: n.parent, hasParent: n.hasParent})
+	}
+	for i := len(evicted) - 1; i >= 0; i-- {
+		if !moved[i] {
+			continue
+		}
+		n := evicted[i]
+		if len(run) == 0 || !n.hasParent || n.parent != run[len(run)-1].BlockHash {
+			flush()
+			parent, hasParent = n.parent, n.hasParent
+		}
+		run = append(run, event.Block{BlockHash: n.hash, TokensHash: n.tokens})
+	}
+	flush()
+	return dst
 }
 
 // The workload directory (docs/BENCHMARKS.md `--workload DIR`), so other indexes can be measured on the

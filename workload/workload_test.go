@@ -56,7 +56,8 @@ func checkStream(t fataler, reqs []Request, wl *Workload, opts WorkloadOptions, 
 	type rank struct {
 		lastID   uint64
 		held     map[uint64]block
-		children map[uint64]int // held children of a held block
+		children map[uint64]int  // held children of a held block
+		host     map[uint64]bool // host_pinned blocks (HostBlocks)
 	}
 	ranks := map[uint64]*rank{}
 	var hits, prompt, blocks int
@@ -104,10 +105,14 @@ func checkStream(t fataler, reqs []Request, wl *Workload, opts WorkloadOptions, 
 		}
 		hits += p
 		stored := false
+		// One id sequence per rank over both tiers; the host events (HostBlocks) are checked
+		// apart, the device ones keep their shape: [removed] stored.
+		var devAt []int
 		for i := range evs {
 			ev := &evs[i]
 			at := q.AfterEvent + i
-			if ev.WorkerID != wid || ev.DPRank != 0 || ev.Tier != event.TierDevice {
+			host := ev.Tier == event.TierHostPinned && opts.HostBlocks > 0
+			if ev.WorkerID != wid || ev.DPRank != 0 || (ev.Tier != event.TierDevice && !host) {
 				t.Fatalf("event %d: rank %v tier %v, want worker %d dp_rank 0 on device", at, ev.Rank(), ev.Tier, wid)
 			}
 			if ev.EventID != r.lastID+1 {
@@ -115,8 +120,34 @@ func checkStream(t fataler, reqs []Request, wl *Workload, opts WorkloadOptions, 
 			}
 			r.lastID++
 			blocks += ev.NumBlocks()
+			if !host {
+				devAt = append(devAt, i)
+				continue
+			}
+			if r.host == nil {
+				r.host = map[uint64]bool{}
+			}
+			for _, h := range ev.Removed {
+				if !r.host[h] {
+					t.Fatalf("event %d: worker %d removes host block %d it does not hold", at, wid, h)
+				}
+				delete(r.host, h)
+			}
+			for _, b := range ev.Blocks {
+				if r.host[b.BlockHash] {
+					t.Fatalf("event %d: host block %d stored again", at, b.BlockHash)
+				}
+				r.host[b.BlockHash] = true
+			}
+			if len(r.host) > opts.HostBlocks {
+				t.Fatalf("event %d: worker %d holds %d host blocks, its host LRU is %d", at, wid, len(r.host), opts.HostBlocks)
+			}
+		}
+		for i, k := range devAt {
+			ev := &evs[k]
+			at := q.AfterEvent + k
 			switch {
-			case ev.Kind == event.KindRemoved && i == 0 && len(evs) == 2:
+			case ev.Kind == event.KindRemoved && i == 0 && len(devAt) == 2:
 				for _, h := range ev.Removed {
 					b, ok := r.held[h]
 					switch {
@@ -133,7 +164,7 @@ func checkStream(t fataler, reqs []Request, wl *Workload, opts WorkloadOptions, 
 						r.children[b.parent]--
 					}
 				}
-			case ev.Kind == event.KindStored && i == len(evs)-1:
+			case ev.Kind == event.KindStored && i == len(devAt)-1:
 				stored = true
 				if p == 0 && ev.HasParent || p > 0 && (!ev.HasParent || ev.ParentHash != seq[p-1]) {
 					t.Fatalf("event %d: stored under parent %v/%d, want prompt block %d", at, ev.HasParent, ev.ParentHash, p-1)
@@ -160,7 +191,7 @@ func checkStream(t fataler, reqs []Request, wl *Workload, opts WorkloadOptions, 
 					r.held[b.BlockHash] = nb
 				}
 			default:
-				t.Fatalf("event %d: %v as event %d of %d of query %d (want [removed] stored)", at, ev.Kind, i, len(evs), qi)
+				t.Fatalf("event %d: %v as device event %d of %d of query %d (want [removed] stored)", at, ev.Kind, i, len(devAt), qi)
 			}
 		}
 		if !stored {
@@ -387,7 +418,7 @@ func TestWorkerPrefixClosed(t *testing.T) {
 func TestGenerateOptions(t *testing.T) {
 	reqs := []Request{{HashIDs: []uint64{1}}}
 	for _, o := range []WorkloadOptions{
-		{Workers: -1}, {CacheBlocks: -1}, {Speedup: -1}, {Speedup: math.NaN()}, {Speedup: math.Inf(1)},
+		{Workers: -1}, {CacheBlocks: -1}, {HostBlocks: -1}, {Speedup: -1}, {Speedup: math.NaN()}, {Speedup: math.Inf(1)},
 	} {
 		if _, err := Generate(reqs, 1, o); !errors.Is(err, ErrBadOptions) {
 			t.Errorf("Generate(%+v) error %v, want ErrBadOptions", o, err)
@@ -415,6 +446,7 @@ func TestGenerateDatadriven(t *testing.T) {
 		scale := 1
 		td.MaybeScanArgs(t, "workers", &opts.Workers)
 		td.MaybeScanArgs(t, "cache-blocks", &opts.CacheBlocks)
+		td.MaybeScanArgs(t, "host-blocks", &opts.HostBlocks)
 		td.MaybeScanArgs(t, "seed", &opts.Seed)
 		td.MaybeScanArgs(t, "scale", &scale)
 		if td.HasArg("speedup") {
@@ -453,6 +485,9 @@ func renderWorkload(wl *Workload) string {
 		}
 		for _, ev := range wl.Events[q.AfterEvent:end] {
 			fmt.Fprintf(&b, "  w%d #%d %v", ev.WorkerID, ev.EventID, ev.Kind)
+			if ev.Tier != event.TierDevice {
+				fmt.Fprintf(&b, " (%s)", ev.Tier)
+			}
 			switch ev.Kind {
 			case event.KindStored:
 				if ev.HasParent {

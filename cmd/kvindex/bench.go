@@ -25,6 +25,7 @@ func workloadFlags(cmd string) []cli.Flag {
 		&cli.IntFlag{Name: "cache-blocks", Value: workload.DefaultCacheBlocks, Usage: "LRU capacity of each simulated worker, in blocks", EnvVars: env(cmd, "cache-blocks")},
 		&cli.Float64Flag{Name: "speedup", Value: workload.DefaultSpeedup, Usage: "trace time is divided by this", EnvVars: env(cmd, "speedup")},
 		&cli.Int64Flag{Name: "seed", Value: workload.DefaultSeed, Usage: "seed of the workers' tie-breaking order", EnvVars: env(cmd, "seed")},
+		&cli.IntFlag{Name: "host-blocks", Usage: "host-memory LRU of each simulated worker, in blocks: its device evictions move there as host_pinned events (0: no host tier)", EnvVars: env(cmd, "host-blocks")},
 	}
 }
 
@@ -34,6 +35,7 @@ func workloadOptions(c *cli.Context) workload.WorkloadOptions {
 		CacheBlocks: c.Int("cache-blocks"),
 		Speedup:     c.Float64("speedup"),
 		Seed:        c.Int64("seed"),
+		HostBlocks:  c.Int("host-blocks"),
 	}
 }
 
@@ -120,6 +122,9 @@ func benchCommand() *cli.Command {
 				}
 				if path := c.String("markdown"); path != "" && runErr == nil {
 					key := fmt.Sprintf("scale %d, producers %d, batch %d, durability %s", o.Scale, o.Producers, o.Batch, dur)
+					if hb := o.Workload.HostBlocks; hb > 0 {
+						key += fmt.Sprintf(", host blocks %d", hb) // a section of its own
+					}
 					sec := bench.Markdown(key, benchCommandLine(c, dur), bench.ThisMachine(), rep)
 					if err := bench.UpdateMarkdown(path, key, sec); err != nil {
 						return err
@@ -140,7 +145,7 @@ func benchCommandLine(c *cli.Context, dur wal.Durability) string {
 	} else {
 		fmt.Fprintf(&b, " --workload %s", c.String("workload"))
 	}
-	for _, name := range []string{"workers", "cache-blocks", "speedup", "seed"} {
+	for _, name := range []string{"workers", "cache-blocks", "speedup", "seed", "host-blocks"} {
 		if c.IsSet(name) {
 			fmt.Fprintf(&b, " --%s %v", name, c.Value(name))
 		}
