@@ -225,7 +225,7 @@ func (ix *Index) RegisterRanks(ranks []event.Rank) {
 			n.byOrd = append(n.byOrd, uint32(id))
 		}
 	}
-	slices.SortFunc(n.byOrd, func(a, b uint32) int { return cmpRank(byID[a].rank, byID[b].rank) })
+	slices.SortFunc(n.byOrd, func(a, b uint32) int { return byID[a].rank.Compare(byID[b].rank) })
 	for p, id := range n.byOrd {
 		n.ord[id] = uint32(p)
 	}
@@ -266,7 +266,7 @@ func atLeast(o, p uint32) uint32 {
 // with returns t plus rs, whose id is len(t.byID). t must be the registry's newest table.
 func (t *rankTable) with(rs *rankState) *rankTable {
 	p, _ := slices.BinarySearchFunc(t.byOrd, rs.rank, func(id uint32, r event.Rank) int {
-		return cmpRank(t.byID[id].rank, r)
+		return t.byID[id].rank.Compare(r)
 	})
 	n := &rankTable{
 		// Appending may write past the end of t.byID in a shared array: no reader of t reads
@@ -449,18 +449,8 @@ func (ix *Index) RanksOfWorker(workerID uint64) []event.Rank {
 		}
 	}
 	ix.regMu.RUnlock()
-	slices.SortFunc(out, cmpRank)
+	slices.SortFunc(out, event.Rank.Compare)
 	return out
-}
-
-func cmpRank(a, b event.Rank) int {
-	switch {
-	case a.Less(b):
-		return -1
-	case b.Less(a):
-		return 1
-	}
-	return 0
 }
 
 // Ranks returns every known rank with its block count, sorted by worker id, then dp rank.

@@ -50,7 +50,7 @@ func TestRankTableOrder(t *testing.T) {
 				}
 			}
 			want := slices.SortedFunc(slices.Values(ids), func(a, b uint32) int {
-				return cmpRank(tab.byID[a].rank, tab.byID[b].rank)
+				return tab.byID[a].rank.Compare(tab.byID[b].rank)
 			})
 			for name, sortIDs := range map[string]func(*rankTable, []uint32, *matchScratch){
 				"bitmap": sortByRankBitmap, "keys": sortByRankKeys, "either": sortByRank,
