@@ -14,9 +14,9 @@ import (
 	"sync"
 
 	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/partition"
+	"github.com/kvindex/kvindex/tier"
 	"github.com/kvindex/kvindex/vllm"
 	"github.com/kvindex/kvindex/wal"
 )
@@ -572,10 +572,11 @@ func summarize(ms []rankMatch, blockSize uint64) scoreJSON {
 func (s *Server) answerQuery(w http.ResponseWriter, p *partition.Partition, hashes []uint64) {
 	buf := scoreBufs.Get().(*scoreBuf)
 	defer scoreBufs.Put(buf)
-	scores := s.scoresOf(buf, p, hashes, false)
+	scores := s.tieredScoresOf(buf, p, hashes, false, false)
 	ms := make([]rankMatch, len(scores))
 	for i, sc := range scores {
-		ms[i] = rankMatch{WorkerID: sc.WorkerID, DPRank: sc.DPRank, Device: uint64(sc.Score)}
+		ms[i] = rankMatch{WorkerID: sc.WorkerID, DPRank: sc.DPRank, Device: uint64(sc.Score.Score),
+			Host: uint64(sc.Ext[0]), Disk: uint64(sc.Ext[1]), External: uint64(sc.Ext[2])}
 	}
 	writeJSON(w, http.StatusOK, summarize(ms, uint64(p.BlockSize)))
 }
@@ -711,9 +712,9 @@ func (s *Server) getDump(w http.ResponseWriter, r *http.Request) {
 		buf = strconv.AppendInt(buf, int64(p.BlockSize), 10)
 		buf = append(buf, `,"events":[`...)
 		first := true
-		for _, info := range p.Index.Ranks() {
+		for _, rk := range p.Tiers.Ranks() {
 			var err error
-			if buf, err = s.dumpRankJSON(r.Context(), p.Index, info.Rank, buf, &first); err != nil && !errors.Is(err, lanes.ErrUnknownRank) {
+			if buf, err = s.dumpRankJSON(r.Context(), p.Tiers, rk, buf, &first); err != nil && !errors.Is(err, lanes.ErrUnknownRank) {
 				s.submitError(w, err)
 				return
 			}
@@ -726,11 +727,12 @@ func (s *Server) getDump(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(buf)
 }
 
-// dumpRankJSON appends the rank's tree as comma-separated RouterEvent JSON, read on its lane.
-func (s *Server) dumpRankJSON(ctx context.Context, ix *index.Index, rk event.Rank, dst []byte, first *bool) ([]byte, error) {
+// dumpRankJSON appends the rank's state in every tier (events tagged with their tier) as
+// comma-separated RouterEvent JSON, read on its lane.
+func (s *Server) dumpRankJSON(ctx context.Context, t *tier.Tiers, rk event.Rank, dst []byte, first *bool) ([]byte, error) {
 	var err error
 	derr := s.pipe.Do(ctx, rk, func() {
-		err = ix.DumpRank(rk, func(ev *event.RouterEvent) error {
+		err = t.DumpRank(rk, func(ev *event.RouterEvent) error {
 			if !*first {
 				dst = append(dst, ',')
 			}
