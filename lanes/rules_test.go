@@ -122,3 +122,28 @@ func TestRule5ReadsNeverCreateState(t *testing.T) {
 		t.Fatalf("reads registered %d ranks", n)
 	}
 }
+
+// TestEpochIsCountedAndPersisted (issue 11 bug 8: wal.Cursor.Epoch was always 0): a publisher
+// restart (id 1 after a higher id) counts an epoch in the rank's status and durable cursor, and
+// a restart keeps it.
+func TestEpochIsCountedAndPersisted(t *testing.T) {
+	fs := vfs.NewMem()
+	f := open(t, fs, Options{Lanes: 1})
+	r := event.Rank{WorkerID: 6}
+	f.submit(event.Stored(r, 1, nil, blk(1)), event.Stored(r, 2, ptr(1), blk(2)))
+	f.submit(event.Stored(r, 1, nil, blk(5))) // the publisher restarted
+	f.submit(event.Stored(r, 5, nil, blk(6)), event.Stored(r, 1, nil, blk(7)))
+	if st, _ := f.p.RankStatus(r); st.Epoch != 2 {
+		t.Fatalf("epoch %d after two publisher restarts, want 2", st.Epoch)
+	}
+	f.close()
+	f2 := open(t, fs, Options{Lanes: 1})
+	defer f2.close()
+	meta, err := f2.log.RankMeta(r)
+	if err != nil || meta.Cursor.Epoch != 2 {
+		t.Fatalf("durable cursor %+v (%v), want epoch 2", meta.Cursor, err)
+	}
+	if st, _ := f2.p.RankStatus(r); st.Epoch != 2 {
+		t.Fatalf("epoch %d after restart, want 2", st.Epoch)
+	}
+}
