@@ -23,6 +23,7 @@ const (
 	MetricApproxDecisionsPerS = "approx_decisions_per_s" // decisions ÷ the time spent in RecordDecision
 	MetricApproxBlocksPerS    = "approx_blocks_per_s"    // blocks of those decisions ÷ the same time
 	MetricApproxSideBlocks    = "approx_side_blocks"     // live (rank, block) side entries after the run
+	MetricApproxExpired       = "approx_expired"         // side blocks expired during the run (want 0: see --approx-ttl)
 	// Σ best side-index score ÷ Σ query blocks, each query scored before its own decision is
 	// recorded: the prefix the router would predict from its decisions alone.
 	MetricApproxHitRatio = "approx_hit_ratio"
@@ -103,6 +104,10 @@ func (r *run) approxStages(ctx context.Context) error {
 		r.rep.add(MetricApproxBlocksPerS, float64(blk)/recording.Seconds(), UnitRate)
 	}
 	r.rep.add(MetricApproxSideBlocks, float64(s.ApproxBlocks(key)), UnitCount)
+	r.rep.add(MetricApproxExpired, float64(s.ApproxExpired()), UnitCount)
+	if n := s.ApproxExpired(); n > 0 {
+		r.lg.Warn("bench: approximate blocks expired during the run: the hit ratio is that of a TTL shorter than the run (raise --approx-ttl)", "blocks", n, "ttl", cfg.ApproxTTL)
+	}
 	r.rep.add(MetricFindMatchesP50, float64(Percentile(lat, 0.50)), UnitNS)
 	r.rep.add(MetricFindMatchesP99, float64(Percentile(lat, 0.99)), UnitNS)
 	r.rep.add(MetricFindMatchesP999, float64(Percentile(lat, 0.999)), UnitNS)

@@ -67,6 +67,9 @@ func TestRunApproximateReportsDecisions(t *testing.T) {
 	if routing <= 0 || chosen < routing || best < chosen {
 		t.Errorf("hit ratios: routing %v, chosen %v, best %v; want 0 < routing ≤ chosen ≤ best", routing, chosen, best)
 	}
+	if v := get(MetricApproxExpired); v != 0 {
+		t.Errorf("approx_expired = %v within the default TTL, want 0", v)
+	}
 	if _, ok := rep.Get(MetricIngestEventsPerS); ok {
 		t.Error("approximate mode ingested events")
 	}

@@ -133,3 +133,6 @@ func (s *Server) ApproxBlocks(key partition.Key) int {
 	}
 	return s.approx.Blocks(p.ID)
 }
+
+// ApproxExpired returns the side blocks removed at their deadline since Open (TTL expiry).
+func (s *Server) ApproxExpired() uint64 { return s.approx.Expired.Load() }
