@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/kvindex/kvindex/approx"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/server"
@@ -64,6 +65,13 @@ type Options struct {
 	Logger *slog.Logger
 	// Progress, when set, shows progress bars there (the CLI passes stderr on a terminal).
 	Progress io.Writer
+	// Approximate replaces stages 2–5 by approximate mode (SPEC §8, issue 14): each query's
+	// routing decision is recorded instead of the events (see approxStages). The workload must
+	// name each query's worker (ErrNoDecisions otherwise).
+	Approximate bool
+	// ApproxTTL is the side index's TTL with Approximate; default approx.DefaultTTL (120 s), long
+	// enough that nothing expires during a run.
+	ApproxTTL time.Duration
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -76,8 +84,11 @@ func (o Options) withDefaults() (Options, error) {
 	if n != 1 {
 		return o, fmt.Errorf("%w: give exactly one of a trace or a workload dir", ErrOptions)
 	}
-	if o.Scale < 0 || o.Producers < 0 || o.Batch < 0 || o.Lanes < 0 || o.LoadedMax < 0 {
-		return o, fmt.Errorf("%w: negative scale, producers, batch, lanes or loaded max", ErrOptions)
+	if o.Scale < 0 || o.Producers < 0 || o.Batch < 0 || o.Lanes < 0 || o.LoadedMax < 0 || o.ApproxTTL < 0 {
+		return o, fmt.Errorf("%w: negative scale, producers, batch, lanes, loaded max or approx TTL", ErrOptions)
+	}
+	if o.ApproxTTL == 0 {
+		o.ApproxTTL = approx.DefaultTTL
 	}
 	if o.Scale == 0 {
 		o.Scale = 1
@@ -160,6 +171,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if ents, err := os.ReadDir(d); err == nil && len(ents) > 0 {
 			return nil, fmt.Errorf("bench: %w: %s (give an empty --data-dir)", ErrDataDirInUse, d)
 		}
+	}
+	if o.Approximate {
+		if err := r.approxStages(ctx); err != nil {
+			return r.rep, err
+		}
+		r.lg.Info("bench: done", "took_ms", time.Since(start).Milliseconds())
+		return r.rep, nil
 	}
 	if err := r.pipelineStages(ctx); err != nil {
 		return r.rep, err

@@ -23,6 +23,12 @@
 //     the same log keys and wal.EncodeRecord values, Batch records per commit, the same
 //     producers and sync mode, on a fresh store, nothing else.
 //
+// With Options.Approximate (approximate mode, SPEC §8) stages 2–5 are replaced: no event is
+// ingested; each non-empty query, in workload order, is first scored with server.FindMatches
+// (event-fed and side scores merged; the event tree stays empty, so this is the side index) and
+// then its routing decision (Query.Worker, the query's block hashes) is recorded through
+// server.RecordDecision, the POST /v1/routing_decisions path. See approxStages.
+//
 // # Invariants
 //
 //   - One data path: stage 2 and the loaded part of stage 3 use the same server pipeline as

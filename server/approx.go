@@ -1,8 +1,10 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/kvindex/kvindex/approx"
 	"github.com/kvindex/kvindex/event"
@@ -107,3 +109,30 @@ func rankMode(eventFed bool, side int) string {
 	}
 	return "events"
 }
+
+// RecordDecision is the write path of POST /v1/routing_decisions without HTTP (the library,
+// bench --approximate): the request's prefix — local hashes, and sequence hashes (nil: SPEC §2's
+// chain) — went to rank in key's partition. The rank is claimed for the partition (created when
+// needed), then the decision goes through approx.Set.Record: logged through the rank's lane,
+// applied to the side index, acknowledged once durable. It returns the blocks recorded and
+// their deadline.
+func (s *Server) RecordDecision(ctx context.Context, key partition.Key, rank event.Rank, local, seq []uint64) (int, time.Time, error) {
+	probe := []event.RouterEvent{{WorkerID: rank.WorkerID, DPRank: rank.DPRank}}
+	if _, err := s.assignPartition(ctx, key, probe); err != nil {
+		return 0, time.Time{}, err
+	}
+	rank.Partition = probe[0].Partition
+	return s.approx.Record(ctx, approx.Decision{Rank: rank, LocalHashes: local, SeqHashes: seq})
+}
+
+// ApproxBlocks returns the live side entries of key's partition (0 for an unknown partition).
+func (s *Server) ApproxBlocks(key partition.Key) int {
+	p, ok := s.parts.Lookup(key)
+	if !ok {
+		return 0
+	}
+	return s.approx.Blocks(p.ID)
+}
+
+// ApproxExpired returns the side blocks removed at their deadline since Open (TTL expiry).
+func (s *Server) ApproxExpired() uint64 { return s.approx.Expired.Load() }

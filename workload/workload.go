@@ -102,11 +102,18 @@ func (o WorkloadOptions) withDefaults() (WorkloadOptions, error) {
 }
 
 // Query is one find_matches call of the benchmark: BlockHashes are local (tokens) hashes, asked
-// after the first AfterEvent events of the stream have been applied.
+// after the first AfterEvent events of the stream have been applied. Worker is the worker index
+// (its rank's worker id, dp rank 0) the request was then routed to — the routing decision
+// approximate mode records (bench --approximate) — or NoWorker when the workload does not say
+// (a workload dir written without it).
 type Query struct {
 	BlockHashes []uint64
 	AfterEvent  int
+	Worker      int
 }
+
+// NoWorker is Query.Worker when the routing decision is unknown.
+const NoWorker = -1
 
 // Workload is a generated (or loaded) benchmark stream.
 type Workload struct {
@@ -266,7 +273,7 @@ func (s *copySim) serve(wl *Workload, r *Request) (int, error) {
 	s.chosen[best] = s.step
 	s.step++
 
-	wl.Queries = append(wl.Queries, Query{BlockHashes: ids, AfterEvent: len(wl.Events)})
+	wl.Queries = append(wl.Queries, Query{BlockHashes: ids, AfterEvent: len(wl.Events), Worker: int(s.base) + best})
 	first := len(wl.Events)
 	var hit int
 	wl.Events, hit = s.workers[best].Serve(wl.Events, ids, s.seq)
@@ -597,8 +604,9 @@ func (w *Worker) offload(dst []event.RouterEvent, evicted []lruNode) []event.Rou
 // very same streams:
 //
 //	DIR/events.ndjson   one RouterEvent a line, in its wire JSON (docs/API.md) (event.AppendJSON)
-//	DIR/queries.ndjson  one query a line: {"block_hashes":[<u64>,…],"after_event":<n>}
-//	                    (asked after the first n events of events.ndjson)
+//	DIR/queries.ndjson  one query a line: {"block_hashes":[<u64>,…],"after_event":<n>,"worker":<w>}
+//	                    (asked after the first n events of events.ndjson, then routed to worker w;
+//	                    "worker" is optional — absent, or written for NoWorker, it reads as NoWorker)
 //
 // Hashes are exact unsigned decimal integers. Blank lines are skipped when reading.
 const (
@@ -633,6 +641,10 @@ func appendQueryJSON(dst []byte, q *Query) []byte {
 	}
 	dst = append(dst, `],"after_event":`...)
 	dst = strconv.AppendInt(dst, int64(q.AfterEvent), 10)
+	if q.Worker >= 0 {
+		dst = append(dst, `,"worker":`...)
+		dst = strconv.AppendInt(dst, int64(q.Worker), 10)
+	}
 	return append(dst, '}')
 }
 
@@ -693,6 +705,7 @@ func ReadWorkloadDir(dir string) (*Workload, error) {
 		var q struct {
 			BlockHashes *[]uint64 `json:"block_hashes"`
 			AfterEvent  *int      `json:"after_event"`
+			Worker      *int      `json:"worker"`
 		}
 		if err := json.Unmarshal(line, &q); err != nil {
 			return err
@@ -704,12 +717,18 @@ func ReadWorkloadDir(dir string) (*Workload, error) {
 			return errors.New("missing after_event")
 		case *q.AfterEvent < 0 || *q.AfterEvent > len(wl.Events):
 			return fmt.Errorf("after_event %d outside [0, %d events]", *q.AfterEvent, len(wl.Events))
+		case q.Worker != nil && *q.Worker < 0:
+			return fmt.Errorf("worker %d is negative", *q.Worker)
+		}
+		worker := NoWorker
+		if q.Worker != nil {
+			worker = *q.Worker
 		}
 		hashes := *q.BlockHashes
 		if hashes == nil {
 			hashes = []uint64{}
 		}
-		wl.Queries = append(wl.Queries, Query{BlockHashes: hashes, AfterEvent: *q.AfterEvent})
+		wl.Queries = append(wl.Queries, Query{BlockHashes: hashes, AfterEvent: *q.AfterEvent, Worker: worker})
 		return nil
 	})
 	if err != nil {

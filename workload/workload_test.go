@@ -78,10 +78,18 @@ func checkStream(t fataler, reqs []Request, wl *Workload, opts WorkloadOptions, 
 		if end < q.AfterEvent || end > len(wl.Events) {
 			t.Fatalf("query %d after event %d, the next after %d (of %d)", qi, q.AfterEvent, end, len(wl.Events))
 		}
+		if q.Worker < c*opts.Workers || q.Worker >= (c+1)*opts.Workers {
+			t.Fatalf("query %d of copy %d routed to worker %d, outside its copy's workers", qi, c, q.Worker)
+		}
 		n := len(q.BlockHashes)
 		m := min(n, opts.CacheBlocks)
 		prompt += n
 		evs := wl.Events[q.AfterEvent:end]
+		for i := range evs {
+			if evs[i].WorkerID != uint64(q.Worker) {
+				t.Fatalf("query %d routed to worker %d, but its event %d is of worker %d", qi, q.Worker, q.AfterEvent+i, evs[i].WorkerID)
+			}
+		}
 		if len(evs) == 0 { // the chosen worker held every block it could
 			hits += m
 			continue
@@ -526,7 +534,8 @@ func TestWorkloadDirRoundTrip(t *testing.T) {
 		event.Removed(event.Rank{WorkerID: 9}, 1, 1<<64-1, 0),
 		event.Stored(event.Rank{WorkerID: 9, DPRank: 1<<32 - 1}, 2, nil))
 	wl.Blocks += 2
-	wl.Queries = append(wl.Queries, Query{BlockHashes: []uint64{}, AfterEvent: len(wl.Events)})
+	// A query whose routing decision is unknown (NoWorker) is written without "worker".
+	wl.Queries = append(wl.Queries, Query{BlockHashes: []uint64{}, AfterEvent: len(wl.Events), Worker: NoWorker})
 
 	dir := filepath.Join(t.TempDir(), "wl")
 	if err := WriteWorkloadDir(dir, wl); err != nil {
@@ -549,8 +558,28 @@ func TestWorkloadDirRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first, _, _ := strings.Cut(string(queries), "\n"); first != `{"block_hashes":[0,1,2],"after_event":0}` {
+	lines := strings.Split(strings.TrimSpace(string(queries)), "\n")
+	if first := lines[0]; first != fmt.Sprintf(`{"block_hashes":[0,1,2],"after_event":0,"worker":%d}`, wl.Queries[0].Worker) {
 		t.Errorf("first query line %s", first)
+	}
+	if last := lines[len(lines)-1]; strings.Contains(last, "worker") {
+		t.Errorf("a NoWorker query is written as %s, want no worker field", last)
+	}
+}
+
+// TestReadWorkloadDirWithoutWorker checks backward compatibility of the workload dir format: a
+// query line without "worker" (a dir written before routing decisions were kept) reads as
+// NoWorker; one with it reads the worker.
+func TestReadWorkloadDirWithoutWorker(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, EventsFile), `{"worker_id":1,"event":{"event_id":1,"dp_rank":0,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":5,"tokens_hash":5}]}}}}`+"\n")
+	writeFile(t, filepath.Join(dir, QueriesFile), `{"block_hashes":[5],"after_event":0}`+"\n"+`{"block_hashes":[5],"after_event":1,"worker":1}`+"\n")
+	wl, err := ReadWorkloadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []int{wl.Queries[0].Worker, wl.Queries[1].Worker}; !slices.Equal(got, []int{NoWorker, 1}) {
+		t.Errorf("workers read %v, want [NoWorker 1]", got)
 	}
 }
 
@@ -569,6 +598,7 @@ func TestReadWorkloadDirBadLines(t *testing.T) {
 		{"query without after_event", ev1, `{"block_hashes":[]}`, "queries.ndjson line 1: bad workload: missing after_event", nil},
 		{"query after too many events", ev1, q1 + "\n" + `{"block_hashes":[5],"after_event":2}`, "queries.ndjson line 2: bad workload: after_event 2 outside [0, 1 events]", nil},
 		{"negative after_event", ev1, `{"block_hashes":[5],"after_event":-1}`, "queries.ndjson line 1: bad workload: after_event -1", nil},
+		{"negative worker", ev1, `{"block_hashes":[5],"after_event":1,"worker":-1}`, "queries.ndjson line 1: bad workload: worker -1 is negative", nil},
 		{"hash above 2^64-1", ev1, `{"block_hashes":[18446744073709551616],"after_event":0}`, "queries.ndjson line 1: bad workload: ", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

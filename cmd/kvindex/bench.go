@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"strings"
+	"time"
 
 	"github.com/kvindex/kvindex/bench"
 	"github.com/kvindex/kvindex/wal"
@@ -65,6 +66,8 @@ func benchCommand() *cli.Command {
 		&cli.DurationFlag{Name: "loaded-max", Value: 0, Usage: "bound of the under-load query phase (0 = 30s)", EnvVars: env("bench", "loaded-max")},
 		&cli.BoolFlag{Name: "json", Usage: "one JSON object per metric and line instead of the table", EnvVars: env("bench", "json")},
 		&cli.StringFlag{Name: "markdown", Usage: "also write the results table into this markdown file (its section for this configuration is replaced)", EnvVars: env("bench", "markdown")},
+		&cli.BoolFlag{Name: "approximate", Usage: "approximate mode (SPEC §8): record each query's routing decision instead of ingesting the events; reports decisions/s, find_matches on the side index and its hit ratio next to the event-fed routing_hit_ratio", EnvVars: env("bench", "approximate")},
+		&cli.DurationFlag{Name: "approx-ttl", Value: 120 * time.Second, Usage: "with --approximate: the side index's TTL (keep it longer than the run)", EnvVars: env("bench", "approx-ttl")},
 		&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the whole run to this file (go tool pprof)", EnvVars: env("bench", "cpuprofile")},
 	)
 	return &cli.Command{
@@ -100,6 +103,11 @@ func benchCommand() *cli.Command {
 				LoadedMax:   c.Duration("loaded-max"),
 				Logger:      slog.Default(),
 				Progress:    progressWriter(c.App.ErrWriter),
+				Approximate: c.Bool("approximate"),
+				ApproxTTL:   c.Duration("approx-ttl"),
+			}
+			if o.ApproxTTL <= 0 {
+				return usagef("--approx-ttl must be > 0")
 			}
 			if path := c.String("cpuprofile"); path != "" {
 				f, err := os.Create(path)
@@ -124,6 +132,9 @@ func benchCommand() *cli.Command {
 					key := fmt.Sprintf("scale %d, producers %d, batch %d, durability %s", o.Scale, o.Producers, o.Batch, dur)
 					if hb := o.Workload.HostBlocks; hb > 0 {
 						key += fmt.Sprintf(", host blocks %d", hb) // a section of its own
+					}
+					if o.Approximate {
+						key += ", approximate"
 					}
 					sec := bench.Markdown(key, benchCommandLine(c, dur), bench.ThisMachine(), rep)
 					if err := bench.UpdateMarkdown(path, key, sec); err != nil {
@@ -151,5 +162,8 @@ func benchCommandLine(c *cli.Context, dur wal.Durability) string {
 		}
 	}
 	fmt.Fprintf(&b, " --producers %d --batch %d --durability %s", c.Int("producers"), c.Int("batch"), dur)
+	if c.Bool("approximate") {
+		fmt.Fprintf(&b, " --approximate --approx-ttl %s", c.Duration("approx-ttl"))
+	}
 	return b.String()
 }
