@@ -512,6 +512,9 @@ func (s *Set) RemoveWorker(ctx context.Context, worker uint64) (int, error) {
 // predict-on-route rule), with the tree size of the event-fed answer when it has one. The
 // result is sorted as find_matches answers are: score descending, then worker id, dp rank.
 func Merge(dst, events, sideScores []index.Score) []index.Score {
+	if len(events) == 0 { // ranks fed by decisions only: the side answer is already in order
+		return append(dst[:0], sideScores...)
+	}
 	dst = append(dst[:0], events...)
 	if len(sideScores) == 0 {
 		return dst
