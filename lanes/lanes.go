@@ -392,6 +392,9 @@ func (p *Pipeline) lookup(r event.Rank) *rankState {
 // Initial. Used on first sight, after a restart, a removal and a failed commit.
 func (p *Pipeline) stateMachine(rs *rankState, pending []event.RouterEvent) *recovery.RankState {
 	opts := recovery.Options{HasSource: p.hasSource(rs.rank.WorkerID)}
+	if rs.st != nil {
+		opts.TokenBase = rs.st.LastToken() // a late answer to the old state's fetch matches nothing
+	}
 	cur := recovery.Cursor{}
 	if rs.hasLast {
 		cur = recovery.LiveCursor(rs.last)

@@ -147,3 +147,78 @@ func TestEpochIsCountedAndPersisted(t *testing.T) {
 		t.Fatalf("epoch %d after restart, want 2", st.Epoch)
 	}
 }
+
+// stubbornFetcher answers each fetch when the test says, ignoring cancellation (a slow upstream
+// whose answer arrives late).
+type stubbornFetcher struct {
+	calls chan chan recovery.Answer
+	stop  chan struct{} // closed at the end of the test: unanswered fetches give up
+}
+
+func (f *stubbornFetcher) Fetch(_ context.Context, _ string, _ event.Rank, _ *uint64, _ int) (recovery.Answer, error) {
+	ch := make(chan recovery.Answer)
+	f.calls <- ch
+	select {
+	case a := <-ch:
+		return a, nil
+	case <-f.stop:
+		return recovery.Answer{Kind: recovery.AnswerFailed}, errors.New("test over")
+	}
+}
+
+// TestRule4LateAnswerOfARemovedIncarnationIsDiscarded (SPEC §5 lifecycle rule 4): a rank removed
+// while its restore is in flight and written again starts a new restore; the old restore's
+// answer, arriving late, must not be taken for the new one's (fetch tokens continue across the
+// removal instead of starting again at 1).
+func TestRule4LateAnswerOfARemovedIncarnationIsDiscarded(t *testing.T) {
+	f0 := &stubbornFetcher{calls: make(chan chan recovery.Answer, 4), stop: make(chan struct{})}
+	f := open(t, vfs.NewMem(), Options{Lanes: 1, Fetcher: f0, Source: func(uint64) string { return "http://upstream" }})
+	defer f.close()
+	defer close(f0.stop) // runs first: no fetch holds Close up
+	r := event.Rank{WorkerID: 7}
+	f.submit(event.Stored(r, 1, nil, blk(1)))
+	old := <-f0.calls
+	if n, err := f.p.RemoveWorker(context.Background(), 7); err != nil || n != 1 {
+		t.Fatalf("remove: %d %v", n, err)
+	}
+	f.submit(event.Stored(r, 20, nil, blk(20)))
+	fresh := <-f0.calls
+	old <- recovery.Answer{Kind: recovery.AnswerTreeDump, LastEventID: 19, Events: []event.RouterEvent{event.Stored(r, 0, nil, blk(666))}}
+	if err := f.p.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the late answer reaches the lane
+	if err := f.p.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := f.p.RankStatus(r); st.State != "recovering" {
+		t.Fatalf("the old incarnation's answer ended the new restore: %+v", st)
+	}
+	select {
+	case fresh <- recovery.Answer{Kind: recovery.AnswerTreeDump, LastEventID: 19, Events: []event.RouterEvent{event.Stored(r, 0, nil, blk(5))}}:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the new restore's fetch is no longer waiting for its answer")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, _ := f.p.RankStatus(r)
+		if st.State == "live" && st.Last == 20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the new restore was not applied: %+v", st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_ = f.p.Flush(context.Background())
+	var got []uint64
+	_ = f.ix.DumpRank(r, func(ev *event.RouterEvent) error {
+		for _, b := range ev.Blocks {
+			got = append(got, b.BlockHash)
+		}
+		return nil
+	})
+	if len(got) != 2 || got[0] == 666 || got[1] == 666 {
+		t.Fatalf("rank holds %v, want the new dump's block 5 and event 20's block 20", got)
+	}
+}

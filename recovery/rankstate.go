@@ -76,6 +76,10 @@ type Options struct {
 	// PendingCap bounds the live events buffered during a recovery. Default (0)
 	// DefaultPendingCap (1,024); values below 1 mean the default.
 	PendingCap int
+	// TokenBase: fetch tokens are issued above it. A driver that replaces a rank's RankState
+	// (removal, a failed commit) passes the old one's LastToken, so an answer to a fetch of the
+	// old state can never match a fetch of the new one.
+	TokenBase uint64
 }
 
 // Decision is what the driver must do after an input, in this order:
@@ -263,7 +267,7 @@ func NewRankState(rank event.Rank, opts Options) *RankState {
 	if capacity < 1 {
 		capacity = DefaultPendingCap
 	}
-	return &RankState{rank: rank, hasSource: opts.HasSource, pendingCap: capacity}
+	return &RankState{rank: rank, hasSource: opts.HasSource, pendingCap: capacity, lastToken: opts.TokenBase}
 }
 
 // Restore returns the state of a rank rebuilt after a restart from its log: cursor is what the
@@ -336,6 +340,9 @@ func (s *RankState) State() string {
 	}
 	return "live"
 }
+
+// LastToken is the last fetch token issued (Options.TokenBase when none was).
+func (s *RankState) LastToken() uint64 { return s.lastToken }
 
 // FetchToken is the token of the recovery in flight (0 when none).
 func (s *RankState) FetchToken() uint64 {
