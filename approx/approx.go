@@ -83,10 +83,7 @@ type side struct {
 	entries map[key]*entry
 	order   *btree.BTreeG[*entry]
 	perRank map[event.Rank]int
-}
-
-func newSide() *side {
-	return &side{tree: index.New(index.Options{}), entries: map[key]*entry{}, order: btree.NewG(16, less), perRank: map[event.Rank]int{}}
+	live    *atomic.Int64 // the Set's count of entries over every partition
 }
 
 // Set is the side indexes of every partition. Safe for concurrent use.
@@ -97,6 +94,9 @@ type Set struct {
 
 	mu    sync.Mutex
 	parts map[uint32]*side
+	// live counts the side entries of every partition, so that find_matches on a server that
+	// records no decisions takes no lock (Scores is on its hot path).
+	live atomic.Int64
 
 	Decisions, Expired, Pruned atomic.Uint64
 }
@@ -192,7 +192,8 @@ func (s *Set) apply(r event.Rank, entries []wal.ApproxEntry) {
 func (s *Set) side(part uint32) *side {
 	sd := s.parts[part]
 	if sd == nil {
-		sd = newSide()
+		sd = &side{tree: index.New(index.Options{}), entries: map[key]*entry{}, order: btree.NewG(16, less),
+			perRank: map[event.Rank]int{}, live: &s.live}
 		s.parts[part] = sd
 	}
 	return sd
@@ -215,6 +216,7 @@ func (sd *side) put(w *wal.ApproxEntry) {
 	sd.entries[k] = e
 	sd.order.ReplaceOrInsert(e)
 	sd.perRank[w.Rank]++
+	sd.live.Add(1)
 }
 
 // drop removes entries from the side index and the tree. Caller holds s.mu.
@@ -229,6 +231,7 @@ func (sd *side) drop(r event.Rank, blocks []uint64) {
 		sd.order.Delete(e)
 		delete(sd.entries, k)
 		removed = append(removed, h)
+		sd.live.Add(-1)
 		if sd.perRank[r]--; sd.perRank[r] == 0 {
 			delete(sd.perRank, r)
 		}
@@ -425,6 +428,9 @@ func (s *Set) Load(ctx context.Context, log *wal.Log) (kept, expired int, err er
 
 // Scores appends the side index's find_matches answer for a partition.
 func (s *Set) Scores(dst []index.Score, part uint32, hashes []uint64, earlyExit bool) []index.Score {
+	if s.live.Load() == 0 {
+		return dst
+	}
 	s.mu.Lock()
 	sd := s.parts[part]
 	s.mu.Unlock()

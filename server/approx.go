@@ -76,12 +76,18 @@ func (s *Server) postRoutingDecision(w http.ResponseWriter, r *http.Request) {
 
 // scoresOf answers a find_matches in partition p (nil: unknown, no scores): the event-fed
 // tree's scores, each rank raised to its side score where that is higher (SPEC §8).
-func (s *Server) scoresOf(buf *scoreBuf, p *partition.Partition, hashes []uint64, earlyExit bool) []index.Score {
+// With wantPath it also records in buf.path the block hash matched at each depth, which only the
+// tier walk needs; find_matches without lower-tier blocks takes the plain walk.
+func (s *Server) scoresOf(buf *scoreBuf, p *partition.Partition, hashes []uint64, earlyExit, wantPath bool) []index.Score {
 	buf.scores, buf.path = buf.scores[:0], buf.path[:0]
 	if p == nil {
 		return buf.scores
 	}
-	buf.scores, buf.path = p.Index.FindMatchesPath(buf.scores, buf.path, hashes, earlyExit)
+	if wantPath {
+		buf.scores, buf.path = p.Index.FindMatchesPath(buf.scores, buf.path, hashes, earlyExit)
+	} else {
+		buf.scores = p.Index.FindMatchesInto(buf.scores, hashes, earlyExit)
+	}
 	buf.side = s.approx.Scores(buf.side[:0], p.ID, hashes, earlyExit)
 	if len(buf.side) == 0 {
 		return buf.scores

@@ -118,7 +118,7 @@ func (s *Server) FindMatches(dst []index.Score, key partition.Key, hashes []uint
 	}
 	buf := scoreBufs.Get().(*scoreBuf)
 	defer scoreBufs.Put(buf)
-	return append(dst[:0], s.scoresOf(buf, p, hashes, earlyExit)...)
+	return append(dst[:0], s.scoresOf(buf, p, hashes, earlyExit, false)...)
 }
 
 // Flush returns once every event accepted before the call is applied and approximate blocks due

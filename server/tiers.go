@@ -67,8 +67,9 @@ func tiersOf(tb [4]uint64) tiersJSON {
 // scores of scoresOf (event-fed tree and side index), then, unless deviceOnly, the lower tiers'
 // extensions from the event-fed tree's path (tier.Tiers.Extend).
 func (s *Server) tieredScoresOf(buf *scoreBuf, p *partition.Partition, hashes []uint64, earlyExit, deviceOnly bool) []tier.Score {
-	device := s.scoresOf(buf, p, hashes, earlyExit)
-	if p == nil || deviceOnly {
+	walk := p != nil && !deviceOnly && p.Tiers.LowerEdges() > 0
+	device := s.scoresOf(buf, p, hashes, earlyExit, walk)
+	if !walk {
 		buf.tiered = buf.tiered[:0]
 		for _, d := range device {
 			buf.tiered = append(buf.tiered, tier.Score{Score: d})
