@@ -253,11 +253,8 @@ type victim struct {
 // moved meanwhile (a refresh). It returns how many it removed.
 func (s *Set) removeVictims(ctx context.Context, vs []victim) (int, error) {
 	slices.SortFunc(vs, func(a, b victim) int {
-		if a.rank != b.rank {
-			if a.rank.Less(b.rank) {
-				return -1
-			}
-			return 1
+		if c := a.rank.Compare(b.rank); c != 0 {
+			return c
 		}
 		return cmp.Compare(a.block, b.block)
 	})
@@ -386,30 +383,15 @@ func (s *Set) Load(ctx context.Context, log *wal.Log) (kept, expired int, err er
 	if err != nil {
 		return 0, 0, fmt.Errorf("approx: loading: %w", err)
 	}
-	if len(dead) > 0 {
-		b := log.NewBatch()
-		defer b.Close()
-		for i := range dead {
-			b.DeleteApprox(dead[i].Rank, dead[i].BlockHash)
-		}
-		if err := log.Commit(ctx, b); err != nil {
-			return 0, 0, fmt.Errorf("approx: removing blocks that expired while down: %w", err)
-		}
-		s.Expired.Add(uint64(len(dead)))
-		s.lg.Info("approximate blocks expired while kvindex was down: removed", "blocks", len(dead))
-	}
 	// Parents before children: by rank, then position.
 	slices.SortFunc(live, func(a, b wal.ApproxEntry) int {
-		if a.Rank != b.Rank {
-			if a.Rank.Less(b.Rank) {
-				return -1
-			}
-			return 1
+		if c := a.Rank.Compare(b.Rank); c != 0 {
+			return c
 		}
 		return cmp.Compare(a.Position, b.Position)
 	})
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	kept = 0
 	for i := range live {
 		e := &live[i]
 		sd := s.side(e.Rank.Partition)
@@ -419,11 +401,28 @@ func (s *Set) Load(ctx context.Context, log *wal.Log) (kept, expired int, err er
 		}
 		ev := event.Stored(e.Rank, 0, parent, event.Block{BlockHash: e.BlockHash, TokensHash: e.TokensHash})
 		if res := sd.tree.Apply(&ev); res.Status != index.StatusOK {
-			continue // its parent expired first (a clock step): it cannot be reached anyway
+			// Its parent expired first (a clock step back): it cannot be reached, so it is
+			// removed with the expired ones, not left on disk to be skipped at every start.
+			dead = append(dead, *e)
+			continue
 		}
 		sd.put(e)
+		kept++
 	}
-	return len(live), len(dead), nil
+	s.mu.Unlock()
+	if len(dead) > 0 {
+		b := log.NewBatch()
+		defer b.Close()
+		for i := range dead {
+			b.DeleteApprox(dead[i].Rank, dead[i].BlockHash)
+		}
+		if err := log.Commit(ctx, b); err != nil {
+			return kept, 0, fmt.Errorf("approx: removing blocks that expired while down: %w", err)
+		}
+		s.Expired.Add(uint64(len(dead)))
+		s.lg.Info("approximate blocks expired while kvindex was down: removed", "blocks", len(dead))
+	}
+	return kept, len(dead), nil
 }
 
 // Scores appends the side index's find_matches answer for a partition.
@@ -470,15 +469,7 @@ func (s *Set) Ranks() []event.Rank {
 		}
 	}
 	s.mu.Unlock()
-	slices.SortFunc(out, func(a, b event.Rank) int {
-		if a == b {
-			return 0
-		}
-		if a.Less(b) {
-			return -1
-		}
-		return 1
-	})
+	slices.SortFunc(out, event.Rank.Compare)
 	return out
 }
 

@@ -259,3 +259,26 @@ func TestBadDecisionsAreRefused(t *testing.T) {
 		t.Fatal("a refused decision wrote something")
 	}
 }
+
+// TestUnreachableEntriesAreRemovedAtLoad: a record whose parent is gone (its parent expired
+// first after a clock step) cannot be reached; the load removes it from the store and counts it
+// with the expired ones instead of skipping it at every start.
+func TestUnreachableEntriesAreRemovedAtLoad(t *testing.T) {
+	g := newRig(t, Options{TTL: 10 * time.Second})
+	b := g.log.NewBatch()
+	b.PutApprox(&wal.ApproxEntry{Rank: rk(1), BlockHash: 2, TokensHash: 2, Position: 1, HasParent: true, ParentHash: 1,
+		Deadline: g.clk.t.Add(time.Minute)})
+	if err := g.log.Commit(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	kept, expired, err := g.s.Load(context.Background(), g.log)
+	if err != nil || kept != 0 || expired != 1 {
+		t.Fatalf("load: kept %d expired %d err %v; want 0, 1", kept, expired, err)
+	}
+	n := 0
+	_ = g.log.ApproxEntries(func(*wal.ApproxEntry) error { n++; return nil })
+	if n != 0 || g.s.Blocks(0) != 0 {
+		t.Fatalf("%d records on disk, %d side blocks after the load; want none", n, g.s.Blocks(0))
+	}
+}

@@ -437,15 +437,7 @@ func (l *Log) Ranks() ([]event.Rank, error) {
 			return nil, store.MapError("wal: ranks", err)
 		}
 	}
-	slices.SortFunc(out, func(a, b event.Rank) int {
-		if a == b {
-			return 0
-		}
-		if a.Less(b) {
-			return -1
-		}
-		return 1
-	})
+	slices.SortFunc(out, event.Rank.Compare)
 	return slices.Compact(out), nil
 }
 
