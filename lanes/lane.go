@@ -156,12 +156,7 @@ func (ln *lane) exec(o *op) error {
 	defer b.Close()
 	apply := o.exec(b)
 	if err := ln.p.log.Commit(context.Background(), b); err != nil {
-		ln.failMu.Lock()
-		if ln.failErr == nil {
-			ln.failErr = err
-			ln.p.lg.Error("log commit failed; the lane refuses writes until restart", "lane", ln.id, "err", err)
-		}
-		ln.failMu.Unlock()
+		ln.markFailed(err, nil)
 		return err
 	}
 	if apply != nil {
@@ -214,6 +209,7 @@ func (ln *lane) removeRank(r event.Rank) (int, error) {
 	defer b.Close()
 	b.RemoveRank(r)
 	if err := ln.p.log.Commit(context.Background(), b); err != nil {
+		ln.markFailed(err, nil) // like any commit of the lane: it refuses writes from now on
 		return 0, err
 	}
 	ln.p.ix(r).RemoveRank(r)
@@ -493,13 +489,7 @@ func (ln *lane) finishCommit(pd *pending) {
 	bs := pd.bs
 	defer bs.b.Close()
 	if pd.err != nil {
-		ln.failMu.Lock()
-		if ln.failErr == nil {
-			ln.failErr = pd.err
-			p.lg.Error("log commit failed; the lane refuses writes until restart", "lane", ln.id, "events", len(bs.steps), "err", pd.err)
-		}
-		ln.failed = append(ln.failed, bs)
-		ln.failMu.Unlock()
+		ln.markFailed(pd.err, bs)
 		for _, o := range pd.ops {
 			o.w.finish(Result{}, 0, pd.err)
 		}
@@ -521,6 +511,20 @@ func (ln *lane) finishCommit(pd *pending) {
 	}
 	for i, o := range pd.ops {
 		o.w.finish(pd.results[i], 0, nil)
+	}
+}
+
+// markFailed records a failed commit: the lane refuses writes from now on (the log is unusable
+// until the store is reopened), and bs, if any, is a batch whose ranks the decider must restore.
+func (ln *lane) markFailed(err error, bs *batchState) {
+	ln.failMu.Lock()
+	defer ln.failMu.Unlock()
+	if ln.failErr == nil {
+		ln.failErr = err
+		ln.p.lg.Error("log commit failed; the lane refuses writes until restart", "lane", ln.id, "err", err)
+	}
+	if bs != nil {
+		ln.failed = append(ln.failed, bs)
 	}
 }
 
