@@ -69,6 +69,25 @@ func TestCommitFailureAppliesNothing(t *testing.T) {
 			model.Apply(&evs[i])
 		}
 	}
+	// Without any further op on the lanes, each rank is rolled back to its last acknowledged id
+	// (the lane's decider is woken by the failed commit itself).
+	for _, c := range chains {
+		want := uint64(0)
+		if evs := acked[c.rk]; len(evs) > 0 {
+			want = evs[len(evs)-1].EventID
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			st, _ := f.p.RankStatus(c.rk)
+			if st.Last == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("rank %v lists id %d, last acknowledged %d", c.rk, st.Last, want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
 	for _, c := range chains {
 		if got, want := f.ix.RankBlocks(c.rk), uint64(model.Held(c.rk)); got != want {
 			t.Fatalf("rank %v: tree holds %d blocks, acknowledged events hold %d", c.rk, got, want)

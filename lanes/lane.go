@@ -37,6 +37,9 @@ func (ln *lane) run() {
 		} else {
 			select {
 			case o = <-ln.q:
+			case <-ln.wake:
+				ln.drainPipeline() // restores the ranks of failed batches
+				continue
 			case <-ln.p.stop:
 				ln.drainQueue()
 				return
@@ -525,6 +528,10 @@ func (ln *lane) markFailed(err error, bs *batchState) {
 	}
 	if bs != nil {
 		ln.failed = append(ln.failed, bs)
+		select {
+		case ln.wake <- struct{}{}:
+		default: // a wake-up is pending already
+		}
 	}
 }
 

@@ -266,6 +266,10 @@ type lane struct {
 	failErr  error         // the first commit error: the lane refuses writes after it
 	failed   []*batchState // failed batches whose ranks the decider must restore
 	restored map[*rankState]bool
+	// wake tells an idle decider that a failed batch waits for its ranks to be restored, so the
+	// rollback to the durable cursors happens at once, not at the lane's next op (which, with
+	// writes refused, may never come).
+	wake chan struct{}
 }
 
 // New builds a pipeline; call Replay (optional) and then Start.
@@ -292,7 +296,7 @@ func New(log *wal.Log, ixs Indexes, opts Options) *Pipeline {
 		stop: make(chan struct{}), closing: make(chan struct{})}
 	p.fetchCtx, p.fetchCancel = context.WithCancel(context.Background())
 	for i := range opts.Lanes {
-		p.lanes = append(p.lanes, &lane{id: i, p: p, q: make(chan *op, opts.QueueDepth)})
+		p.lanes = append(p.lanes, &lane{id: i, p: p, q: make(chan *op, opts.QueueDepth), wake: make(chan struct{}, 1)})
 	}
 	return p
 }

@@ -42,10 +42,10 @@ func (s *Server) storeFailure() error {
 	s.failSeen.Do(func() {
 		s.lg.Error("store failed: /healthz and /readyz answer 503 and writes are refused until kvindex is restarted; reads are still served",
 			"err", cause)
-		// A lane rolls the ranks of its failed batches back to their last durable cursor only
-		// when it next drains (lanes.lane.restoreFailed); with writes refused that may be never,
-		// and /v1/ranks and the status page would list ids that were never acknowledged. A
-		// barrier through every lane drains them now.
+		// Each lane rolls the ranks of its failed batches back to their last durable cursor by
+		// itself, right after the failed commit (lanes: markFailed wakes the decider). The
+		// barrier only waits for that, so that this answer and every later read list no id
+		// that was never acknowledged.
 		ctx, cancel := context.WithTimeout(context.Background(), failureDrainTimeout)
 		defer cancel()
 		if ferr := s.pipe.Flush(ctx); ferr != nil {
