@@ -366,9 +366,21 @@ func (ln *lane) execute(rs *rankState, d recovery.Decision, ev *event.RouterEven
 	if ev != nil && d.Ignored == 0 {
 		rs.seen, rs.removed = true, false
 	}
+	if d.Dropped > 0 {
+		if f := p.opts.Listener.Dropped; f != nil {
+			f(r, d.Dropped)
+		}
+	}
 	rs.pending = rs.st.Pending()
 	rs.degraded = d.Degraded
-	rs.state = rs.st.State()
+	switch {
+	case d.Recovering:
+		rs.state = "recovering"
+	case d.Degraded:
+		rs.state = "degraded"
+	default:
+		rs.state = "live"
+	}
 }
 
 func (ln *lane) newBatchState() *batchState {

@@ -103,6 +103,10 @@ type Listener struct {
 	Epoch func(r event.Rank, lastID, newID uint64)
 	// Snapshot is called after online retention folded a rank's log prefix into a snapshot.
 	Snapshot func(r event.Rank, upTo uint64, d time.Duration, err error)
+	// Dropped is called with the buffered events a decision dropped: superseded by a recovery
+	// answer (the cap overflowed), erased by a Cleared, or inside a lost range it recorded.
+	// Never a loss of its own: the losses are the ledger's (GapLost).
+	Dropped func(r event.Rank, n int)
 	// Recovered is called for each gap a recovery filled.
 	Recovered func(r event.Rank, from, to uint64)
 	// Fetch is called on the rank's lane when a recovery fetch's answer was taken, with its

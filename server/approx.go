@@ -105,12 +105,10 @@ func (c *Config) approxOptions() approx.Options {
 	return o
 }
 
-// rankMode is a rank's mode for /v1/ranks: events, approximate (side entries only) or mixed.
-func rankMode(eventFed bool, side int) string {
-	switch {
-	case !eventFed:
-		return "approximate"
-	case side > 0:
+// eventFedMode is the /v1/ranks mode of an event-fed rank: mixed when it also has side entries
+// (a rank with side entries only is "approximate").
+func eventFedMode(side int) string {
+	if side > 0 {
 		return "mixed"
 	}
 	return "events"

@@ -432,7 +432,7 @@ func (s *Server) listRanks(w http.ResponseWriter, r *http.Request) {
 		}
 		side := s.approx.RankBlocks(st.Rank)
 		tb := p.Tiers.TierBlocks(st.Rank)
-		out = append(out, rankJSON{Mode: rankMode(true, side), ApproxBlocks: side, ModelName: p.Key.ModelName, RoutingGroup: p.Key.RoutingGroup,
+		out = append(out, rankJSON{Mode: eventFedMode(side), ApproxBlocks: side, ModelName: p.Key.ModelName, RoutingGroup: p.Key.RoutingGroup,
 			WorkerID: st.Rank.WorkerID, DPRank: st.Rank.DPRank, Blocks: tb[event.TierDevice],
 			Lane: st.Lane, FirstEventID: first, LastEventID: st.Last, State: state, Gaps: gapsJSON{Recovered: st.Recovered, Lost: st.Lost},
 			Tiers: tiersOf(tb)})

@@ -69,6 +69,7 @@ type metrics struct {
 	gaps         *prometheus.CounterVec
 	fetches      *prometheus.CounterVec
 	epochs       prometheus.Counter
+	dropped      prometheus.Counter
 	snapshots    *prometheus.CounterVec
 	findSec      prometheus.Histogram
 	httpRequests *prometheus.CounterVec
@@ -99,6 +100,8 @@ func newMetrics(s *Server) *metrics {
 	for _, o := range []string{"lost", "recovered"} {
 		m.gaps.WithLabelValues(o)
 	}
+	m.dropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvindex_buffered_events_dropped_total",
+		Help: "Events buffered during a recovery and then dropped: superseded by the recovery's answer, erased by a Cleared, or inside a gap recorded lost (counted in kvindex_gaps_total)."})
 	m.epochs = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvindex_publisher_restarts_total", Help: "Publisher restarts (new epochs) seen."})
 	m.snapshots = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_retention_snapshots_total", Help: "Online retention snapshots by result."}, []string{"result"})
 	m.findSec = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvindex_find_matches_seconds",
@@ -114,7 +117,7 @@ func newMetrics(s *Server) *metrics {
 		Buckets: prometheus.ExponentialBuckets(100e-6, 3, 12)}, []string{"route", "code"})
 	m.buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvindex_build_info", Help: "Always 1; the labels name the build."}, []string{"version", "go"})
 	m.buildInfo.WithLabelValues(BuildVersion(), runtime.Version()).Set(1)
-	for _, c := range []prometheus.Collector{m.appendSec, m.commits, m.logged, m.ignored, m.gaps, m.fetches, m.epochs, m.snapshots,
+	for _, c := range []prometheus.Collector{m.appendSec, m.commits, m.logged, m.ignored, m.gaps, m.fetches, m.epochs, m.dropped, m.snapshots,
 		m.findSec, m.httpRequests, m.replayRanks, m.replayTotal, m.replayEvents, m.replaySec, m.panics, m.httpSec, m.buildInfo} {
 		f(c)
 	}
@@ -153,6 +156,7 @@ func (m *metrics) listener(mode string) lanes.Listener {
 		Ignored:   func(event.Rank, uint64) { m.ignored.Inc() },
 		GapLost:   func(event.Rank, uint64, uint64) { m.gaps.WithLabelValues("lost").Inc() },
 		Recovered: func(event.Rank, uint64, uint64) { m.gaps.WithLabelValues("recovered").Inc() },
+		Dropped:   func(_ event.Rank, n int) { m.dropped.Add(float64(n)) },
 		Fetch: func(_ event.Rank, full bool, _ time.Duration, outcome string) {
 			kind := "range"
 			if full {

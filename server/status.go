@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/lanes"
 )
 
@@ -215,7 +216,7 @@ func (s *Server) rankGroups(ranks []lanes.RankStatus) ([]*stateGroup, []partitio
 			last = strconv.FormatUint(st.Last, 10)
 		}
 		g.Ranks = append(g.Ranks, rankRow{Partition: parts[i].Name, WorkerID: st.Rank.WorkerID, DPRank: st.Rank.DPRank, Lane: st.Lane,
-			Blocks: s.parts.IndexOf(st.Rank.Partition).RankBlocks(st.Rank), Last: last, Recovered: st.Recovered, Lost: st.Lost})
+			Blocks: s.rankBlocks(st.Rank), Last: last, Recovered: st.Recovered, Lost: st.Lost})
 	}
 	return groups, parts
 }
@@ -305,4 +306,12 @@ func humanBytes(n uint64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// rankBlocks is a listed rank's device blocks, read without creating its partition (a read).
+func (s *Server) rankBlocks(r event.Rank) uint64 {
+	if p := s.parts.Get(r.Partition); p != nil {
+		return p.Index.RankBlocks(r)
+	}
+	return 0
 }
