@@ -190,6 +190,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if c, ok := r.rep.Get(MetricPebbleCeilingEventsPS); ok && c > 0 {
 		r.rep.add(MetricIngestVsCeiling, r.ingest/c, UnitRatio)
+		if m, ok := r.rep.Get(MetricMemoryIngestEventsPS); ok && m > 0 {
+			r.rep.add(MetricIngestVsLimit, r.ingest/min(c, m), UnitRatio)
+		}
 	}
 	r.lg.Info("bench: done", "took_ms", time.Since(start).Milliseconds())
 	return r.rep, nil
