@@ -218,3 +218,81 @@ func FuzzDecodeMsgpack(f *testing.F) {
 		}
 	})
 }
+
+// TestJSONFastPathDecodesEveryValidBodyLikeTheChecked: the bodies producers send (every event
+// kind, tiers, dp ranks, null or missing optionals, unknown fields, any key order, escaped keys,
+// 2^64-1) take the fast path and decode as the checked decoder does; the fast path refuses, for
+// the checked decoder to judge, what it must not decide (issue 17 item 5: one typed pass).
+func TestJSONFastPathDecodesEveryValidBodyLikeTheChecked(t *testing.T) {
+	parent := uint64(1234)
+	var evs []RouterEvent
+	for _, r := range []Rank{{WorkerID: 7}, {WorkerID: 1<<64 - 1, DPRank: 1<<32 - 1}} {
+		evs = append(evs, Stored(r, 1, nil, Block{1, 2}), Stored(r, 2, &parent, Block{3, 4}, Block{1<<64 - 1, 0}),
+			Removed(r, 3, 3, 1<<64-1), Cleared(r, 4))
+	}
+	host := Stored(Rank{WorkerID: 9}, 5, nil, Block{5, 6})
+	host.Tier = TierHostPinned
+	evs = append(evs, host)
+	var enc []byte
+	enc = append(enc, '[')
+	for i := range evs {
+		if i > 0 {
+			enc = append(enc, ',')
+		}
+		enc = AppendJSON(enc, &evs[i])
+	}
+	enc = append(enc, ']')
+	valid := map[string]string{
+		"encoded":        string(enc),
+		"empty":          `[]`,
+		"null optionals": `[{"worker_id":7,"storage_tier":null,"event":{"event_id":1,"dp_rank":null,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":1,"tokens_hash":2}]}}}}]`,
+		"unknown fields": `[{"worker_id":7,"x":[1,{"y":2}],"event":{"event_id":1,"z":"w","data":{"removed":{"block_hashes":[5],"q":1}}}}]`,
+		"key order":      `[{"event":{"data":{"stored":{"blocks":[{"tokens_hash":2,"block_hash":1}],"parent_hash":9}},"dp_rank":3,"event_id":2},"worker_id":8}]`,
+		"escaped key":    `[{"worker\u005fid":7,"event":{"event_id":1,"data":"cleared"}}]`,
+		"cleared object": `[{"worker_id":7,"event":{"event_id":1,"data":{"cleared":null}}}]`,
+		"whitespace":     " [ {\"worker_id\" : 7 ,\n\"event\":{\"event_id\":1,\"data\":\"cleared\"} } ] ",
+		"max values":     `[{"worker_id":18446744073709551615,"event":{"event_id":18446744073709551615,"dp_rank":4294967295,"data":{"removed":{"block_hashes":[18446744073709551615]}}}}]`,
+	}
+	for name, body := range valid {
+		t.Run(name, func(t *testing.T) {
+			fast, ok := decodeBatchFast([]byte(body))
+			if !ok {
+				t.Fatalf("fast path refused a valid body: %s", body)
+			}
+			checked, err := decodeBatchChecked([]byte(body))
+			if err != nil {
+				t.Fatalf("checked decoder: %v", err)
+			}
+			if !reflect.DeepEqual(fast, checked) {
+				t.Fatalf("fast %+v, checked %+v", fast, checked)
+			}
+		})
+	}
+	refused := map[string]string{
+		"negative":         `[{"worker_id":-1,"event":{"event_id":1,"data":"cleared"}}]`,
+		"fraction":         `[{"worker_id":1.0,"event":{"event_id":1,"data":"cleared"}}]`,
+		"exponent":         `[{"worker_id":1e3,"event":{"event_id":1,"data":"cleared"}}]`,
+		"leading zero":     `[{"worker_id":01,"event":{"event_id":1,"data":"cleared"}}]`,
+		"overflow":         `[{"worker_id":18446744073709551616,"event":{"event_id":1,"data":"cleared"}}]`,
+		"dp rank overflow": `[{"worker_id":1,"event":{"event_id":1,"dp_rank":4294967296,"data":"cleared"}}]`,
+		"string number":    `[{"worker_id":"1","event":{"event_id":1,"data":"cleared"}}]`,
+		"repeated key":     `[{"worker_id":1,"worker_id":2,"event":{"event_id":1,"data":"cleared"}}]`,
+		"two variants":     `[{"worker_id":1,"event":{"event_id":1,"data":{"cleared":null,"stored":{"blocks":[]}}}}]`,
+		"no variant":       `[{"worker_id":1,"event":{"event_id":1,"data":{}}}]`,
+		"unknown variant":  `[{"worker_id":1,"event":{"event_id":1,"data":"gone"}}]`,
+		"missing worker":   `[{"event":{"event_id":1,"data":"cleared"}}]`,
+		"missing blocks":   `[{"worker_id":1,"event":{"event_id":1,"data":{"stored":{}}}}]`,
+		"null block hash":  `[{"worker_id":1,"event":{"event_id":1,"data":{"removed":{"block_hashes":[1,null]}}}}]`,
+		"bad tier":         `[{"worker_id":1,"storage_tier":"tape","event":{"event_id":1,"data":"cleared"}}]`,
+		"not an array":     `{"worker_id":1}`,
+		"null body":        `null`,
+		"trailing garbage": `[] x`,
+	}
+	for name, body := range refused {
+		t.Run("refuses "+name, func(t *testing.T) {
+			if evs, ok := decodeBatchFast([]byte(body)); ok {
+				t.Fatalf("fast path decided %s itself: %+v", body, evs)
+			}
+		})
+	}
+}
