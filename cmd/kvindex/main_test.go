@@ -37,6 +37,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"kvindex", "bench"}, 2, "--trace", [2]string{}},
 		{[]string{"kvindex", "loadgen", "--target", "http://127.0.0.1:1"}, 2, "--trace", [2]string{}},
 		{[]string{"kvindex", "loadgen", "--trace", "x"}, 2, "--target", [2]string{}},
+		{[]string{"kvindex", "loadgen", "--target", "http://127.0.0.1:1", "--trace", "x", "--rss-every", "-1s"}, 2, "--rss-every", [2]string{}},
+		{[]string{"kvindex", "loadgen", "--target", "http://127.0.0.1:1", "--trace", "x", "--rss-every", "0", "--rss-csv", "f.csv"}, 2, "--rss-csv", [2]string{}},
 		{[]string{"kvindex", "help", "nosuchtopic"}, 2, "No help topic", [2]string{}},
 		{[]string{"kvindex", "version", "extra"}, 2, "no arguments", [2]string{}},
 		{[]string{"kvindex", "serve", "--memtable-size", "lots"}, 2, "--memtable-size", [2]string{}},
