@@ -94,6 +94,9 @@ type LoadOptions struct {
 	RSSEvery time.Duration
 	// RSSCSV, when set, is a file to write every RSS sample to (CSV with a header).
 	RSSCSV string
+	// RSSWarmup delays the RSS start sample: it is the first sample after the run's first
+	// memtable flush and at least RSSWarmup into the run (default 0: the first flush only).
+	RSSWarmup time.Duration
 	// MaxEvents bounds the events posted (the stream's first MaxEvents); 0 (default) is all.
 	MaxEvents int
 	// IdleQueries bounds the find_matches asked after the events are in, on the idle server;
@@ -152,8 +155,8 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 	if o.RSSEvery == 0 {
 		o.RSSEvery = defaultRSSEvery
 	}
-	if o.Rate < 0 || o.Clients < 0 || o.Batch < 0 || o.Duration < 0 || o.MaxEvents < 0 || o.TopK < 0 {
-		return nil, fmt.Errorf("%w: negative rate, clients, batch, duration, max events or top k", ErrOptions)
+	if o.Rate < 0 || o.Clients < 0 || o.Batch < 0 || o.Duration < 0 || o.MaxEvents < 0 || o.TopK < 0 || o.RSSWarmup < 0 {
+		return nil, fmt.Errorf("%w: negative rate, clients, batch, duration, max events, top k or RSS warm-up", ErrOptions)
 	}
 	if o.Clients == 0 {
 		o.Clients = loadgenDefaultClients
@@ -391,7 +394,7 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 	if o.Loop {
 		rep.add(MetricLoadLaps, float64(laps), UnitCount)
 	}
-	rss.report(rep)
+	rss.report(rep, o.RSSWarmup)
 	if err := rss.err(); err != nil {
 		o.Logger.Warn("loadgen: sampling the server's RSS stopped", "err", err)
 	}

@@ -20,12 +20,13 @@ import (
 const (
 	MetricRSSSamples   = "rss_samples"             // samples taken (from the start sample on)
 	MetricRSSStartSec  = "rss_start_s"             // when the start sample was taken, since the run began
-	MetricRSSStart     = "rss_start_bytes"         // the first sample after the first memtable flush of the run
+	MetricRSSStart     = "rss_start_bytes"         // the first sample after the first memtable flush of the run and LoadOptions.RSSWarmup
 	MetricRSSEnd       = "rss_end_bytes"           // the last sample, once the events are posted
 	MetricRSSMax       = "rss_max_bytes"           // the largest sample from the start sample on
 	MetricRSSGrowth    = "rss_growth"              // rss_end ÷ rss_start
 	MetricRSSSlope     = "rss_slope_bytes_per_min" // least-squares slope of the samples from the start sample on
 	MetricStoreFlushes = "store_flushes"           // memtable flushes during the run (kvindex_store_flushes_total)
+	MetricRSSHalves    = "rss_halves_ratio"        // mean of the second half of the samples ÷ mean of the first (from the start sample on)
 	defaultRSSEvery    = 5 * time.Second
 	rssScrapeTimeout   = 10 * time.Second
 	metricRSS          = "process_resident_memory_bytes"
@@ -159,17 +160,19 @@ func value(m *dto.Metric) float64 {
 }
 
 // report adds the RSS metrics: the start sample is the first one taken after the run's first
-// memtable flush (the flush count above the first sample's), or the first sample when no flush
-// happened. Nothing is added without samples.
-func (s *rssSampler) report(rep *Report) {
+// memtable flush (the flush count above the first sample's) and at least warmup into the run, or
+// the first sample at least warmup in when no flush happened (the last sample if none is).
+// Nothing is added without samples.
+func (s *rssSampler) report(rep *Report, warmup time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.samples) == 0 {
 		return
 	}
-	from := 0
+	flushed := s.samples[len(s.samples)-1].flushes > s.samples[0].flushes
+	from := len(s.samples) - 1
 	for i, smp := range s.samples {
-		if smp.flushes > s.samples[0].flushes {
+		if smp.at >= warmup && (!flushed || smp.flushes > s.samples[0].flushes) {
 			from = i
 			break
 		}
@@ -187,6 +190,7 @@ func (s *rssSampler) report(rep *Report) {
 	rep.add(MetricRSSMax, hi, UnitBytes)
 	rep.add(MetricRSSGrowth, ratio(last.rss, first.rss), UnitRatio)
 	rep.add(MetricRSSSlope, slopePerMin(xs), UnitBytes)
+	rep.add(MetricRSSHalves, halvesRatio(xs), UnitRatio)
 	rep.add(MetricStoreFlushes, last.flushes-s.samples[0].flushes, UnitCount)
 }
 
@@ -207,6 +211,23 @@ func slopePerMin(xs []rssSample) float64 {
 		return 0
 	}
 	return (n*sxy - sx*sy) / den
+}
+
+// halvesRatio is the mean RSS of the second half of xs ÷ that of the first half (1 for fewer
+// than two samples): a flatness measure that one GC cycle's peak does not swing.
+func halvesRatio(xs []rssSample) float64 {
+	if len(xs) < 2 {
+		return 1
+	}
+	mean := func(ys []rssSample) float64 {
+		t := 0.0
+		for _, y := range ys {
+			t += y.rss
+		}
+		return t / float64(len(ys))
+	}
+	h := len(xs) / 2
+	return ratio(mean(xs[len(xs)-h:]), mean(xs[:h]))
 }
 
 // writeCSV writes every sample (from the first, before any flush) to path: seconds since the

@@ -21,6 +21,7 @@ func loadgenCommand() *cli.Command {
 		&cli.DurationFlag{Name: "duration", Value: bench.DefaultLoadDuration, Usage: "stop after this long (with --loop: post events for all of it)", EnvVars: env("loadgen", "duration")},
 		&cli.BoolFlag{Name: "loop", Usage: "continue the simulation over the trace lap after lap until --duration: the same workers keep their LRU caches and their event ids keep increasing, so events keep flowing at a constant live set (no idle queries)", EnvVars: env("loadgen", "loop")},
 		&cli.DurationFlag{Name: "rss-every", Value: 5 * time.Second, Usage: "sample the server's RSS (its /metrics process_resident_memory_bytes) this often while posting (0 = never)", EnvVars: env("loadgen", "rss-every")},
+		&cli.DurationFlag{Name: "rss-warmup", Usage: "take the RSS start sample no earlier than this into the run (and after the first memtable flush)", EnvVars: env("loadgen", "rss-warmup")},
 		&cli.StringFlag{Name: "rss-csv", Usage: "write every RSS sample (with kvindex_memory_bytes by part and the flush count) to this CSV file", EnvVars: env("loadgen", "rss-csv")},
 		&cli.IntFlag{Name: "max-events", Usage: "post at most the stream's first N events (0 = all)", EnvVars: env("loadgen", "max-events")},
 		&cli.BoolFlag{Name: "json", Usage: "one JSON object per metric and line instead of the table", EnvVars: env("loadgen", "json")},
@@ -53,8 +54,8 @@ func loadgenCommand() *cli.Command {
 			if c.Duration("duration") <= 0 || c.Float64("rate") < 0 || c.Int("max-events") < 0 || c.Int("top-k") < 0 {
 				return usagef("--duration must be > 0, --rate, --max-events and --top-k ≥ 0")
 			}
-			if c.Duration("rss-every") < 0 {
-				return usagef("--rss-every must be ≥ 0 (0 = never)")
+			if c.Duration("rss-every") < 0 || c.Duration("rss-warmup") < 0 {
+				return usagef("--rss-every and --rss-warmup must be ≥ 0 (--rss-every 0 = never)")
 			}
 			if c.String("rss-csv") != "" && c.Duration("rss-every") == 0 {
 				return usagef("--rss-csv needs --rss-every > 0")
@@ -90,6 +91,7 @@ func loadgenCommand() *cli.Command {
 				Loop:           c.Bool("loop"),
 				RSSEvery:       rssEvery,
 				RSSCSV:         c.String("rss-csv"),
+				RSSWarmup:      c.Duration("rss-warmup"),
 				AuthToken:      token,
 				Logger:         slog.Default(),
 			})
