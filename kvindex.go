@@ -39,6 +39,11 @@ type Options struct {
 	RetainEvents uint64        // online retention per rank; default 100,000
 	ApproxTTL    time.Duration // approximate mode's TTL; default 120 s
 	Logger       *slog.Logger  // default slog.Default()
+	// Pebble's memory, as serve's --memtable-size and --cache-size: the memtable size (memtables
+	// take at most twice this before writes stall; default 64 MiB, below 4 GiB) and the block
+	// cache size (default 64 MiB).
+	MemTableSize int64
+	CacheSize    int64
 }
 
 // Score is one rank's answer: leading query blocks it holds, and its total blocks.
@@ -53,7 +58,7 @@ type DB struct {
 // returns once the index is ready. ctx bounds the rebuild.
 func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	cfg := server.Config{DataDir: dir, BlockSize: opts.BlockSize, Lanes: opts.Lanes, RetainEvents: opts.RetainEvents,
-		ApproxTTL: opts.ApproxTTL, Logger: opts.Logger}
+		ApproxTTL: opts.ApproxTTL, Logger: opts.Logger, MemTableSize: opts.MemTableSize, CacheSize: opts.CacheSize}
 	if opts.NoSync {
 		cfg.Durability = wal.NoSync
 	}

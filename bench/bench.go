@@ -138,6 +138,25 @@ func LoadWorkload(o Options) (*workload.Workload, error) {
 	return workload.Generate(reqs, o.Scale, o.Workload)
 }
 
+// LoadGenerator returns the simulation of the options' trace as a workload.Generator, to be run
+// lap after lap (`kvindex loadgen --loop`); a workload dir cannot loop (ErrOptions).
+func LoadGenerator(o Options) (*workload.Generator, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if o.WorkloadDir != "" {
+		return nil, fmt.Errorf("%w: a workload dir cannot loop; give a trace", ErrOptions)
+	}
+	reqs := o.Requests
+	if reqs == nil {
+		if reqs, err = workload.LoadTraceFile(o.TracePath); err != nil {
+			return nil, err
+		}
+	}
+	return workload.NewGenerator(reqs, o.Scale, o.Workload)
+}
+
 // Run performs the benchmark of docs/BENCHMARKS.md and returns the metrics measured. On a failure after
 // some stages ran, the report holds what was measured and the error says what failed (a
 // *MismatchError for scores that changed across the restart).

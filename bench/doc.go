@@ -29,6 +29,11 @@
 // then its routing decision (Query.Worker, the query's block hashes) is recorded through
 // server.RecordDecision, the POST /v1/routing_decisions path. See approxStages.
 //
+// LoadGen (`kvindex loadgen`) posts the same workload to a running server over HTTP. With
+// LoadOptions.Loop it keeps posting workload.Generator laps until Duration, at a constant live
+// set, while it samples the server's RSS from /metrics (rss.go): the run behind docs/BENCHMARKS.md
+// "Memory: what bounds RSS".
+//
 // # Invariants
 //
 //   - One data path: stage 2 and the loaded part of stage 3 use the same server pipeline as

@@ -29,6 +29,7 @@ const (
 	MetricLoadAccepted   = "loadgen_accepted"     // of which the server accepted
 	MetricLoadIgnored    = "loadgen_ignored"      // of which it ignored as stale/duplicate
 	MetricLoadSeconds    = "loadgen_seconds"      // wall time of the run
+	MetricLoadLaps       = "loadgen_laps"         // laps of the trace posted (--loop)
 	MetricLoadEventsPerS = "loadgen_events_per_s" // achieved
 	MetricLoadQueries    = "loadgen_find_matches" // find_matches calls answered 200
 	MetricLoadFindP50    = "loadgen_find_matches_p50_ns"
@@ -79,8 +80,23 @@ type LoadOptions struct {
 	Clients int
 	// Batch is the number of events per POST /v1/events; default 64.
 	Batch int
-	// Duration bounds the run; default 1 minute.
+	// Duration bounds the run; default 1 minute. With Loop the events are posted for all of it.
 	Duration time.Duration
+	// Loop continues the simulation over the trace, lap after lap (workload.Generator), until
+	// Duration has passed: the same workers keep their LRU caches and their event ids keep
+	// increasing, so the events keep flowing at a constant live set (the live set is bounded by
+	// workers × cache blocks per copy). Queries cycle over the first lap's. Needs a trace (not a
+	// workload dir); MaxEvents then bounds the events of all laps. The whole Duration is the
+	// loaded phase: no idle queries are asked.
+	Loop bool
+	// RSSEvery is how often the server's /metrics is scraped for its resident set
+	// (process_resident_memory_bytes) while the events are posted; default 5 s, negative: never.
+	RSSEvery time.Duration
+	// RSSCSV, when set, is a file to write every RSS sample to (CSV with a header).
+	RSSCSV string
+	// RSSWarmup delays the RSS start sample: it is the first sample after the run's first
+	// memtable flush and at least RSSWarmup into the run (default 0: the first flush only).
+	RSSWarmup time.Duration
 	// MaxEvents bounds the events posted (the stream's first MaxEvents); 0 (default) is all.
 	MaxEvents int
 	// IdleQueries bounds the find_matches asked after the events are in, on the idle server;
@@ -133,8 +149,14 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.Rate < 0 || o.Clients < 0 || o.Batch < 0 || o.Duration < 0 || o.MaxEvents < 0 || o.TopK < 0 {
-		return nil, fmt.Errorf("%w: negative rate, clients, batch, duration, max events or top k", ErrOptions)
+	if o.Loop && o.Requests == nil && o.TracePath == "" {
+		return nil, fmt.Errorf("%w: looping needs a trace", ErrOptions)
+	}
+	if o.RSSEvery == 0 {
+		o.RSSEvery = defaultRSSEvery
+	}
+	if o.Rate < 0 || o.Clients < 0 || o.Batch < 0 || o.Duration < 0 || o.MaxEvents < 0 || o.TopK < 0 || o.RSSWarmup < 0 {
+		return nil, fmt.Errorf("%w: negative rate, clients, batch, duration, max events, top k or RSS warm-up", ErrOptions)
 	}
 	if o.Clients == 0 {
 		o.Clients = loadgenDefaultClients
@@ -156,7 +178,18 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 		hc = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: o.Clients + 1}}
 		defer hc.CloseIdleConnections()
 	}
-	wl, err := LoadWorkload(Options{Requests: o.Requests, TracePath: o.TracePath, Scale: o.Scale, Workload: o.Workload})
+	var (
+		wl  *workload.Workload
+		gen *workload.Generator
+	)
+	if o.Loop {
+		gen, err = LoadGenerator(Options{Requests: o.Requests, TracePath: o.TracePath, Scale: o.Scale, Workload: o.Workload})
+		if err == nil {
+			wl, err = gen.Next()
+		}
+	} else {
+		wl, err = LoadWorkload(Options{Requests: o.Requests, TracePath: o.TracePath, Scale: o.Scale, Workload: o.Workload})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: workload: %w", err)
 	}
@@ -166,7 +199,7 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 	}
 	base := strings.TrimSuffix(u.String(), "/")
 	o.Logger.Info("loadgen: start", "target", base, "events", len(evs), "queries", len(wl.Queries),
-		"clients", o.Clients, "batch", o.Batch, "rate", o.Rate, "duration_ms", o.Duration.Milliseconds())
+		"clients", o.Clients, "batch", o.Batch, "rate", o.Rate, "duration_ms", o.Duration.Milliseconds(), "loop", o.Loop)
 
 	ctx, cancel := context.WithTimeout(ctx, o.Duration)
 	defer cancel()
@@ -182,81 +215,154 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 		errMu.Unlock()
 		cancel()
 	}
-	parts := partition(evs, o.Clients)
-	perClient := o.Rate / float64(max(len(parts), 1))
+	owner := map[event.Rank]int{} // rank → client, kept across laps (per-rank order)
+	parts := partitionOwned(evs, o.Clients, owner)
+	perClient := o.Rate / float64(max(min(len(owner), o.Clients), 1))
+	sent := make([]int, o.Clients) // events handed to each client, over every lap (the rate's clock)
 	eventsDone := make(chan struct{})
 	start := time.Now()
-	for _, part := range parts {
-		wg.Add(1)
+	rss := newRSSSampler(hc, base, start, posted.Load)
+	var rwg sync.WaitGroup
+	if o.RSSEvery > 0 {
+		rwg.Add(1)
 		go func() {
-			defer wg.Done()
-			var body []byte
-			for n := 0; n < len(part); n += o.Batch {
-				if perClient > 0 {
-					if err := sleepUntil(ctx, start.Add(time.Duration(float64(n)/perClient*float64(time.Second)))); err != nil {
+			defer rwg.Done()
+			rss.run(context.WithoutCancel(ctx), o.RSSEvery, eventsDone)
+		}()
+	}
+	postLap := func(parts [][]event.RouterEvent) {
+		for c, part := range parts {
+			if len(part) == 0 {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var body []byte
+				for n := 0; n < len(part); n += o.Batch {
+					if perClient > 0 {
+						if err := sleepUntil(ctx, start.Add(time.Duration(float64(sent[c]+n)/perClient*float64(time.Second)))); err != nil {
+							return
+						}
+					}
+					batch := part[n:min(n+o.Batch, len(part))]
+					ctype := "application/json"
+					if o.Msgpack {
+						ctype = "application/msgpack"
+						var err error
+						if body, err = event.AppendMsgpackBatch(body[:0], batch); err != nil {
+							fail(err)
+							return
+						}
+					} else {
+						body = appendBatchJSON(body[:0], batch)
+					}
+					var res struct {
+						Accepted int `json:"accepted"`
+						Ignored  int `json:"ignored"`
+					}
+					if err := post(ctx, hc, base+"/v1/events", ctype, o.AuthToken, body, &res); err != nil {
+						if ctx.Err() == nil {
+							fail(err)
+						}
 						return
 					}
+					posted.Add(int64(len(batch)))
+					accepted.Add(int64(res.Accepted))
+					ignored.Add(int64(res.Ignored))
 				}
-				batch := part[n:min(n+o.Batch, len(part))]
-				ctype := "application/json"
-				if o.Msgpack {
-					ctype = "application/msgpack"
-					var err error
-					if body, err = event.AppendMsgpackBatch(body[:0], batch); err != nil {
-						fail(err)
-						return
-					}
-				} else {
-					body = appendBatchJSON(body[:0], batch)
-				}
-				var res struct {
-					Accepted int `json:"accepted"`
-					Ignored  int `json:"ignored"`
-				}
-				if err := post(ctx, hc, base+"/v1/events", ctype, o.AuthToken, body, &res); err != nil {
-					if ctx.Err() == nil {
-						fail(err)
-					}
+				sent[c] += len(part)
+			}()
+		}
+	}
+	laps := 1
+	// The next lap is simulated while this one is posted (one lap ahead, stopped with the run).
+	nextLap := make(chan *workload.Workload, 1)
+	lapCtx, cancelLaps := context.WithCancel(ctx)
+	defer cancelLaps()
+	var gwg sync.WaitGroup
+	if o.Loop {
+		gwg.Add(1)
+		go func() {
+			defer gwg.Done()
+			defer close(nextLap)
+			for lapCtx.Err() == nil {
+				next, err := gen.Next()
+				if err != nil {
+					fail(fmt.Errorf("workload lap %d: %w", gen.Lap(), err))
 					return
 				}
-				posted.Add(int64(len(batch)))
-				accepted.Add(int64(res.Accepted))
-				ignored.Add(int64(res.Ignored))
+				select {
+				case nextLap <- next:
+				case <-lapCtx.Done():
+					return
+				}
 			}
 		}()
 	}
+	budget := o.MaxEvents - len(evs) // events left for later laps when MaxEvents bounds them
+	go func() {
+		for {
+			postLap(parts)
+			wg.Wait() // a lap ends on every client before the next starts: a rank's laps stay in order
+			if !o.Loop || ctx.Err() != nil || (o.MaxEvents > 0 && budget <= 0) {
+				break
+			}
+			next, ok := <-nextLap
+			if !ok {
+				break
+			}
+			lapEvs := next.Events
+			if o.MaxEvents > 0 && budget < len(lapEvs) {
+				lapEvs = lapEvs[:budget]
+			}
+			budget -= len(lapEvs)
+			parts = partitionOwned(lapEvs, o.Clients, owner)
+			laps++
+		}
+		close(eventsDone)
+	}()
 	ask := querier{hc: hc, base: base, token: o.AuthToken, topK: o.TopK, msgpack: o.MsgpackAnswers}
 	var lat, latHealth []time.Duration
 	var qwg sync.WaitGroup
 	qwg.Add(1)
 	go func() { // the querier: stops when the posters are done, at the deadline or on an error
 		defer qwg.Done()
-		for i := range wl.Queries {
-			q := &wl.Queries[i]
-			if len(q.BlockHashes) == 0 {
-				continue
-			}
-			select {
-			case <-eventsDone:
-				return
-			case <-ctx.Done():
-				return
-			default:
-			}
-			find, health, err := ask.pair(ctx, q.BlockHashes)
-			if err != nil {
-				if ctx.Err() == nil {
-					fail(err)
+		for {
+			asked := false
+			for i := range wl.Queries {
+				q := &wl.Queries[i]
+				if len(q.BlockHashes) == 0 {
+					continue
 				}
-				return
+				select {
+				case <-eventsDone:
+					return
+				case <-ctx.Done():
+					return
+				default:
+				}
+				find, health, err := ask.pair(ctx, q.BlockHashes)
+				if err != nil {
+					if ctx.Err() == nil {
+						fail(err)
+					}
+					return
+				}
+				lat, latHealth = append(lat, find), append(latHealth, health)
+				asked = true
 			}
-			lat, latHealth = append(lat, find), append(latHealth, health)
+			if !o.Loop || !asked {
+				return // with Loop the queries cycle until the events are posted
+			}
 		}
 	}()
-	wg.Wait()
+	<-eventsDone
 	took := time.Since(start)
-	close(eventsDone)
 	qwg.Wait()
+	cancelLaps()
+	gwg.Wait()
+	rwg.Wait()
 	if first != nil {
 		return nil, fmt.Errorf("loadgen: %w", first)
 	}
@@ -285,6 +391,18 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 	slices.Sort(idle)
 	slices.Sort(idleHealth)
 	rep := &Report{}
+	if o.Loop {
+		rep.add(MetricLoadLaps, float64(laps), UnitCount)
+	}
+	rss.report(rep, o.RSSWarmup)
+	if err := rss.err(); err != nil {
+		o.Logger.Warn("loadgen: sampling the server's RSS stopped", "err", err)
+	}
+	if o.RSSCSV != "" {
+		if err := rss.writeCSV(o.RSSCSV); err != nil {
+			return nil, err
+		}
+	}
 	rep.add(MetricLoadIdleQueries, float64(len(idle)), UnitCount)
 	rep.add(MetricLoadIdleP50, float64(Percentile(idle, 0.50)), UnitNS)
 	rep.add(MetricLoadIdleP99, float64(Percentile(idle, 0.99)), UnitNS)
@@ -445,4 +563,21 @@ func do(ctx context.Context, hc *http.Client, method, url string, h header, body
 		return nil, fmt.Errorf("%w: %s %s: %s: %s", ErrHTTP, method, url, resp.Status, bytes.TrimSpace(b))
 	}
 	return b, nil
+}
+
+// partitionOwned splits evs over n clients by rank, in stream order per rank: a rank seen before
+// (in owner) stays with its client, a new one goes to client len(owner) % n. It returns n parts
+// (some may be empty), so that a client keeps its index, and its ranks, from lap to lap.
+func partitionOwned(evs []event.RouterEvent, n int, owner map[event.Rank]int) [][]event.RouterEvent {
+	parts := make([][]event.RouterEvent, n)
+	for i := range evs {
+		rk := evs[i].Rank()
+		p, ok := owner[rk]
+		if !ok {
+			p = len(owner) % n
+			owner[rk] = p
+		}
+		parts[p] = append(parts[p], evs[i])
+	}
+	return parts
 }

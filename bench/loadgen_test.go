@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -170,5 +171,84 @@ func TestLoadGenSendsAuthToken(t *testing.T) {
 	}
 	if got, _ := rep.Get(MetricLoadAccepted); got != 10 {
 		t.Fatalf("accepted %v, want 10", got)
+	}
+}
+
+// TestLoadGenLoop checks the rules of LoadOptions.Loop: the simulation goes on lap after lap
+// (workload.Generator), so every event id is new (none is ignored as stale or duplicate) and the
+// server's index equals the laps' stream applied in memory, while the live set stays bounded by
+// workers × cache blocks; and the RSS samples are reported and written to RSSCSV. MaxEvents ends
+// the run (Duration is only a bound).
+func TestLoadGenLoop(t *testing.T) {
+	s, hs := loadTarget(t, server.Config{Lanes: 2})
+	reqs := smallTrace(t, 60)
+	wopts := workload.WorkloadOptions{Workers: 4, CacheBlocks: 16}
+	gen, err := workload.NewGenerator(reqs, 1, wopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := index.New(index.Options{})
+	var lap0 *workload.Workload
+	total := 0
+	for lap := range 4 {
+		wl, err := gen.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lap == 0 {
+			lap0 = wl
+		}
+		evs := wl.Events
+		if lap == 3 {
+			evs = evs[:len(evs)/2] // the run ends inside lap 4
+		}
+		for i := range evs {
+			ref.Apply(&evs[i])
+		}
+		total += len(evs)
+	}
+	csvPath := t.TempDir() + "/rss.csv"
+	rep, err := LoadGen(context.Background(), LoadOptions{
+		Target: hs.URL, Requests: reqs, Workload: wopts, Loop: true, MaxEvents: total, Clients: 3, Batch: 7,
+		Duration: 10 * time.Minute, RSSEvery: time.Millisecond, RSSCSV: csvPath, Logger: quiet(), HTTPClient: hs.Client(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]float64{MetricLoadAccepted: float64(total), MetricLoadIgnored: 0, MetricLoadLaps: 4} {
+		if got, _ := rep.Get(name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	if got, bound := s.Index().Blocks(), uint64(wopts.Workers*wopts.CacheBlocks); got > bound {
+		t.Errorf("live set %d blocks after 4 laps, bound %d", got, bound)
+	}
+	if err := compareAll(context.Background(), lap0.Queries, nonEmpty(lap0.Queries), ref, s.Index()); err != nil {
+		t.Fatalf("server index differs from the laps' stream: %v", err)
+	}
+	for _, name := range []string{MetricRSSStart, MetricRSSEnd, MetricRSSMax, MetricRSSSamples} {
+		if v, ok := rep.Get(name); !ok || !(v > 0) {
+			t.Errorf("%s = %v (present %v), want > 0", name, v, ok)
+		}
+	}
+	b, err := os.ReadFile(csvPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) < 2 || !strings.HasPrefix(lines[0], "seconds,rss_bytes,") {
+		t.Fatalf("RSS CSV %q: want a header and samples", b)
+	}
+}
+
+// TestLoadGenLoopNeedsATrace checks the rule "looping needs a trace: a workload dir is refused
+// (ErrOptions)".
+func TestLoadGenLoopNeedsATrace(t *testing.T) {
+	_, err := LoadGen(context.Background(), LoadOptions{Target: "http://127.0.0.1:1", Loop: true})
+	if !errors.Is(err, ErrOptions) {
+		t.Fatalf("err = %v, want ErrOptions", err)
+	}
+	if _, err := LoadGenerator(Options{WorkloadDir: t.TempDir()}); !errors.Is(err, ErrOptions) {
+		t.Fatalf("LoadGenerator with a workload dir: %v, want ErrOptions", err)
 	}
 }

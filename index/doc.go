@@ -88,6 +88,10 @@
 // not shrink (a churned shard keeps its peak size until its next rebuild; a cleared rank starts
 // a fresh lookup).
 //
+// MemoryBytes (memory.go) turns these costs into an estimate for /metrics
+// (kvindex_memory_bytes{part="index"}) from live counts only — node count and child-table sizes
+// exact, lookups and holder sets estimated — so a scrape never walks the tree.
+//
 // A reader sees each node's state as of its visit; a query racing a writer may see a mix of
 // before and after, never a torn holder set.
 package index

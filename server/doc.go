@@ -16,4 +16,8 @@
 //     answer 503 {"error": "store failed …: <cause>"} until restart; reads are still served, and
 //     the range route serves no event past a rank's durable cursor.
 //   - Every metric lives in the Server's own Prometheus registry (no global state).
+//   - kvindex_memory_bytes{part} names every part that grows with load and has a bound or follows
+//     the live set (memory.go): Pebble's memtables and block cache (Config.MemTableSize,
+//     CacheSize), the trees, the TreeDump cache, the approximate side index; each bounded part's
+//     bound is kvindex_memory_limit_bytes{part}. A scrape walks no blocks or entries.
 package server

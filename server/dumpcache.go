@@ -475,3 +475,24 @@ func (d *dumpCache) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(x.d, prometheus.CounterValue, float64(x.v.Load()))
 	}
 }
+
+// usedBytes is the cost ristretto holds (the encoded answers' lengths); 0 before first use or
+// when disabled.
+func (d *dumpCache) usedBytes() uint64 {
+	d.mu.Lock()
+	c := d.c
+	d.mu.Unlock()
+	if c == nil {
+		return 0
+	}
+	return uint64(max(c.MaxCost()-c.RemainingCost(), 0))
+}
+
+// maxBytes is the cache's configured max cost (0 when disabled).
+func (d *dumpCache) maxBytes() uint64 {
+	d.mu.Lock()
+	o := d.opts
+	d.mu.Unlock()
+	o.defaults()
+	return uint64(max(o.MaxCost, 0))
+}

@@ -126,6 +126,7 @@ func newMetrics(s *Server) *metrics {
 	f(&indexCollector{s: s})
 	f(&storeCollector{s: s})
 	f(&s.dumps)
+	f(&memoryCollector{s: s})
 	return m
 }
 

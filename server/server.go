@@ -56,9 +56,13 @@ type Config struct {
 	AuthToken       string           // when set, mutating routes require `Authorization: Bearer <AuthToken>`; also sent to upstreams
 	TLSCertFile     string           // with TLSKeyFile: serve HTTPS (Run only); both or neither
 	TLSKeyFile      string
-	Strict          bool   // refuse events with fields kvindex does not know (400) instead of counting them
-	Force           bool   // open a non-empty dir that is not a kvindex data dir (store.Options.Force)
-	Version         string // reported in the start log line; default the module version from the build info
+	Strict          bool // refuse events with fields kvindex does not know (400) instead of counting them
+	Force           bool // open a non-empty dir that is not a kvindex data dir (store.Options.Force)
+	// Pebble's memory (docs/BENCHMARKS.md "Memory"): the memtable size (memtables take at most
+	// twice this before writes stall; default 64 MiB) and the block cache size (default 64 MiB).
+	MemTableSize int64
+	CacheSize    int64
+	Version      string // reported in the start log line; default the module version from the build info
 }
 
 // DefaultRetainEvents is the default of Config.RetainEvents (docs/API.md).
@@ -124,7 +128,8 @@ type Server struct {
 // for a newer format) and builds the pipeline. Call Recover before serving writes.
 func Open(cfg Config) (*Server, error) {
 	cfg.defaults()
-	st, err := store.Open(cfg.DataDir, store.Options{FS: cfg.FS, Logger: cfg.Logger, Force: cfg.Force})
+	st, err := store.Open(cfg.DataDir, store.Options{FS: cfg.FS, Logger: cfg.Logger, Force: cfg.Force,
+		MemTableSize: uint64(max(cfg.MemTableSize, 0)), CacheSize: cfg.CacheSize})
 	if err != nil {
 		return nil, err
 	}

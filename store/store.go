@@ -120,6 +120,8 @@ type Store struct {
 	version  uint32
 	torn     []TornTail
 	fatal    *atomic.Bool // set by the Pebble logger's Fatalf
+	// memLimit and cacheSize are the memory bounds of the open DB (MemoryLimits).
+	memLimit, cacheSize int64
 }
 
 // Open opens (creating when needed and not ReadOnly) the data dir.
@@ -195,6 +197,11 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.Tune != nil {
 		opts.Tune(po)
 	}
+	stop := int64(po.MemTableStopWritesThreshold)
+	if stop <= 0 {
+		stop = 2 // Pebble's default
+	}
+	s.memLimit, s.cacheSize = int64(po.MemTableSize)*stop, opts.CacheSize
 	db, err := pebble.Open(dir, po)
 	if err != nil {
 		var pe *fs.PathError
@@ -372,6 +379,11 @@ func (s *Store) TornTails() []TornTail { return s.torn }
 
 // DiskUsage returns the bytes Pebble's files use on disk.
 func (s *Store) DiskUsage() uint64 { return s.db.Metrics().DiskSpaceUsage() }
+
+// MemoryLimits returns the bounds of Pebble's two large memory users: the memtables (MemTableSize
+// × Pebble's MemTableStopWritesThreshold, 2: writes stall beyond it until a flush ends) and the
+// block cache (CacheSize).
+func (s *Store) MemoryLimits() (memtables, blockCache int64) { return s.memLimit, s.cacheSize }
 
 // Metrics returns Pebble's metrics (for /metrics and inspect).
 func (s *Store) Metrics() *pebble.Metrics { return s.db.Metrics() }

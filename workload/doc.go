@@ -7,7 +7,8 @@
 //
 //   - trace.go: LoadTrace / LoadTraceFile (bad lines named by 1-based number) and Scale (--scale
 //     disjoint copies, hash ids shifted by ScaleOffset per copy).
-//   - workload.go: Generate (workers with prefix-closed LRU caches routed by cost), Worker, and
+//   - workload.go: Generate (workers with prefix-closed LRU caches routed by cost), Generator (the
+//     same simulation continued lap after lap over the trace, for `kvindex loadgen --loop`), Worker, and
 //     the workload dir format (WriteWorkloadDir / ReadWorkloadDir, events.ndjson and
 //     queries.ndjson); its own decisions are listed at the top of that file.
 //
@@ -19,6 +20,9 @@
 //     when WorkloadOptions.HostBlocks offloads evictions to host memory; a device Removed names
 //     only cached blocks with no cached child (leaves first); a Stored's parent is the deepest
 //     prompt block the worker held (or the root); queries come in stream order.
+//   - A Generator's laps continue one simulation: per rank the ids keep running across laps, and
+//     no worker ever caches more than CacheBlocks blocks, so the live set is bounded by Workers ×
+//     CacheBlocks per copy however long it runs. Lap 0 is Generate's workload.
 //   - Every Query.AfterEvent lies in [0, len(Events)]: ReadWorkloadDir refuses any other.
 //   - An input is refused whole on its first bad line; nothing partial is returned.
 //

@@ -130,8 +130,32 @@ type Workload struct {
 
 // Generate simulates reqs, scaled to `scale` disjoint copies (see Scale), on Workers simulated
 // workers per copy, and returns the event stream and the queries (docs/BENCHMARKS.md stage 1). It is
-// deterministic: the same inputs give the same workload. reqs is not modified.
+// deterministic: the same inputs give the same workload. reqs is not modified. It is the first
+// lap of a Generator.
 func Generate(reqs []Request, scale int, opts WorkloadOptions) (*Workload, error) {
+	g, err := NewGenerator(reqs, scale, opts)
+	if err != nil {
+		return nil, err
+	}
+	return g.Next()
+}
+
+// Generator runs one simulation over the trace lap after lap (`kvindex loadgen --loop`): lap k
+// serves every request of the trace again, its timestamp shifted by k × Period ms, on the same
+// workers, whose LRU caches, event ids and in-flight load carry over. The stream keeps flowing
+// (per rank the ids keep running 1, 2, 3, … across laps) while the blocks cached stay bounded
+// by Workers × CacheBlocks per copy (plus HostBlocks in host memory): a constant live set once
+// the caches are full. Lap 0 is Generate's workload. Not safe for concurrent use.
+type Generator struct {
+	copies [][]Request
+	order  []int // request indexes in timestamp order
+	sims   []*copySim
+	period int64 // ms between a request's arrivals in two consecutive laps
+	lap    int
+}
+
+// NewGenerator validates the options and scales the trace; reqs is not modified.
+func NewGenerator(reqs []Request, scale int, opts WorkloadOptions) (*Generator, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
@@ -145,22 +169,40 @@ func Generate(reqs []Request, scale int, opts WorkloadOptions) (*Workload, error
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(reqs[a].Timestamp, reqs[b].Timestamp) })
-
-	sims := make([]*copySim, scale)
-	for c := range sims {
-		sims[c] = newCopySim(c, opts)
+	g := &Generator{copies: copies, order: order, sims: make([]*copySim, scale), period: 1}
+	if len(order) > 0 {
+		g.period = reqs[order[len(order)-1]].Timestamp - reqs[order[0]].Timestamp + 1
 	}
+	for c := range g.sims {
+		g.sims[c] = newCopySim(c, opts)
+	}
+	return g, nil
+}
+
+// Period is the shift in ms between two laps: the trace's span plus 1 ms, so that lap k+1's
+// first request arrives after lap k's last.
+func (g *Generator) Period() int64 { return g.period }
+
+// Lap is the number of laps generated so far.
+func (g *Generator) Lap() int { return g.lap }
+
+// Next simulates the next lap and returns its events and queries; Query.AfterEvent counts the
+// lap's own events. Query.BlockHashes share the trace's hash id slices: never write them.
+func (g *Generator) Next() (*Workload, error) {
+	shift := int64(g.lap) * g.period
+	n := len(g.order)
 	wl := &Workload{
-		Events:  make([]event.RouterEvent, 0, 2*len(reqs)*scale),
-		Queries: make([]Query, 0, len(reqs)*scale),
+		Events:  make([]event.RouterEvent, 0, 2*n*len(g.sims)),
+		Queries: make([]Query, 0, n*len(g.sims)),
 	}
 	var hits, prompt int
-	for _, i := range order {
-		for c, sim := range sims {
-			r := &copies[c][i]
-			hit, err := sim.serve(wl, r)
+	for _, i := range g.order {
+		for c, sim := range g.sims {
+			r := g.copies[c][i] // a copy: the shifted timestamp is this lap's
+			r.Timestamp += shift
+			hit, err := sim.serve(wl, &r)
 			if err != nil {
-				return nil, fmt.Errorf("request %d (timestamp %d) copy %d: %w", i, r.Timestamp, c, err)
+				return nil, fmt.Errorf("lap %d request %d (timestamp %d) copy %d: %w", g.lap, i, r.Timestamp, c, err)
 			}
 			hits += hit
 			prompt += len(r.HashIDs)
@@ -170,6 +212,7 @@ func Generate(reqs []Request, scale int, opts WorkloadOptions) (*Workload, error
 		wl.RoutingHitRatio = float64(hits) / float64(prompt)
 	}
 	wl.Blocks = countBlocks(wl.Events)
+	g.lap++
 	return wl, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/kvindex/kvindex/bench"
 	"github.com/urfave/cli/v2"
@@ -17,7 +18,11 @@ func loadgenCommand() *cli.Command {
 		&cli.Float64Flag{Name: "rate", Usage: "events per second over all clients (0 = as fast as the server answers)", EnvVars: env("loadgen", "rate")},
 		&cli.IntFlag{Name: "clients", Value: 4, Usage: "concurrent posting clients, each owning a set of ranks", EnvVars: env("loadgen", "clients")},
 		&cli.IntFlag{Name: "batch", Value: 64, Usage: "events per POST /v1/events", EnvVars: env("loadgen", "batch")},
-		&cli.DurationFlag{Name: "duration", Value: bench.DefaultLoadDuration, Usage: "stop after this long", EnvVars: env("loadgen", "duration")},
+		&cli.DurationFlag{Name: "duration", Value: bench.DefaultLoadDuration, Usage: "stop after this long (with --loop: post events for all of it)", EnvVars: env("loadgen", "duration")},
+		&cli.BoolFlag{Name: "loop", Usage: "continue the simulation over the trace lap after lap until --duration: the same workers keep their LRU caches and their event ids keep increasing, so events keep flowing at a constant live set (no idle queries)", EnvVars: env("loadgen", "loop")},
+		&cli.DurationFlag{Name: "rss-every", Value: 5 * time.Second, Usage: "sample the server's RSS (its /metrics process_resident_memory_bytes) this often while posting (0 = never)", EnvVars: env("loadgen", "rss-every")},
+		&cli.DurationFlag{Name: "rss-warmup", Usage: "take the RSS start sample no earlier than this into the run (and after the first memtable flush)", EnvVars: env("loadgen", "rss-warmup")},
+		&cli.StringFlag{Name: "rss-csv", Usage: "write every RSS sample (with kvindex_memory_bytes by part and the flush count) to this CSV file", EnvVars: env("loadgen", "rss-csv")},
 		&cli.IntFlag{Name: "max-events", Usage: "post at most the stream's first N events (0 = all)", EnvVars: env("loadgen", "max-events")},
 		&cli.BoolFlag{Name: "json", Usage: "one JSON object per metric and line instead of the table", EnvVars: env("loadgen", "json")},
 		&cli.IntFlag{Name: "idle-queries", Value: 10_000, Usage: "find_matches asked one at a time after the events are in (0 = none)", EnvVars: env("loadgen", "idle-queries")},
@@ -49,6 +54,16 @@ func loadgenCommand() *cli.Command {
 			if c.Duration("duration") <= 0 || c.Float64("rate") < 0 || c.Int("max-events") < 0 || c.Int("top-k") < 0 {
 				return usagef("--duration must be > 0, --rate, --max-events and --top-k ≥ 0")
 			}
+			if c.Duration("rss-every") < 0 || c.Duration("rss-warmup") < 0 {
+				return usagef("--rss-every and --rss-warmup must be ≥ 0 (--rss-every 0 = never)")
+			}
+			if c.String("rss-csv") != "" && c.Duration("rss-every") == 0 {
+				return usagef("--rss-csv needs --rss-every > 0")
+			}
+			rssEvery := c.Duration("rss-every")
+			if rssEvery == 0 {
+				rssEvery = -1 // LoadOptions: negative is never
+			}
 			for _, name := range []string{"format", "answer-format"} {
 				if f := c.String(name); f != "json" && f != "msgpack" {
 					return usagef("--%s %q: want json or msgpack", name, f)
@@ -73,6 +88,10 @@ func loadgenCommand() *cli.Command {
 				Batch:          c.Int("batch"),
 				Duration:       c.Duration("duration"),
 				MaxEvents:      c.Int("max-events"),
+				Loop:           c.Bool("loop"),
+				RSSEvery:       rssEvery,
+				RSSCSV:         c.String("rss-csv"),
+				RSSWarmup:      c.Duration("rss-warmup"),
 				AuthToken:      token,
 				Logger:         slog.Default(),
 			})
@@ -104,6 +123,10 @@ func loadgenCommandLine(c *cli.Context) (key, line string) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "kvindex loadgen --trace %s --scale %d", c.String("trace"), c.Int("scale"))
+	if c.Bool("loop") {
+		key += ", loop"
+		b.WriteString(" --loop")
+	}
 	for _, name := range []string{"workers", "cache-blocks", "speedup", "seed", "rate", "duration", "max-events", "idle-queries", "top-k"} {
 		if c.IsSet(name) {
 			fmt.Fprintf(&b, " --%s %v", name, c.Value(name))

@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 	"log/slog"
+	"math"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/kvindex/kvindex/server"
 	"github.com/kvindex/kvindex/wal"
 	"github.com/urfave/cli/v2"
@@ -44,6 +46,31 @@ func readToken(c *cli.Context) (string, error) {
 	return tok, nil
 }
 
+// Bounds of --memtable-size and --cache-size: Pebble refuses a memtable of 4 GiB or more, and
+// below 1 MiB either would flush or miss on nearly every write or read.
+const (
+	minStoreMemory  = 1 << 20
+	maxMemTableSize = 4<<30 - 1
+)
+
+// parseSize reads a size flag written in bytes with an optional unit (64MiB, 16MB, 1GiB, 1048576;
+// MiB and GiB are powers of 1024, MB and GB of 1000) and checks it lies in [lo, hi]. A bad value
+// is a usage error naming the flag.
+func parseSize(c *cli.Context, name string, lo, hi uint64) (int64, error) {
+	return parseSizeValue(name, c.String(name), lo, hi)
+}
+
+func parseSizeValue(name, v string, lo, hi uint64) (int64, error) {
+	n, err := humanize.ParseBytes(v)
+	if err != nil {
+		return 0, usagef("--%s %q: want a size such as 64MiB: %w", name, v, err)
+	}
+	if n < lo || n > hi {
+		return 0, usagef("--%s %q: want %s to %s", name, v, humanize.IBytes(lo), humanize.IBytes(hi))
+	}
+	return int64(n), nil
+}
+
 func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
@@ -70,6 +97,8 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "tls-key", Usage: "the PEM private key of --tls-cert", EnvVars: serveEnv("tls-key")},
 			&cli.BoolFlag{Name: "strict", Usage: "refuse events with fields kvindex does not know (400 naming the field) instead of counting and logging them", EnvVars: serveEnv("strict")},
 			&cli.BoolFlag{Name: "force", Usage: "use a non-empty --data-dir that is not a kvindex data dir", EnvVars: serveEnv("force")},
+			&cli.StringFlag{Name: "memtable-size", Value: "64MiB", Usage: "Pebble memtable size, e.g. 16MiB (1MiB to under 4GiB); memtables take at most twice this before writes stall", EnvVars: serveEnv("memtable-size")},
+			&cli.StringFlag{Name: "cache-size", Value: "64MiB", Usage: "Pebble block cache size, e.g. 32MiB (at least 1MiB)", EnvVars: serveEnv("cache-size")},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -95,7 +124,17 @@ func serveCommand() *cli.Command {
 			if c.Duration("approx-ttl") < 0 || c.Int("approx-max-blocks") < 0 {
 				return usagef("--approx-ttl and --approx-max-blocks must not be negative")
 			}
+			memtable, err := parseSize(c, "memtable-size", minStoreMemory, maxMemTableSize)
+			if err != nil {
+				return err
+			}
+			cache, err := parseSize(c, "cache-size", minStoreMemory, math.MaxInt64)
+			if err != nil {
+				return err
+			}
 			err = server.Run(c.Context, server.Config{
+				MemTableSize:    memtable,
+				CacheSize:       cache,
 				DataDir:         c.String("data-dir"),
 				Listen:          c.String("listen"),
 				BlockSize:       c.Int("block-size"),
