@@ -56,6 +56,9 @@ type Options struct {
 	Durability wal.Durability
 	// Lanes is the pipeline's lane count; default GOMAXPROCS (as `kvindex serve`).
 	Lanes int
+	// CheckpointRatio is the server's online checkpoint ratio; default
+	// server.DefaultCheckpointRatio (as `kvindex serve`), negative is off.
+	CheckpointRatio float64
 	// DataDir holds the two stores (DataDir/kvindex, DataDir/pebble-ceiling) and is kept after
 	// the run; default a temporary dir, removed after.
 	DataDir string
@@ -196,13 +199,20 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 }
 
 func (r *run) serverConfig() server.Config {
-	return server.Config{
+	cfg := server.Config{
 		DataDir:      r.dir,
 		Durability:   r.o.Durability,
 		Lanes:        r.o.Lanes,
 		RetainEvents: server.DefaultRetainEvents,
 		Logger:       r.lg,
 	}
+	switch {
+	case r.o.CheckpointRatio == 0:
+		cfg.CheckpointRatio = server.DefaultCheckpointRatio
+	case r.o.CheckpointRatio > 0:
+		cfg.CheckpointRatio = r.o.CheckpointRatio
+	}
+	return cfg
 }
 
 // pipelineStages runs stages 2–4 on one data dir.

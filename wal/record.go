@@ -216,22 +216,15 @@ func decodeBody(ev *event.RouterEvent, b []byte) ([]byte, error) {
 
 // encodeSnapshot encodes a rank's snapshot value.
 func encodeSnapshot(r event.Rank, lastID uint64, stored []event.RouterEvent) []byte {
-	size := 1 + 8 + binary.MaxVarintLen64 + crcLen
+	size := 0
 	for i := range stored {
 		size += 2*binary.MaxVarintLen64 + bodySize(&stored[i])
 	}
-	dst := make([]byte, 0, size)
-	dst = append(dst, snapshotVersion)
-	dst = binary.LittleEndian.AppendUint64(dst, lastID)
-	dst = binary.AppendUvarint(dst, uint64(len(stored)))
+	e := SnapshotEncoder{items: make([]byte, 0, size)}
 	for i := range stored {
-		ev := &stored[i]
-		dst = binary.AppendUvarint(dst, ev.EventID)
-		dst = binary.AppendUvarint(dst, uint64(bodySize(ev)))
-		dst = appendBody(dst, ev)
+		e.Add(&stored[i])
 	}
-	crc := crc32.Update(rankCRC(r), castagnoli, dst)
-	return binary.LittleEndian.AppendUint32(dst, crc)
+	return e.value(r, lastID)
 }
 
 func decodeSnapshot(r event.Rank, val []byte) (Snapshot, error) {
