@@ -33,10 +33,8 @@ import (
 // with the pipeline drained, so never beside a checkpoint. Recovering and degraded ranks are
 // skipped, and so is a rank whose tree holds blocks a dump cannot express (recovery.Fold's rule).
 
-// CheckpointMinBlocks is the floor of the checkpoint trigger: a rank is checkpointed only once it
-// applied more than this many block operations since its last snapshot, so small or empty ranks
-// (a Cleared one) are not rewritten after every event.
-const CheckpointMinBlocks = 256
+// defaultCheckpointMinBlocks is the default of Options.CheckpointMinBlocks.
+const defaultCheckpointMinBlocks = 256
 
 // dumper is what a checkpoint needs of a partition state (tier.Tiers has it); a Tree without it
 // is never checkpointed.
@@ -58,7 +56,7 @@ func (ln *lane) maybeCheckpoint(bs *batchState) {
 	}
 	p := ln.p
 	for rs := range bs.touched {
-		if rs.sinceSnap <= CheckpointMinBlocks {
+		if rs.sinceSnap <= p.opts.CheckpointMinBlocks {
 			continue
 		}
 		d, ok := p.ix(rs.rank).(dumper)

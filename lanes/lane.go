@@ -531,14 +531,16 @@ func (ln *lane) finishCommit(pd *pending) {
 		}
 		rs.appliedInc = s.inc
 	}
-	if p.opts.CheckpointRatio > 0 && len(bs.steps) > 0 {
-		ln.maybeCheckpoint(bs)
-	}
+
 	for _, f := range bs.fetches {
 		p.startFetch(f.rs, f.fr)
 	}
 	for i, o := range pd.ops {
 		o.w.finish(pd.results[i], 0, nil)
+	}
+	// After the acknowledgements: a checkpoint delays the lane's next batch, not this one.
+	if p.opts.CheckpointRatio > 0 && len(bs.steps) > 0 {
+		ln.maybeCheckpoint(bs)
 	}
 }
 

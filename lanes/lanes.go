@@ -84,8 +84,12 @@ type Options struct {
 	// times its live blocks (and CheckpointMinBlocks); the log is not cut, so retention and range
 	// answers are unchanged, and a restart replays only the log after the checkpoint. 0 is off.
 	CheckpointRatio float64
-	Logger          *slog.Logger // default slog.Default()
-	Listener        Listener
+	// CheckpointMinBlocks is the floor of the checkpoint trigger: a rank is checkpointed only
+	// once it applied more than this many block operations since its last snapshot, so small or
+	// empty ranks (a Cleared one) are not rewritten after every event. Default 256.
+	CheckpointMinBlocks uint64
+	Logger              *slog.Logger // default slog.Default()
+	Listener            Listener
 	// Source returns the recovery source (base URL of a kvindex serving the range route) of a
 	// worker, or "" for none. Default: no sources (gaps are recorded lost; SPEC §5).
 	Source func(workerID uint64) string
@@ -306,6 +310,9 @@ func New(log *wal.Log, ixs Indexes, opts Options) *Pipeline {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.CheckpointMinBlocks == 0 {
+		opts.CheckpointMinBlocks = defaultCheckpointMinBlocks
 	}
 	if opts.Fetcher == nil {
 		opts.Fetcher = recovery.NewFetcher(recovery.FetcherOptions{Logger: opts.Logger})
