@@ -131,6 +131,15 @@ func ReplayRank(ctx context.Context, log *wal.Log, ix Tree, r event.Rank, upTo u
 	case ok && upTo != 0 && snap.LastEventID > upTo:
 		return res, fmt.Errorf("recovery: rank %v: %w (snapshot at %d, asked for %d)", r, ErrSnapshotAhead, snap.LastEventID, upTo)
 	case ok:
+		if rv, can := ix.(interface{ Reserve(event.Rank, int) }); can {
+			device := 0
+			for i := range snap.Events {
+				if snap.Events[i].Tier == event.TierDevice {
+					device += len(snap.Events[i].Blocks)
+				}
+			}
+			rv.Reserve(r, device)
+		}
 		for i := range snap.Events {
 			if i&1023 == 0 && ctx.Err() != nil {
 				res.Events = n

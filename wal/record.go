@@ -247,8 +247,12 @@ func decodeSnapshot(r event.Rank, val []byte) (Snapshot, error) {
 	}
 	b = b[k:]
 	s.Events = make([]event.RouterEvent, n)
+	// Every event's blocks in one allocation: a block takes 16 bytes of the value, so len(b)/16
+	// bounds them all.
+	slab := make([]event.Block, 0, len(b)/16)
 	for i := range s.Events {
 		ev := &s.Events[i]
+		ev.Blocks = slab[len(slab):len(slab):cap(slab)]
 		id, k1 := binary.Uvarint(b)
 		if k1 <= 0 {
 			return Snapshot{}, fmt.Errorf("snapshot event %d id: %w", i, errShort)
@@ -265,6 +269,11 @@ func decodeSnapshot(r event.Rank, val []byte) (Snapshot, error) {
 		}
 		if len(rest) != 0 {
 			return Snapshot{}, fmt.Errorf("snapshot event %d: %d trailing bytes", i, len(rest))
+		}
+		nb := len(ev.Blocks)
+		ev.Blocks = ev.Blocks[:nb:nb]  // a later append to one event must not reach the next
+		if cap(slab)-len(slab) >= nb { // always: len(b)/16 bounds the blocks
+			slab = slab[:len(slab)+nb]
 		}
 		b = b[l:]
 	}
