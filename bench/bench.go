@@ -239,6 +239,7 @@ func (r *run) pipelineStages(ctx context.Context) error {
 		ignored.Add(int64(res.Ignored))
 		return err
 	}
+	walIn := s.Store().DB().Metrics().WAL.BytesIn
 	took, err := r.drive(ctx, "ingest", r.parts, 0, nil, submit)
 	if err != nil {
 		return fmt.Errorf("bench: ingest: %w", err)
@@ -265,6 +266,11 @@ func (r *run) pipelineStages(ctx context.Context) error {
 	}
 	if len(r.wl.Events) > 0 {
 		r.rep.add(MetricWALBytesPerEvent, float64(walBytes)/float64(len(r.wl.Events)), UnitBytes)
+		r.rep.add(MetricWALBytesInPerEvent, float64(db.Metrics().WAL.BytesIn-walIn)/float64(len(r.wl.Events)), UnitBytes)
+		lo, hi := store.PrefixBounds(store.PrefixSnapshot)
+		if snapBytes, err := db.EstimateDiskUsage(lo, hi); err == nil {
+			r.rep.add(MetricSnapshotBytesPerEvent, float64(snapBytes)/float64(len(r.wl.Events)), UnitBytes)
+		}
 	}
 
 	// Stage 3: queries, idle then under half-rate ingest.
