@@ -100,6 +100,7 @@ func (ln *lane) drainPipeline() {
 	m := &pending{marker: make(chan struct{})}
 	ln.inflight <- m
 	<-m.marker
+	ln.waitCheckpoint()
 	ln.restoreFailed()
 }
 
@@ -300,6 +301,9 @@ func (ln *lane) decide(rs *rankState, bs *batchState, ev *event.RouterEvent, in 
 func (ln *lane) execute(rs *rankState, d recovery.Decision, ev *event.RouterEvent, bs *batchState) {
 	p := ln.p
 	r := rs.rank
+	if d.Reset || d.Replace != nil || d.NewEpoch {
+		ln.waitCheckpoint() // a checkpoint of the old state must land first (checkpoint.go)
+	}
 	if d.CancelFetch && rs.cancel != nil {
 		rs.cancel()
 		rs.cancel = nil

@@ -112,9 +112,9 @@ type Listener struct {
 	Epoch func(r event.Rank, lastID, newID uint64)
 	// Snapshot is called after online retention folded a rank's log prefix into a snapshot.
 	Snapshot func(r event.Rank, upTo uint64, d time.Duration, err error)
-	// Checkpoint is called on the lane's applier after an online checkpoint of a rank was
-	// written (err nil) or given up (err says why) at event id lastID, with the snapshot's
-	// events and how long the dump and write took.
+	// Checkpoint is called after an online checkpoint of a rank was written (err nil) or given
+	// up (err says why) at event id lastID, with the snapshot's events and how long the dump
+	// and write took; on the lane's applier or the goroutine of the write.
 	Checkpoint func(r event.Rank, lastID uint64, events int, d time.Duration, err error)
 	// Dropped is called with the buffered events a decision dropped: superseded by a recovery
 	// answer (the cap overflowed), erased by a Cleared, or inside a lost range it recorded.
@@ -294,7 +294,9 @@ type lane struct {
 	// writes refused, may never come).
 	wake chan struct{}
 
-	enc wal.SnapshotEncoder // the applier's checkpoint buffer (checkpoint.go)
+	enc      wal.SnapshotEncoder // the applier's checkpoint buffer (checkpoint.go)
+	ckptMu   sync.Mutex
+	ckptDone chan struct{} // closed when the lane's checkpoint write in flight returned; nil before the first
 }
 
 // New builds a pipeline; call Replay (optional) and then Start.
