@@ -68,8 +68,11 @@ type Config struct {
 // DefaultRetainEvents is the default of Config.RetainEvents (docs/API.md).
 const DefaultRetainEvents = 100_000
 
-// DefaultCheckpointRatio is the default of `kvindex serve --checkpoint-ratio` (docs/API.md).
-const DefaultCheckpointRatio = 1.0
+// DefaultCheckpointRatio is the default of `kvindex serve --checkpoint-ratio` (docs/API.md): off,
+// because each checkpoint dumps the rank's live tree on its lane's applier, which costs CPU-bound
+// ingest (--batch 64) a third to a half of its throughput at R 2 to 1 (docs/BENCHMARKS.md, issue
+// 17 item 2); 1 is the value to try where ingest is fsync-bound.
+const DefaultCheckpointRatio = 0.0
 
 func (c *Config) defaults() {
 	if c.DataDir == "" {
