@@ -33,12 +33,15 @@ var ErrInvalidEvent = errors.New("kvindex: invalid event")
 
 // Options configure Open. Zero values take the documented defaults (those of `kvindex serve`).
 type Options struct {
-	BlockSize    int           // tokens per block of new partitions; default 16
-	Lanes        int           // default GOMAXPROCS
-	NoSync       bool          // acknowledge from the memtable instead of after fsync (a crash may lose the tail)
-	RetainEvents uint64        // online retention per rank; default 100,000
-	ApproxTTL    time.Duration // approximate mode's TTL; default 120 s
-	Logger       *slog.Logger  // default slog.Default()
+	BlockSize    int    // tokens per block of new partitions; default 16
+	Lanes        int    // default GOMAXPROCS
+	NoSync       bool   // acknowledge from the memtable instead of after fsync (a crash may lose the tail)
+	RetainEvents uint64 // online retention per rank; default 100,000
+	// CheckpointRatio: online checkpoints (server.Config.CheckpointRatio); default
+	// server.DefaultCheckpointRatio, negative is off.
+	CheckpointRatio float64
+	ApproxTTL       time.Duration // approximate mode's TTL; default 120 s
+	Logger          *slog.Logger  // default slog.Default()
 	// Pebble's memory, as serve's --memtable-size and --cache-size: the memtable size (memtables
 	// take at most twice this before writes stall; default 64 MiB, below 4 GiB) and the block
 	// cache size (default 64 MiB).
@@ -61,6 +64,12 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 		ApproxTTL: opts.ApproxTTL, Logger: opts.Logger, MemTableSize: opts.MemTableSize, CacheSize: opts.CacheSize}
 	if opts.NoSync {
 		cfg.Durability = wal.NoSync
+	}
+	switch {
+	case opts.CheckpointRatio == 0:
+		cfg.CheckpointRatio = server.DefaultCheckpointRatio
+	case opts.CheckpointRatio > 0:
+		cfg.CheckpointRatio = opts.CheckpointRatio
 	}
 	if cfg.RetainEvents == 0 {
 		cfg.RetainEvents = server.DefaultRetainEvents

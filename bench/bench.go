@@ -56,6 +56,9 @@ type Options struct {
 	Durability wal.Durability
 	// Lanes is the pipeline's lane count; default GOMAXPROCS (as `kvindex serve`).
 	Lanes int
+	// CheckpointRatio is the server's online checkpoint ratio; default
+	// server.DefaultCheckpointRatio (as `kvindex serve`), negative is off.
+	CheckpointRatio float64
 	// DataDir holds the two stores (DataDir/kvindex, DataDir/pebble-ceiling) and is kept after
 	// the run; default a temporary dir, removed after.
 	DataDir string
@@ -218,13 +221,20 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 }
 
 func (r *run) serverConfig() server.Config {
-	return server.Config{
+	cfg := server.Config{
 		DataDir:      r.dir,
 		Durability:   r.o.Durability,
 		Lanes:        r.o.Lanes,
 		RetainEvents: server.DefaultRetainEvents,
 		Logger:       r.lg,
 	}
+	switch {
+	case r.o.CheckpointRatio == 0:
+		cfg.CheckpointRatio = server.DefaultCheckpointRatio
+	case r.o.CheckpointRatio > 0:
+		cfg.CheckpointRatio = r.o.CheckpointRatio
+	}
+	return cfg
 }
 
 // pipelineStages runs stages 2–4 on one data dir.
@@ -251,6 +261,7 @@ func (r *run) pipelineStages(ctx context.Context) error {
 		ignored.Add(int64(res.Ignored))
 		return err
 	}
+	walIn := s.Store().DB().Metrics().WAL.BytesIn
 	took, err := r.drive(ctx, "ingest", r.parts, 0, nil, submit)
 	if err != nil {
 		return fmt.Errorf("bench: ingest: %w", err)
@@ -277,6 +288,11 @@ func (r *run) pipelineStages(ctx context.Context) error {
 	}
 	if len(r.wl.Events) > 0 {
 		r.rep.add(MetricWALBytesPerEvent, float64(walBytes)/float64(len(r.wl.Events)), UnitBytes)
+		r.rep.add(MetricWALBytesInPerEvent, float64(db.Metrics().WAL.BytesIn-walIn)/float64(len(r.wl.Events)), UnitBytes)
+		lo, hi := store.PrefixBounds(store.PrefixSnapshot)
+		if snapBytes, err := db.EstimateDiskUsage(lo, hi); err == nil {
+			r.rep.add(MetricSnapshotBytesPerEvent, float64(snapBytes)/float64(len(r.wl.Events)), UnitBytes)
+		}
 	}
 
 	// Stage 3: queries, idle then under half-rate ingest.

@@ -44,6 +44,11 @@ const (
 	MetricLoadedQueries        = "find_matches_loaded_calls"  // queries timed under load
 	MetricMemoryIngestEventsPS = "memory_ingest_events_per_s" // baseline (a) in events
 	MetricIndexEntries         = "index_entries"              // (rank, block) entries after stage 2
+	// Bytes the ingest (stage 2) put into Pebble's WAL per event: log records, cursors and the
+	// online checkpoints (serve --checkpoint-ratio), which wal_bytes_per_event does not see.
+	MetricWALBytesInPerEvent = "wal_bytes_in_per_event"
+	// Snapshot bytes on disk per event after stage 2 (the 'S' key range, like wal_bytes_per_event).
+	MetricSnapshotBytesPerEvent = "snapshot_bytes_per_event"
 	// The tier walk (SPEC §7), on the same queries as find_matches_p50/p99: device walk plus the
 	// host_pinned → disk → external walk (with --host-blocks the workload offloads evictions).
 	MetricTierEntries          = "tier_entries"               // (rank, edge) entries of the lower tiers after stage 2

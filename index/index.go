@@ -415,6 +415,16 @@ func (ix *Index) RemoveRank(r event.Rank) bool {
 	return true
 }
 
+// Reserve makes room in r's block lookup for blocks entries, so that building a rank of known
+// size (the restart replay of a snapshot) does not grow its table step by step. r becomes known.
+// A writer method.
+func (ix *Index) Reserve(r event.Rank, blocks int) {
+	if blocks <= 0 {
+		return
+	}
+	ix.register(r).lookup.reserve(blocks)
+}
+
 // ReplaceRank clears r, then applies the Stored events of a dump (DumpRank) to it, whatever rank
 // the events name. Other kinds are ignored. Nothing is counted in Counts. r becomes known.
 func (ix *Index) ReplaceRank(r event.Rank, stored []event.RouterEvent) {

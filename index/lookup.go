@@ -153,9 +153,18 @@ func (m *lookup) insert(k uint64, n *node) {
 	m.n++
 }
 
-func (m *lookup) grow() {
+func (m *lookup) grow() { m.resize(max(minLookup, len(m.tags)+len(m.tags)/2)) }
+
+// reserve makes room for capacity entries, so that many puts do not grow the table step by step.
+func (m *lookup) reserve(capacity int) {
+	if size := (5*capacity + 3) / 4; size > len(m.tags) {
+		m.resize(max(minLookup, size))
+	}
+}
+
+// resize rehashes the table into size slots (size > m.n).
+func (m *lookup) resize(size int) {
 	tags, nodes := m.tags, m.nodes
-	size := max(minLookup, len(tags)+len(tags)/2)
 	m.tags, m.nodes, m.n = make([]uint16, size), make([]*node, size), 0
 	for i, t := range tags {
 		if t != 0 {

@@ -11,7 +11,8 @@ import (
 // key space (0 included, many collisions in a small table) and checks every get, len and the
 // iteration after each step. A key is put either with a node created under it (the table) or
 // with one of a few shared nodes created under other hashes (the other map), and a key moves
-// between the two.
+// between the two. Now and then the table is reserved for more entries (reserve, the restart
+// replay's pre-sizing), which must keep every entry.
 func TestLookupAgainstMap(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		m := newLookup(rapid.IntRange(0, 20).Draw(rt, "capacity"))
@@ -20,6 +21,9 @@ func TestLookupAgainstMap(t *testing.T) {
 		key := rapid.Uint64Range(0, 60)
 		for range rapid.IntRange(1, 300).Draw(rt, "steps") {
 			k := key.Draw(rt, "key")
+			if rapid.IntRange(0, 9).Draw(rt, "reserve") == 0 {
+				m.reserve(rapid.IntRange(0, 80).Draw(rt, "room"))
+			}
 			if rapid.IntRange(0, 2).Draw(rt, "op") > 0 {
 				n := &node{tokens: k, hash: k}
 				if rapid.Bool().Draw(rt, "shared") {

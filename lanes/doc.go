@@ -63,9 +63,19 @@
 // RemoveRank goes through the rank's lane. find_matches never goes through a lane: callers read
 // the index directly.
 //
+// Online checkpoints (Options.CheckpointRatio, checkpoint.go) run on the applier right after a
+// batch is applied and acknowledged: a rank whose block operations since its last snapshot exceed
+// the ratio × its live blocks gets a snapshot of its live tree at its newest applied id, the log
+// untouched (wal.Log.WriteCheckpoint).
+//
 // Invariants:
 //   - per rank: cursor decisions are made only by the lane's decider, tree changes only by its
 //     applier (or by the decider with the pipeline drained), in log order;
+//   - a checkpoint write is put in flight (on its own goroutine, one per lane) only while the
+//     rank's incarnation is the one its applied steps were decided in (checked under rs.mu), and a
+//     decision that resets or replaces a rank, and every pipeline drain (retention, removal,
+//     installs, Close), waits for it first: it never lands after a later batch that reset or
+//     replaced the rank;
 //   - a rank's tree state equals the replay of its snapshot + log (restart relies on it);
 //   - the cursor written to the log in a batch describes exactly the events of that batch.
 package lanes

@@ -100,6 +100,7 @@ func (ln *lane) drainPipeline() {
 	m := &pending{marker: make(chan struct{})}
 	ln.inflight <- m
 	<-m.marker
+	ln.waitCheckpoint()
 	ln.restoreFailed()
 }
 
@@ -223,6 +224,7 @@ func (ln *lane) removeRank(r event.Rank) (int, error) {
 	}
 	rs.last, rs.hasLast, rs.degraded, rs.logged, rs.lost, rs.recovered, rs.pending, rs.epoch = 0, false, false, 0, 0, 0, 0, 0
 	rs.removed, rs.seen, rs.state = true, false, "live"
+	rs.applied, rs.sinceSnap = 0, 0 // the pipeline is drained: the applier is idle
 	rs.incarnation = ln.p.incarnations.Add(1)
 	rs.st = ln.p.stateMachine(rs, nil)
 	rs.mu.Unlock()
@@ -243,6 +245,9 @@ type step struct {
 	ev   event.RouterEvent // stepApply (a copy: Decision slices are scratch)
 	dump []event.RouterEvent
 	rank event.Rank
+	rs   *rankState
+	inc  uint64 // rs.incarnation when the step was decided (online checkpoints)
+	last uint64 // stepReplace: the dump's LastEventID
 }
 
 type saved struct {
@@ -296,6 +301,9 @@ func (ln *lane) decide(rs *rankState, bs *batchState, ev *event.RouterEvent, in 
 func (ln *lane) execute(rs *rankState, d recovery.Decision, ev *event.RouterEvent, bs *batchState) {
 	p := ln.p
 	r := rs.rank
+	if d.Reset || d.Replace != nil || d.NewEpoch {
+		ln.waitCheckpoint() // a checkpoint of the old state must land first (checkpoint.go)
+	}
 	if d.CancelFetch && rs.cancel != nil {
 		rs.cancel()
 		rs.cancel = nil
@@ -312,20 +320,20 @@ func (ln *lane) execute(rs *rankState, d recovery.Decision, ev *event.RouterEven
 	}
 	if d.Reset {
 		bs.b.ResetRank(r)
-		bs.steps = append(bs.steps, step{kind: stepReset, rank: r})
+		bs.steps = append(bs.steps, step{kind: stepReset, rank: r, rs: rs, inc: rs.incarnation})
 		rs.logged = 0
 	}
 	if d.Replace != nil {
 		dump := make([]event.RouterEvent, len(d.Replace.Events))
 		copy(dump, d.Replace.Events)
 		bs.b.InstallSnapshot(r, d.Replace.LastEventID, dump)
-		bs.steps = append(bs.steps, step{kind: stepReplace, rank: r, dump: dump})
+		bs.steps = append(bs.steps, step{kind: stepReplace, rank: r, dump: dump, rs: rs, inc: rs.incarnation, last: d.Replace.LastEventID})
 		rs.last, rs.hasLast, rs.logged = d.Replace.LastEventID, true, 0
 	}
 	for i := range d.Apply {
 		ev := d.Apply[i]
 		bs.b.Append(&ev)
-		bs.steps = append(bs.steps, step{kind: stepApply, ev: ev, rank: r})
+		bs.steps = append(bs.steps, step{kind: stepApply, ev: ev, rank: r, rs: rs, inc: rs.incarnation})
 		rs.last, rs.hasLast = ev.EventID, true
 		rs.logged++
 	}
@@ -512,20 +520,31 @@ func (ln *lane) finishCommit(pd *pending) {
 	}
 	for i := range bs.steps {
 		s := &bs.steps[i]
+		rs := s.rs
 		switch s.kind {
 		case stepReset:
 			p.ix(s.rank).ClearRank(s.rank)
+			rs.sinceSnap = 0 // the log and snapshot were deleted with it
 		case stepReplace:
 			p.ix(s.rank).ReplaceRank(s.rank, s.dump)
+			rs.applied, rs.sinceSnap = s.last, 0 // the dump is the rank's snapshot
 		case stepApply:
 			applyOne(p, &s.ev)
+			rs.applied = s.ev.EventID
+			rs.sinceSnap += recovery.OpBlocks(&s.ev)
 		}
+		rs.appliedInc = s.inc
 	}
+
 	for _, f := range bs.fetches {
 		p.startFetch(f.rs, f.fr)
 	}
 	for i, o := range pd.ops {
 		o.w.finish(pd.results[i], 0, nil)
+	}
+	// After the acknowledgements: a checkpoint delays the lane's next batch, not this one.
+	if p.opts.CheckpointRatio > 0 && len(bs.steps) > 0 {
+		ln.maybeCheckpoint(bs)
 	}
 }
 

@@ -75,12 +75,21 @@ type Fetcher interface {
 
 // Options configure a Pipeline. Zero values take the documented defaults.
 type Options struct {
-	Lanes          int          // lane goroutines; default runtime.GOMAXPROCS(0)
-	QueueDepth     int          // queued requests per lane before Submit waits; default 256
-	MaxBatchEvents int          // events drained into one log commit; default 4096
-	RetainEvents   uint64       // online retention: keep at least this many log events per rank; 0 keeps everything
-	Logger         *slog.Logger // default slog.Default()
-	Listener       Listener
+	Lanes          int    // lane goroutines; default runtime.GOMAXPROCS(0)
+	QueueDepth     int    // queued requests per lane before Submit waits; default 256
+	MaxBatchEvents int    // events drained into one log commit; default 4096
+	RetainEvents   uint64 // online retention: keep at least this many log events per rank; 0 keeps everything
+	// CheckpointRatio: a rank gets a new snapshot of its live state (an online checkpoint,
+	// checkpoint.go) once the block operations applied since its last snapshot exceed this many
+	// times its live blocks (and CheckpointMinBlocks); the log is not cut, so retention and range
+	// answers are unchanged, and a restart replays only the log after the checkpoint. 0 is off.
+	CheckpointRatio float64
+	// CheckpointMinBlocks is the floor of the checkpoint trigger: a rank is checkpointed only
+	// once it applied more than this many block operations since its last snapshot, so small or
+	// empty ranks (a Cleared one) are not rewritten after every event. Default 256.
+	CheckpointMinBlocks uint64
+	Logger              *slog.Logger // default slog.Default()
+	Listener            Listener
 	// Source returns the recovery source (base URL of a kvindex serving the range route) of a
 	// worker, or "" for none. Default: no sources (gaps are recorded lost; SPEC §5).
 	Source func(workerID uint64) string
@@ -103,6 +112,10 @@ type Listener struct {
 	Epoch func(r event.Rank, lastID, newID uint64)
 	// Snapshot is called after online retention folded a rank's log prefix into a snapshot.
 	Snapshot func(r event.Rank, upTo uint64, d time.Duration, err error)
+	// Checkpoint is called after an online checkpoint of a rank was written (err nil) or given
+	// up (err says why) at event id lastID, with the snapshot's events and how long the dump
+	// and write took; on the lane's applier or the goroutine of the write.
+	Checkpoint func(r event.Rank, lastID uint64, events int, d time.Duration, err error)
 	// Dropped is called with the buffered events a decision dropped: superseded by a recovery
 	// answer (the cap overflowed), erased by a Cleared, or inside a lost range it recorded.
 	// Never a loss of its own: the losses are the ledger's (GapLost).
@@ -163,6 +176,12 @@ type rankState struct {
 	pending     int
 	epoch       uint32
 	incarnation uint64
+
+	// The applier's view, for online checkpoints (checkpoint.go); only the lane's applier (or the
+	// decider with the pipeline drained, the replay before Start) touches them.
+	applied    uint64 // id of the newest event applied to the tree
+	appliedInc uint64 // the incarnation the newest applied step was decided in
+	sinceSnap  uint64 // block operations applied since the rank's last snapshot (recovery.OpBlocks)
 }
 
 func (rs *rankState) status() RankStatus {
@@ -274,6 +293,10 @@ type lane struct {
 	// rollback to the durable cursors happens at once, not at the lane's next op (which, with
 	// writes refused, may never come).
 	wake chan struct{}
+
+	enc      wal.SnapshotEncoder // the applier's checkpoint buffer (checkpoint.go)
+	ckptMu   sync.Mutex
+	ckptDone chan struct{} // closed when the lane's checkpoint write in flight returned; nil before the first
 }
 
 // New builds a pipeline; call Replay (optional) and then Start.
@@ -289,6 +312,9 @@ func New(log *wal.Log, ixs Indexes, opts Options) *Pipeline {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.CheckpointMinBlocks == 0 {
+		opts.CheckpointMinBlocks = defaultCheckpointMinBlocks
 	}
 	if opts.Fetcher == nil {
 		opts.Fetcher = recovery.NewFetcher(recovery.FetcherOptions{Logger: opts.Logger})
@@ -718,6 +744,7 @@ func (p *Pipeline) replayRank(ctx context.Context, rs *rankState, events *atomic
 			return err
 		}
 	}
+	rs.applied, rs.appliedInc, rs.sinceSnap = rs.last, rs.incarnation, rep.LogBlocks
 	rs.st = p.stateMachine(rs, pending)
 	rs.state = rs.st.State()
 	rs.pending = rs.st.Pending()
@@ -733,11 +760,24 @@ func (p *Pipeline) replayRank(ctx context.Context, rs *rankState, events *atomic
 // restore repairs it), and the snapshot is dropped, in one synced batch. Caller holds rs.mu.
 func (p *Pipeline) recordDamagedSnapshot(ctx context.Context, rs *rankState, meta wal.RankMeta, cause error) error {
 	r := rs.rank
-	covered := meta.SnapshotID
-	if covered == 0 {
+	// The ids below the log cut are gone; the log from the cut on was replayed without the
+	// snapshot (ReplayRank). A damaged checkpoint over a log that was never cut loses nothing.
+	covered, lost := uint64(0), false
+	switch {
+	case meta.Cut > 0:
+		covered, lost = meta.Cut-1, true
+	case meta.SnapshotID == 0:
 		if first, err := p.log.First(r); err == nil && first > 0 {
-			covered = first - 1
+			covered, lost = first-1, true
 		}
+	}
+	if !lost {
+		p.lg.Warn("snapshot is damaged; the log it was taken from is complete, so nothing is lost",
+			"worker_id", r.WorkerID, "dp_rank", r.DPRank, "snapshot_id", meta.SnapshotID, "err", cause)
+		if err := p.log.DropSnapshot(ctx, r); err != nil {
+			return fmt.Errorf("lanes: dropping the damaged snapshot of rank %v: %w", r, err)
+		}
+		return nil
 	}
 	p.lg.Error("snapshot is damaged: the events it folded are lost; the rank is degraded",
 		"worker_id", r.WorkerID, "dp_rank", r.DPRank, "lost_from", 0, "lost_to", covered, "err", cause)

@@ -36,6 +36,12 @@ type fixture struct {
 
 func open(t *testing.T, fs vfs.FS, opts Options) *fixture {
 	t.Helper()
+	return openWithProgress(t, fs, opts, nil)
+}
+
+// openWithProgress is open with a replay progress callback.
+func openWithProgress(t *testing.T, fs vfs.FS, opts Options, progress func(done, total int, events uint64)) *fixture {
+	t.Helper()
 	st, err := store.Open("data", store.Options{FS: fs, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +56,7 @@ func open(t *testing.T, fs vfs.FS, opts Options) *fixture {
 	}
 	ts := tier.New(ix)
 	p := New(lg, OneTree(ts), opts)
-	if err := p.Replay(context.Background(), nil); err != nil {
+	if err := p.Replay(context.Background(), progress); err != nil {
 		t.Fatal(err)
 	}
 	p.Start()

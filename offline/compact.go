@@ -101,7 +101,9 @@ func Compact(ctx context.Context, w io.Writer, opts CompactOptions) (res Compact
 		if err != nil {
 			return res, err
 		}
-		if n == 0 || last <= meta.SnapshotID && meta.SnapshotID != 0 {
+		// A snapshot at or past the newest event (an online checkpoint) over a retained log:
+		// Fold only trims the log.
+		if n == 0 {
 			fmt.Fprintf(w, "rank %v: nothing to fold (%s)\n", r, snapshotWords(meta.SnapshotID))
 			pb.add(1)
 			continue

@@ -14,7 +14,8 @@
 //   - export, inspect and verify open the store read-only (store.Options.ReadOnly): they never
 //     write, not even to drop a corrupt snapshot (the server does that on its next start).
 //   - compact only writes through recovery.Fold (one synced, atomic Pebble batch per rank: the new
-//     snapshot, its id, the log cut and the DeleteRange of the folded prefix) and Pebble's own
+//     snapshot, its id, the log cut and the DeleteRange of the folded prefix; or, under a newer
+//     checkpoint, the cut and the DeleteRange alone) and Pebble's own
 //     compaction. Killed at any moment, the dir opens and rebuilds the same tree and cursors:
 //     each rank is either folded or not. A rank whose snapshot is corrupt makes compact refuse
 //     before it changes anything (folding would bake the loss into a new snapshot).
@@ -39,10 +40,12 @@
 //
 // # What verify can and cannot compare
 //
-// A snapshot replaces the log prefix it folds: recovery.Fold writes it and deletes that prefix in
-// one batch, so a snapshot and "the log it replaced" never coexist in a healthy dir. verify
-// therefore reports any log record at or below a snapshot's boundary as a problem, and checks
-// the snapshot on its own: it decodes, every event applies cleanly to an empty rank, and
-// dumping that rank gives the snapshot back (a snapshot is a dump, a fixed point of
-// dump→replay). Whether its content equals the deleted events cannot be known.
+// Retention (recovery.Fold) writes a snapshot and deletes the prefix it folds in one batch, and
+// the cut ('M'|rank|'x') says so: verify reports any log record below the cut as a problem. An
+// online checkpoint (lanes) is a snapshot newer than the cut: the log between them is retained
+// and is not a problem. verify checks every snapshot on its own: it decodes, every event applies
+// cleanly to an empty rank, and dumping that rank gives the snapshot back (a snapshot is a dump,
+// a fixed point of dump→replay). When the log was never cut, the snapshot must also equal the
+// replay of the log up to its id; otherwise whether it equals the deleted events cannot be
+// known. compact folds a log retained under a checkpoint by trimming it (the snapshot stays).
 package offline

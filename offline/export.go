@@ -154,7 +154,14 @@ func exportEvents(ctx context.Context, l *wal.Log, r event.Rank, from uint64, ou
 	if err != nil {
 		return er, err
 	}
-	if ok && from <= snap.LastEventID {
+	meta, err := l.RankMeta(r)
+	if err != nil {
+		return er, err
+	}
+	// The snapshot stands in for the events below the log cut only: from the cut on (the whole
+	// log when it was never cut, under an online checkpoint) the retained log has them with
+	// their original ids.
+	if ok && from <= snap.LastEventID && from < meta.Cut {
 		er.Snapshot, er.Boundary, er.SnapshotEvents = true, snap.LastEventID, len(snap.Events)
 		n := uint64(len(snap.Events))
 		if n > 0 {
@@ -176,7 +183,7 @@ func exportEvents(ctx context.Context, l *wal.Log, r event.Rank, from uint64, ou
 		from = snap.LastEventID + 1
 	}
 	err = l.Range(r, from, 0, func(ev *event.RouterEvent) error {
-		if ok && ev.EventID <= snap.LastEventID {
+		if er.Snapshot && ev.EventID <= snap.LastEventID {
 			return nil // below the cut: should not exist (verify reports it); already in the snapshot
 		}
 		if er.LogEvents&1023 == 0 && ctx.Err() != nil {

@@ -37,6 +37,12 @@ type rw struct {
 
 func openRW(t testing.TB, fs vfs.FS) *rw {
 	t.Helper()
+	return openRWWith(t, fs, lanes.Options{Lanes: 1, Logger: quiet()})
+}
+
+// openRWWith is openRW with the pipeline's options.
+func openRWWith(t testing.TB, fs vfs.FS, opts lanes.Options) *rw {
+	t.Helper()
 	st, err := store.Open(testDir, store.Options{FS: fs, Logger: quiet(), MemTableSize: 1 << 20, CacheSize: 1 << 20})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
@@ -46,7 +52,7 @@ func openRW(t testing.TB, fs vfs.FS) *rw {
 		t.Fatalf("open log: %v", err)
 	}
 	s := &rw{st: st, log: l, ix: index.New(index.Options{})}
-	s.pipe = lanes.New(l, lanes.OneIndex(s.ix), lanes.Options{Lanes: 1, Logger: quiet()})
+	s.pipe = lanes.New(l, lanes.OneIndex(s.ix), opts)
 	if err := s.pipe.Replay(bg, nil); err != nil {
 		t.Fatalf("replay: %v", err)
 	}

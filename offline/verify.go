@@ -230,9 +230,10 @@ func (v *rankVerifier) replayLog(ix *tier.Tiers, snap wal.Snapshot, hasSnap bool
 		hole, prevCorrupt bool
 		decodeErr         error
 	)
-	if hasSnap {
+	if hasSnap && meta.Cut > 0 {
 		prev, havePrev = snap.LastEventID, true
 	}
+	under := tier.New(index.New(index.Options{RankCapacity: 1})) // the log up to the snapshot
 	for valid := it.First(); valid; valid = it.Next() {
 		if v.records&1023 == 0 && v.ctx.Err() != nil {
 			_ = it.Close()
@@ -257,12 +258,21 @@ func (v *rankVerifier) replayLog(ix *tier.Tiers, snap wal.Snapshot, hasSnap bool
 			prev, havePrev = id, true
 			continue
 		}
-		if hasSnap && id <= snap.LastEventID {
+		if id < meta.Cut {
 			if below == 0 {
 				belowLo = id
 			}
 			below++
 			belowHi = id
+			continue
+		}
+		if hasSnap && id <= snap.LastEventID {
+			// Retained under an online checkpoint: replayed into under when the log was never
+			// cut, to compare with the checkpoint; the snapshot stands for it in ix.
+			if meta.Cut == 0 {
+				under.Apply(&ev)
+			}
+			prev, havePrev, prevCorrupt = id, true, false
 			continue
 		}
 		// A hole before a record is fine when the record is a Cleared (a barrier may jump ids),
@@ -282,7 +292,17 @@ func (v *rankVerifier) replayLog(ix *tier.Tiers, snap wal.Snapshot, hasSnap bool
 		return 0, decodeErr
 	}
 	if below > 0 {
-		v.problem("%d log records (ids %d-%d) at or below the snapshot boundary %d: they should have been deleted when it was written", below, belowLo, belowHi, snap.LastEventID)
+		v.problem("%d log records (ids %d-%d) below the log cut %d: they should have been deleted when it was cut", below, belowLo, belowHi, meta.Cut)
+	}
+	if hasSnap && meta.Cut == 0 {
+		// A checkpoint over a log never cut: the snapshot must be the log's state at its id.
+		want, err := dumpOf(under, v.r)
+		if err != nil {
+			return 0, err
+		}
+		if i, same := sameDump(want, snap.Events); !same {
+			v.problem("snapshot at %d is not the replay of the log up to it: they differ at event %d (%d events, snapshot has %d)", snap.LastEventID, i, len(want), len(snap.Events))
+		}
 	}
 	if hole {
 		v.problem("log ids jump from %d to %d: events %d-%d are missing and no Cleared or gap ledger entry explains it", holeFrom, holeTo, holeFrom+1, holeTo-1)

@@ -1,7 +1,8 @@
 // Package recovery owns the decisions of a rank's lifecycle (SPEC §5): the per-rank state machine
 // that decides, for every live event, recovery answer, source change and restart, what to apply,
 // what to buffer, what to fetch and what was lost (RankState); how a rank is rebuilt from its
-// snapshot and log and how a log prefix is folded into a snapshot (ReplayRank, Fold); the client
+// snapshot and log and how a log prefix is folded into a snapshot (ReplayRank, which reads the
+// log only after the snapshot's id; Fold, which only trims the log under a newer checkpoint); the client
 // of an upstream's range route (Fetcher); and the wire shapes of the range answers (Answer,
 // shared with the server side). Package lanes is the single executor of its decisions.
 //

@@ -17,6 +17,20 @@ import (
 
 var errStop = errors.New("stop")
 
+// ErrSnapshotAhead is returned by ReplayRank asked for the state at an id below the rank's
+// snapshot (an online checkpoint newer than the id).
+var ErrSnapshotAhead = errors.New("recovery: snapshot is newer than the replay bound")
+
+// OpBlocks is the replay work of one log event: its blocks, 1 for a Cleared (the measure the
+// lanes compare with a rank's live blocks to decide a checkpoint).
+func OpBlocks(ev *event.RouterEvent) uint64 {
+	n := len(ev.Blocks) + len(ev.Removed)
+	if n == 0 {
+		return 1
+	}
+	return uint64(n)
+}
+
 // ErrNotFoldable is returned by Fold when the rank's state at the cut point holds blocks that a
 // dump cannot express (blocks left below a removed mid-chain block: held, but not reachable from
 // the root through the rank's own blocks). Folding would drop them, and a later re-store of the
@@ -46,9 +60,21 @@ type Tree interface {
 // Fold writes a snapshot of rank r as of event id upTo (its previous snapshot plus its log events
 // ≤ upTo, replayed into a scratch partition state of every tier) and lets the log delete the
 // folded prefix. The snapshot holds the rank's device dump, then its lower-tier edges, each
-// event tagged with its tier (tier.Tiers.DumpRank). The caller must own the rank (its lane, or
-// an offline tool).
+// event tagged with its tier (tier.Tiers.DumpRank). When the rank's snapshot is already at upTo
+// or later (an online checkpoint), Fold only deletes the log prefix (wal.Log.TrimLog): a
+// snapshot never moves backwards. The caller must own the rank (its lane, or an offline tool).
 func Fold(ctx context.Context, log *wal.Log, r event.Rank, upTo uint64) error {
+	meta, err := log.RankMeta(r)
+	if err != nil {
+		return err
+	}
+	if meta.SnapshotID != 0 && meta.SnapshotID >= upTo {
+		if _, _, err := log.ReadSnapshot(r); err != nil {
+			// A damaged checkpoint must not become the only copy of the prefix.
+			return fmt.Errorf("recovery: fold of rank %v: %w", r, err)
+		}
+		return log.TrimLog(ctx, r, upTo)
+	}
 	scratch := tier.New(nil)
 	rep, err := ReplayRank(ctx, log, scratch, r, upTo)
 	if err != nil {
@@ -77,6 +103,9 @@ func Fold(ctx context.Context, log *wal.Log, r event.Rank, upTo uint64) error {
 // Replayed is what ReplayRank did.
 type Replayed struct {
 	Events int // snapshot and log events applied
+	// LogBlocks counts the block operations of the log events applied (a Stored's or Removed's
+	// blocks, 1 for a Cleared): the replay work a new snapshot would save (lanes checkpoints).
+	LogBlocks uint64
 	// Damaged is the error of a snapshot that failed its checksum or did not parse (wrapping
 	// wal.ErrCorruption); nil otherwise. The snapshot was skipped and the log replayed alone: the
 	// events it folded are gone (the log prefix was cut), so the caller must record them lost
@@ -84,9 +113,11 @@ type Replayed struct {
 	Damaged error
 }
 
-// ReplayRank rebuilds rank r in ix from its snapshot and its log events with id ≤ upTo (0 means
-// no bound), events of every tier. It writes nothing: a damaged snapshot is reported in
-// Replayed.Damaged.
+// ReplayRank rebuilds rank r in ix from its snapshot and its log events after the snapshot's
+// LastEventID with id ≤ upTo (0 means no bound), events of every tier. Log events at or below the
+// snapshot's id (retained under an online checkpoint) are not read. A snapshot newer than upTo
+// returns ErrSnapshotAhead (the state at upTo cannot be rebuilt from it). It writes nothing: a
+// damaged snapshot is reported in Replayed.Damaged, and the whole retained log is replayed.
 func ReplayRank(ctx context.Context, log *wal.Log, ix Tree, r event.Rank, upTo uint64) (Replayed, error) {
 	var res Replayed
 	n := 0
@@ -97,7 +128,18 @@ func ReplayRank(ctx context.Context, log *wal.Log, ix Tree, r event.Rank, upTo u
 		res.Damaged = err
 	case err != nil:
 		return res, err
+	case ok && upTo != 0 && snap.LastEventID > upTo:
+		return res, fmt.Errorf("recovery: rank %v: %w (snapshot at %d, asked for %d)", r, ErrSnapshotAhead, snap.LastEventID, upTo)
 	case ok:
+		if rv, can := ix.(interface{ Reserve(event.Rank, int) }); can {
+			device := 0
+			for i := range snap.Events {
+				if snap.Events[i].Tier == event.TierDevice {
+					device += len(snap.Events[i].Blocks)
+				}
+			}
+			rv.Reserve(r, device)
+		}
 		for i := range snap.Events {
 			if i&1023 == 0 && ctx.Err() != nil {
 				res.Events = n
@@ -117,6 +159,7 @@ func ReplayRank(ctx context.Context, log *wal.Log, ix Tree, r event.Rank, upTo u
 		}
 		ix.Apply(ev)
 		n++
+		res.LogBlocks += OpBlocks(ev)
 		return nil
 	})
 	res.Events = n

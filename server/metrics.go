@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -71,6 +72,7 @@ type metrics struct {
 	epochs       prometheus.Counter
 	dropped      prometheus.Counter
 	snapshots    *prometheus.CounterVec
+	checkpoints  *prometheus.CounterVec
 	findSec      prometheus.Histogram
 	httpRequests *prometheus.CounterVec
 	replayRanks  prometheus.Gauge
@@ -104,6 +106,7 @@ func newMetrics(s *Server) *metrics {
 		Help: "Events buffered during a recovery and then dropped: superseded by the recovery's answer, erased by a Cleared, or inside a gap recorded lost (counted in kvindex_gaps_total)."})
 	m.epochs = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvindex_publisher_restarts_total", Help: "Publisher restarts (new epochs) seen."})
 	m.snapshots = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_retention_snapshots_total", Help: "Online retention snapshots by result."}, []string{"result"})
+	m.checkpoints = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_checkpoints_total", Help: "Online checkpoints (a rank's snapshot rewritten without cutting its log) by result: ok, skipped (recovering, degraded, replaced by a later batch, or holding blocks a snapshot cannot express) or error."}, []string{"result"})
 	m.findSec = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvindex_find_matches_seconds",
 		Help: "find_matches latency inside the index (excluding HTTP).", Buckets: prometheus.ExponentialBuckets(250e-9, 2, 18)})
 	m.httpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_http_requests_total", Help: "HTTP requests by route and status code."}, []string{"route", "code"})
@@ -117,7 +120,7 @@ func newMetrics(s *Server) *metrics {
 		Buckets: prometheus.ExponentialBuckets(100e-6, 3, 12)}, []string{"route", "code"})
 	m.buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvindex_build_info", Help: "Always 1; the labels name the build."}, []string{"version", "go"})
 	m.buildInfo.WithLabelValues(BuildVersion(), runtime.Version()).Set(1)
-	for _, c := range []prometheus.Collector{m.appendSec, m.commits, m.logged, m.ignored, m.gaps, m.fetches, m.epochs, m.dropped, m.snapshots,
+	for _, c := range []prometheus.Collector{m.appendSec, m.commits, m.logged, m.ignored, m.gaps, m.fetches, m.epochs, m.dropped, m.snapshots, m.checkpoints,
 		m.findSec, m.httpRequests, m.replayRanks, m.replayTotal, m.replayEvents, m.replaySec, m.panics, m.httpSec, m.buildInfo} {
 		f(c)
 	}
@@ -168,6 +171,13 @@ func (m *metrics) listener(mode string) lanes.Listener {
 		Epoch: func(event.Rank, uint64, uint64) { m.epochs.Inc() },
 		Snapshot: func(_ event.Rank, _ uint64, _ time.Duration, err error) {
 			m.snapshots.WithLabelValues(result(err)).Inc()
+		},
+		Checkpoint: func(_ event.Rank, _ uint64, _ int, _ time.Duration, err error) {
+			res := result(err)
+			if errors.Is(err, lanes.ErrCheckpointSkipped) {
+				res = "skipped"
+			}
+			m.checkpoints.WithLabelValues(res).Inc()
 		},
 	}
 }

@@ -29,24 +29,28 @@ import (
 
 // Config configures a Server. Zero values take the documented defaults.
 type Config struct {
-	DataDir       string           // default "./kvindex-data"
-	Listen        string           // default "127.0.0.1:7070" (Run only)
-	BlockSize     int              // tokens per block for find_matches_for_request; default 16
-	Lanes         int              // default GOMAXPROCS
-	Durability    wal.Durability   // default wal.Sync
-	RetainEvents  uint64           // online retention per rank; default 100,000; 0 keeps everything
-	MaxBodyBytes  int64            // request body limit; default 64 MiB
-	SubmitTimeout time.Duration    // how long a request waits on a full lane before 503; default 10 s
-	Upstream      string           // default recovery source of every worker (base URL of a kvindex); "" none
-	FetchTimeout  time.Duration    // per-request timeout of recovery fetches; default 10 s
-	FetchBackoff  time.Duration    // first retry backoff of recovery fetches (doubling, 8 tries); default 200 ms
-	Logger        *slog.Logger     // default slog.Default()
-	FS            vfs.FS           // default the OS file system (tests pass a crashable MemFS)
-	DumpCache     DumpCacheOptions // the TreeDump cache of the range route; defaults in DumpCacheOptions
-	ZMQ           []string         // vLLM publishers to subscribe to: ENDPOINT[?replay=ENDPOINT&worker_id=N] (ParseZMQFlag)
-	Peers         []string         // kvindex or Dynamo indexers whose GET /dump fills partitions empty at start (peers.go)
-	NATS          []string         // NATS Core sources: URL?subject=…[&model_name=…] (natsrc.ParseFlag)
-	JetStream     []string         // JetStream sources: URL?stream=…&durable=…[&peers=…] (natsrc.ParseFlag)
+	DataDir      string         // default "./kvindex-data"
+	Listen       string         // default "127.0.0.1:7070" (Run only)
+	BlockSize    int            // tokens per block for find_matches_for_request; default 16
+	Lanes        int            // default GOMAXPROCS
+	Durability   wal.Durability // default wal.Sync
+	RetainEvents uint64         // online retention per rank; default 100,000; 0 keeps everything
+	// CheckpointRatio: online checkpoints (lanes.Options.CheckpointRatio): a rank's snapshot is
+	// rewritten, without cutting its log, once its block operations since the last snapshot exceed
+	// this many times its live blocks. `kvindex serve` defaults to DefaultCheckpointRatio; 0 is off.
+	CheckpointRatio float64
+	MaxBodyBytes    int64            // request body limit; default 64 MiB
+	SubmitTimeout   time.Duration    // how long a request waits on a full lane before 503; default 10 s
+	Upstream        string           // default recovery source of every worker (base URL of a kvindex); "" none
+	FetchTimeout    time.Duration    // per-request timeout of recovery fetches; default 10 s
+	FetchBackoff    time.Duration    // first retry backoff of recovery fetches (doubling, 8 tries); default 200 ms
+	Logger          *slog.Logger     // default slog.Default()
+	FS              vfs.FS           // default the OS file system (tests pass a crashable MemFS)
+	DumpCache       DumpCacheOptions // the TreeDump cache of the range route; defaults in DumpCacheOptions
+	ZMQ             []string         // vLLM publishers to subscribe to: ENDPOINT[?replay=ENDPOINT&worker_id=N] (ParseZMQFlag)
+	Peers           []string         // kvindex or Dynamo indexers whose GET /dump fills partitions empty at start (peers.go)
+	NATS            []string         // NATS Core sources: URL?subject=…[&model_name=…] (natsrc.ParseFlag)
+	JetStream       []string         // JetStream sources: URL?stream=…&durable=…[&peers=…] (natsrc.ParseFlag)
 	// Approximate mode (SPEC §8): how long a routing decision's blocks live (default 120 s;
 	// ApproxTTLZero: 0, they expire at once) and the side index's size bound per partition (0 off).
 	ApproxTTL       time.Duration
@@ -67,6 +71,12 @@ type Config struct {
 
 // DefaultRetainEvents is the default of Config.RetainEvents (docs/API.md).
 const DefaultRetainEvents = 100_000
+
+// DefaultCheckpointRatio is the default of `kvindex serve --checkpoint-ratio` (docs/API.md): off,
+// because each checkpoint dumps the rank's live tree on its lane's applier, which costs CPU-bound
+// ingest (--batch 64) a third to a half of its throughput at R 2 to 1 (docs/BENCHMARKS.md, issue
+// 17 item 2); 1 is the value to try where ingest is fsync-bound.
+const DefaultCheckpointRatio = 0.0
 
 func (c *Config) defaults() {
 	if c.DataDir == "" {
@@ -162,7 +172,7 @@ func Open(cfg Config) (*Server, error) {
 	fetcher := recovery.NewFetcher(recovery.FetcherOptions{RequestTimeout: cfg.FetchTimeout, BaseBackoff: cfg.FetchBackoff,
 		Logger: cfg.Logger, AuthToken: cfg.AuthToken})
 	trees := lanes.TreeFunc(func(id uint32) lanes.Tree { return s.parts.TiersOf(id) })
-	s.pipe = lanes.New(lg, trees, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, Logger: cfg.Logger,
+	s.pipe = lanes.New(lg, trees, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, CheckpointRatio: cfg.CheckpointRatio, Logger: cfg.Logger,
 		Listener: s.m.listener(mode), Source: s.sourceOf, Fetcher: fetcher})
 	s.approx = approx.New(s.pipe, cfg.approxOptions())
 	if _, err := zmqConfigs(cfg.ZMQ); err != nil {
@@ -372,7 +382,7 @@ func (s *Server) logSettings(addr string, tlsOn bool) {
 		lanesN = runtime.GOMAXPROCS(0)
 	}
 	s.lg.Info("listening", "addr", addr, "scheme", scheme, "version", c.Version, "data_dir", c.DataDir,
-		"block_size", c.BlockSize, "lanes", lanesN, "durability", c.Durability.String(), "retain_events", c.RetainEvents,
+		"block_size", c.BlockSize, "lanes", lanesN, "durability", c.Durability.String(), "retain_events", c.RetainEvents, "checkpoint_ratio", c.CheckpointRatio,
 		"max_body_bytes", c.MaxBodyBytes, "submit_timeout_ms", c.SubmitTimeout.Milliseconds(), "upstream", c.Upstream,
 		"fetch_timeout_ms", c.FetchTimeout.Milliseconds(), "fetch_backoff_ms", c.FetchBackoff.Milliseconds(),
 		"zmq_sources", len(c.ZMQ), "peers", len(c.Peers), "auth", c.AuthToken != "", "strict", c.Strict)

@@ -145,6 +145,9 @@ func (t *Tiers) TierBlocks(r event.Rank) [numLower + 1]uint64 {
 	return out
 }
 
+// Reserve makes room for blocks device blocks of r (index.Index.Reserve). A writer method.
+func (t *Tiers) Reserve(r event.Rank, blocks int) { t.Device.Reserve(r, blocks) }
+
 // Holds reports whether r holds a block in any tier.
 func (t *Tiers) Holds(r event.Rank) bool {
 	for _, n := range t.TierBlocks(r) {

@@ -13,10 +13,16 @@
 //     the log; feed it after Commit returns.
 //   - Retention deletes with DeleteRange from the previous cut point, never point deletes; the
 //     cut ('M'|rank|'x') says every log id below it was folded into the snapshot.
+//   - The snapshot is at or after the cut minus one, never before, and never moves backwards. It
+//     may be newer (an online checkpoint, WriteCheckpoint): the log between the cut and the
+//     snapshot's id is retained (range answers) but not replayed. A checkpoint is written
+//     without fsync and deletes nothing; Pebble's WAL is ordered, so one that survives a crash
+//     has the events it covers with it, and one lost leaves the older snapshot and the whole log.
+//     Retention under a newer checkpoint only cuts (TrimLog).
 //   - Every value carries a CRC-32C (Castagnoli) over the rank (and event id) its key names and
 //     the value bytes before it, so a damaged value or one moved under another key is caught;
 //     such a value is reported with an error wrapping ErrCorruption. A bad snapshot cannot be
-//     rebuilt: the log prefix it folded was deleted. The replay (recovery.ReplayRank) reports it;
+//     rebuilt below the cut: the log prefix it folded was deleted (from the cut on, the log has it). The replay (recovery.ReplayRank) reports it;
 //     the lanes drop it, record the ids it covered as lost and mark the rank degraded.
 //   - A rank's pending events ('P'|rank|event_id, a log record value) are live events buffered
 //     during a recovery: durable because they were acknowledged, deleted once applied or

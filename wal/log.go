@@ -113,7 +113,10 @@ type RankMeta struct {
 	HasCursor  bool
 	Gaps       []Gap  // in the order they were added
 	SnapshotID uint64 // LastEventID of the rank's snapshot; 0 none
-	Removed    bool   // RemoveRank was the last word: a tombstone and no log, snapshot or cursor since
+	// Cut: every log id below it was deleted (folded into a snapshot); 0 none. A snapshot may
+	// be newer than Cut-1 (an online checkpoint): the log between them is retained, not lost.
+	Cut     uint64
+	Removed bool // RemoveRank was the last word: a tombstone and no log, snapshot or cursor since
 }
 
 // Snapshot is a rank's state as of LastEventID: its dump, Stored events in replay order.
@@ -478,6 +481,9 @@ func (l *Log) RankMeta(r event.Rank) (RankMeta, error) {
 			return m, fmt.Errorf("wal: rank %v snapshot id: %w: %w", r, ErrCorruption, err)
 		}
 	}
+	if m.Cut, err = l.cut(r); err != nil {
+		return m, err
+	}
 	_, tomb, err := l.get(store.RankKey(store.PrefixTombstone, r))
 	if err != nil {
 		return m, err
@@ -596,7 +602,8 @@ func (l *Log) WriteSnapshot(ctx context.Context, r event.Rank, lastID uint64, st
 
 // ReadSnapshot returns r's snapshot; ok false when it has none. A snapshot that fails its
 // checksum or does not parse returns an error wrapping ErrCorruption: report it and drop it
-// (DropSnapshot) and record what it folded as lost: the folded log prefix is gone.
+// (DropSnapshot) and record the ids below the log cut as lost (RankMeta.Cut): that prefix is
+// gone; the log from the cut on is still there, even under a newer checkpoint.
 func (l *Log) ReadSnapshot(r event.Rank) (Snapshot, bool, error) {
 	if l.closed.Load() {
 		return Snapshot{}, false, ErrClosed

@@ -216,22 +216,15 @@ func decodeBody(ev *event.RouterEvent, b []byte) ([]byte, error) {
 
 // encodeSnapshot encodes a rank's snapshot value.
 func encodeSnapshot(r event.Rank, lastID uint64, stored []event.RouterEvent) []byte {
-	size := 1 + 8 + binary.MaxVarintLen64 + crcLen
+	size := 0
 	for i := range stored {
 		size += 2*binary.MaxVarintLen64 + bodySize(&stored[i])
 	}
-	dst := make([]byte, 0, size)
-	dst = append(dst, snapshotVersion)
-	dst = binary.LittleEndian.AppendUint64(dst, lastID)
-	dst = binary.AppendUvarint(dst, uint64(len(stored)))
+	e := SnapshotEncoder{items: make([]byte, 0, size)}
 	for i := range stored {
-		ev := &stored[i]
-		dst = binary.AppendUvarint(dst, ev.EventID)
-		dst = binary.AppendUvarint(dst, uint64(bodySize(ev)))
-		dst = appendBody(dst, ev)
+		e.Add(&stored[i])
 	}
-	crc := crc32.Update(rankCRC(r), castagnoli, dst)
-	return binary.LittleEndian.AppendUint32(dst, crc)
+	return e.value(r, lastID)
 }
 
 func decodeSnapshot(r event.Rank, val []byte) (Snapshot, error) {
@@ -254,8 +247,12 @@ func decodeSnapshot(r event.Rank, val []byte) (Snapshot, error) {
 	}
 	b = b[k:]
 	s.Events = make([]event.RouterEvent, n)
+	// Every event's blocks in one allocation: a block takes 16 bytes of the value, so len(b)/16
+	// bounds them all.
+	slab := make([]event.Block, 0, len(b)/16)
 	for i := range s.Events {
 		ev := &s.Events[i]
+		ev.Blocks = slab[len(slab):len(slab):cap(slab)]
 		id, k1 := binary.Uvarint(b)
 		if k1 <= 0 {
 			return Snapshot{}, fmt.Errorf("snapshot event %d id: %w", i, errShort)
@@ -272,6 +269,11 @@ func decodeSnapshot(r event.Rank, val []byte) (Snapshot, error) {
 		}
 		if len(rest) != 0 {
 			return Snapshot{}, fmt.Errorf("snapshot event %d: %d trailing bytes", i, len(rest))
+		}
+		nb := len(ev.Blocks)
+		ev.Blocks = ev.Blocks[:nb:nb]  // a later append to one event must not reach the next
+		if cap(slab)-len(slab) >= nb { // always: len(b)/16 bounds the blocks
+			slab = slab[:len(slab)+nb]
 		}
 		b = b[l:]
 	}

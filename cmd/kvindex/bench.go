@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/bench"
+	"github.com/kvindex/kvindex/server"
 	"github.com/kvindex/kvindex/wal"
 	"github.com/kvindex/kvindex/workload"
 	"github.com/urfave/cli/v2"
@@ -62,6 +63,7 @@ func benchCommand() *cli.Command {
 		&cli.IntFlag{Name: "batch", Value: 1, Usage: "events per append (Submit, and commit in the Pebble ceiling)", EnvVars: env("bench", "batch")},
 		&cli.StringFlag{Name: "durability", Value: "sync", Usage: "sync or none, for the pipeline and the Pebble ceiling", EnvVars: env("bench", "durability")},
 		&cli.IntFlag{Name: "lanes", Value: 0, Usage: "pipeline lanes (0 = GOMAXPROCS, as serve)", EnvVars: env("bench", "lanes")},
+		&cli.Float64Flag{Name: "checkpoint-ratio", Value: server.DefaultCheckpointRatio, Usage: "online checkpoint ratio of the server, as serve --checkpoint-ratio (0 = off)", EnvVars: env("bench", "checkpoint-ratio")},
 		&cli.StringFlag{Name: "data-dir", Usage: "where the two stores go (DIR/kvindex and DIR/pebble-ceiling, which must be missing or empty), kept after the run (default: a temp dir, removed after)", EnvVars: env("bench", "data-dir")},
 		&cli.DurationFlag{Name: "loaded-max", Value: 0, Usage: "bound of the under-load query phase (0 = 30s)", EnvVars: env("bench", "loaded-max")},
 		&cli.BoolFlag{Name: "json", Usage: "one JSON object per metric and line instead of the table", EnvVars: env("bench", "json")},
@@ -91,20 +93,21 @@ func benchCommand() *cli.Command {
 				}
 			}
 			o := bench.Options{
-				TracePath:   c.String("trace"),
-				WorkloadDir: c.String("workload"),
-				Scale:       c.Int("scale"),
-				Workload:    workloadOptions(c),
-				Producers:   c.Int("producers"),
-				Batch:       c.Int("batch"),
-				Durability:  dur,
-				Lanes:       c.Int("lanes"),
-				DataDir:     c.String("data-dir"),
-				LoadedMax:   c.Duration("loaded-max"),
-				Logger:      slog.Default(),
-				Progress:    progressWriter(c.App.ErrWriter),
-				Approximate: c.Bool("approximate"),
-				ApproxTTL:   c.Duration("approx-ttl"),
+				TracePath:       c.String("trace"),
+				WorkloadDir:     c.String("workload"),
+				Scale:           c.Int("scale"),
+				Workload:        workloadOptions(c),
+				Producers:       c.Int("producers"),
+				Batch:           c.Int("batch"),
+				Durability:      dur,
+				Lanes:           c.Int("lanes"),
+				CheckpointRatio: benchRatio(c.Float64("checkpoint-ratio")),
+				DataDir:         c.String("data-dir"),
+				LoadedMax:       c.Duration("loaded-max"),
+				Logger:          slog.Default(),
+				Progress:        progressWriter(c.App.ErrWriter),
+				Approximate:     c.Bool("approximate"),
+				ApproxTTL:       c.Duration("approx-ttl"),
 			}
 			if o.ApproxTTL <= 0 {
 				return usagef("--approx-ttl must be > 0")
@@ -166,4 +169,13 @@ func benchCommandLine(c *cli.Context, dur wal.Durability) string {
 		fmt.Fprintf(&b, " --approximate --approx-ttl %s", c.Duration("approx-ttl"))
 	}
 	return b.String()
+}
+
+// benchRatio maps --checkpoint-ratio (0 = off) to bench.Options.CheckpointRatio (0 = default,
+// negative = off).
+func benchRatio(r float64) float64 {
+	if r <= 0 {
+		return -1
+	}
+	return r
 }
