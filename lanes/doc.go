@@ -7,9 +7,11 @@
 // pipeline, so concurrent synced commits share fsyncs.
 //
 // Each lane is two goroutines. The decider drains whatever is queued (up to MaxBatchEvents) into
-// one wal.Batch with the cursor decisions of its events, and starts its commit without waiting;
-// up to 8 commits per lane are in flight. The applier takes the launched batches in order, waits
-// for each commit, then applies the batch to the index and acknowledges its submitters. Events
+// one wal.Batch with the cursor decisions of its events, and starts its commit itself
+// (wal.Log.Start: into Pebble's memtable and WAL queue, without waiting for the sync), so the
+// lane's batches land in Pebble in decision order — a later batch's cursor or reset never lands
+// before an earlier one's; up to 8 commits per lane are in flight. The applier takes the launched
+// batches in order, waits for each one's sync (wal.Log.Wait), then applies the batch to the index and acknowledges its submitters. Events
 // are therefore always logged before they are applied, applied in log order, and acknowledged
 // only once durable under the log's durability mode and applied. Ops that read or change a rank
 // outside a batch (Do, removals, barriers, online retention) first drain the lane's pipeline.

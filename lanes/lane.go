@@ -77,8 +77,9 @@ type pending struct {
 	bs      *batchState
 	ops     []*op
 	results []Result
-	done    chan struct{} // closed when the commit returned
-	err     error
+	start   time.Time     // when the commit was started
+	commits bool          // the batch had something to commit
+	err     error         // of the commit (Start, then the applier's Wait)
 	marker  chan struct{} // drain marker: closed by the applier when everything before it is applied
 }
 
@@ -90,7 +91,12 @@ func (ln *lane) applyLoop() {
 			close(pd.marker)
 			continue
 		}
-		<-pd.done
+		if pd.err == nil {
+			pd.err = ln.p.log.Wait(pd.bs.b)
+		}
+		if f := ln.p.opts.Listener.Committed; f != nil && pd.commits {
+			f(ln.id, len(pd.bs.steps), time.Since(pd.start), pd.err)
+		}
 		ln.finishCommit(pd)
 	}
 }
@@ -488,18 +494,12 @@ func (ln *lane) launch(pd *pending) {
 		}
 		rs.mu.Unlock()
 	}
-	pd.done = make(chan struct{})
-	if bs.b.Len() == 0 {
-		close(pd.done)
-	} else {
-		start := time.Now()
-		go func() {
-			pd.err = ln.p.log.Commit(context.Background(), bs.b)
-			if f := ln.p.opts.Listener.Committed; f != nil {
-				f(ln.id, len(bs.steps), time.Since(start), pd.err)
-			}
-			close(pd.done)
-		}()
+	// Started here, on the decider, so the lane's batches reach Pebble in decision order (a
+	// later batch's cursor or reset must never land before an earlier one's); the applier waits
+	// for each sync in turn, so the commits in flight still share fsyncs.
+	pd.start, pd.commits = time.Now(), bs.b.Len() > 0
+	if pd.err = ln.p.log.Start(bs.b); pd.err != nil {
+		ln.markFailed(pd.err, nil) // no later batch may start; the applier rolls this one back
 	}
 	ln.inflight <- pd
 }

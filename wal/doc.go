@@ -7,6 +7,9 @@
 //
 //   - A Commit is acknowledged only when Pebble's Commit returned: with Sync the batch is fsynced,
 //     with NoSync it is in the memtable (a crash, even SIGKILL, may lose the acknowledged tail).
+//     Start + Wait is a Commit in two steps: Start applies the batch in call order without
+//     waiting for the sync (Pebble's ApplyNoSyncWait), Wait returns once it is durable; batches
+//     started one after the other land in that order while sharing fsyncs.
 //     A batch is atomic: after a crash all of it or none of it is there.
 //   - A rank's metadata (cursor, gaps) goes in the same batch as the events it describes.
 //   - Readers may see a commit before it is durable: never feed the in-memory index by tailing

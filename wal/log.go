@@ -179,11 +179,12 @@ func (l *Log) usable() error {
 
 // Batch collects events and metadata for one atomic Commit. Not safe for concurrent use.
 type Batch struct {
-	l   *Log
-	pb  *pebble.Batch
-	key []byte
-	val []byte
-	n   int
+	l       *Log
+	pb      *pebble.Batch
+	key     []byte
+	val     []byte
+	n       int
+	waiting bool // Start applied it without waiting for its sync: Wait must follow
 }
 
 // NewBatch returns an empty batch. Reuse it across commits; Close it when done.
@@ -304,11 +305,65 @@ func (l *Log) Commit(ctx context.Context, b *Batch) error {
 	return nil
 }
 
+// Start begins the commit of b and returns once b is in Pebble's memtable and queued for its WAL,
+// without waiting for the WAL sync: batches started one after the other are applied in that
+// order (a later batch's cursor overwrites an earlier one's, never the reverse), while their
+// syncs are shared. Wait(b) then returns once b is durable under the log's Durability; call it
+// for every started batch, in any order, before reusing or closing b. An error of Start or Wait
+// is that of Commit. A batch with nothing in it starts and waits as a no-op.
+func (l *Log) Start(b *Batch) error {
+	if b.n == 0 {
+		return nil
+	}
+	var err error
+	if l.wo.Sync {
+		err = l.applyWith(func() error { return l.db.ApplyNoSyncWait(b.pb, l.wo) })
+		b.waiting = err == nil
+	} else {
+		err = l.apply(b.pb, l.wo)
+	}
+	if err != nil {
+		// As in Commit: a batch whose commit failed is abandoned to the GC.
+		n := b.n
+		b.pb, b.n = nil, 0
+		return fmt.Errorf("wal: commit %d ops: %w", n, err)
+	}
+	return nil
+}
+
+// Wait returns once a batch Start began is durable (see Start); after it b is empty and can be
+// reused.
+func (l *Log) Wait(b *Batch) error {
+	if !b.waiting {
+		b.Reset()
+		return nil
+	}
+	b.waiting = false
+	n := b.n
+	if err := l.guard(b.pb.SyncWait); err != nil {
+		b.pb, b.n = nil, 0
+		return fmt.Errorf("wal: commit %d ops: %w", n, err)
+	}
+	b.Reset()
+	return nil
+}
+
 // apply commits pb, turning Pebble's fatal panics into a failed log.
-func (l *Log) apply(pb *pebble.Batch, wo *pebble.WriteOptions) (err error) {
+func (l *Log) apply(pb *pebble.Batch, wo *pebble.WriteOptions) error {
+	return l.applyWith(func() error { return pb.Commit(wo) })
+}
+
+// applyWith runs one Pebble commit step, turning Pebble's fatal panics into a failed log.
+func (l *Log) applyWith(commit func() error) error {
 	if err := l.usable(); err != nil {
 		return err
 	}
+	return l.guard(commit)
+}
+
+// guard runs commit, turning Pebble's fatal panics into a failed log. Wait uses it without the
+// usable check: a started batch is always waited for, even on a log closed meanwhile.
+func (l *Log) guard(commit func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			perr := fmt.Errorf("%w: %w", ErrFailed, store.PanicError(r))
@@ -317,7 +372,7 @@ func (l *Log) apply(pb *pebble.Batch, wo *pebble.WriteOptions) (err error) {
 			err = perr
 		}
 	}()
-	if err := pb.Commit(wo); err != nil {
+	if err := commit(); err != nil {
 		return store.MapError("pebble commit", err)
 	}
 	return nil
