@@ -13,6 +13,7 @@ type matchScratch struct {
 	drops  []uint32  // the ranks that left the walk, shallowest first
 	ends   []int     // ends[d-1]: the end in drops of the ranks that scored d
 	bits   []uint64  // ordinals of one score's ranks (zero between queries)
+	sizes  []uint64  // ordinal → block count, of the ranks marked in bits
 	ords   []uint32  // ordinals of one score's ranks, when they are few
 	first  [1]uint32 // the first node's single holder (holderIDs)
 	one    [1]uint32 // a later node's single holder
@@ -183,6 +184,11 @@ func (t *rankTable) appendScore(dst []Score, o uint32, s uint32) []Score {
 
 // appendRunBitmap marks the ordinals of ids in a bitmap, then reads the words it marked in
 // order: O(len(ids) + the span of their ordinals / 64).
+//
+// Every array is swept in order, never probed at random, which is what a query that runs
+// after its core served something else (its caches cold) pays for: ord and sizes in id order
+// while marking (the block counts are parked by ordinal in sc.sizes), then byOrd and the parked
+// counts in ordinal order while reading the bitmap.
 func (t *rankTable) appendRunBitmap(dst []Score, ids []uint32, s uint32, sc *matchScratch) []Score {
 	if len(ids) == 0 {
 		return dst
@@ -191,18 +197,24 @@ func (t *rankTable) appendRunBitmap(dst []Score, ids []uint32, s uint32, sc *mat
 	if len(sc.bits) < words {
 		sc.bits = make([]uint64, words)
 	}
-	marks := sc.bits[:words]
+	if len(sc.sizes) < len(t.byOrd) {
+		sc.sizes = make([]uint64, len(t.byOrd))
+	}
+	marks, sizes := sc.bits[:words], sc.sizes[:len(t.byOrd)]
 	lo, hi := uint32(len(marks)), uint32(0)
 	for _, id := range ids {
 		o := t.ord[id]
 		w := o >> 6
 		marks[w] |= 1 << (o & 63)
+		sizes[o] = t.blocksOf(id).Load()
 		lo, hi = min(lo, w), max(hi, w)
 	}
 	// Clear the bitmap while reading it, for the next run.
 	for w := lo; w <= hi; w++ {
 		for b := marks[w]; b != 0; b &= b - 1 {
-			dst = t.appendScore(dst, w<<6|uint32(bits.TrailingZeros64(b)), s)
+			o := w<<6 | uint32(bits.TrailingZeros64(b))
+			e := &t.byOrd[o]
+			dst = append(dst, Score{WorkerID: e.worker, DPRank: e.dp, Score: s, TreeSize: sizes[o]})
 		}
 		marks[w] = 0
 	}
