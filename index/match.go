@@ -97,19 +97,8 @@ func (ix *Index) findMatches(dst []Score, path *[]uint64, localHashes []uint64, 
 				break
 			}
 			// The ranks that leave here score depth.
-			hs := child.holderIDs(&sc.one)
-			next := buf[:0]
-			j := 0
-			for _, id := range active {
-				for j < len(hs) && hs[j] < id {
-					j++
-				}
-				if j < len(hs) && hs[j] == id {
-					next = append(next, id)
-				} else {
-					drops = append(drops, id)
-				}
-			}
+			var next []uint32
+			next, drops = split(buf[:0], drops, active, child.holderIDs(&sc.one))
 			ends = append(ends, len(drops))
 			active, buf = next, next
 			if len(active) == 0 {
@@ -136,6 +125,42 @@ func (ix *Index) findMatches(dst []Score, path *[]uint64, localHashes []uint64, 
 	sc.active, sc.drops, sc.ends = buf[:0], drops[:0], ends[:0]
 	ix.scratch.Put(sc)
 	return dst
+}
+
+// split appends to next the ids of active that are in hs, and to drops the others (all three
+// ascending). next may share active's array as long as it starts at or before it: it is written
+// behind what is read.
+//
+// When hs is much smaller than active (the first block's holders meeting a conversation's), it
+// binary-searches each holder in what is left of active and copies the runs between them to
+// drops whole, rather than stepping through every id.
+func split(next, drops, active, hs []uint32) ([]uint32, []uint32) {
+	if 8*len(hs) < len(active) {
+		for _, h := range hs {
+			i, found := slices.BinarySearch(active, h)
+			drops = append(drops, active[:i]...)
+			if found {
+				next = append(next, h)
+				i++
+			}
+			if active = active[i:]; len(active) == 0 {
+				break
+			}
+		}
+		return next, append(drops, active...)
+	}
+	j := 0
+	for _, id := range active {
+		for j < len(hs) && hs[j] < id {
+			j++
+		}
+		if j < len(hs) && hs[j] == id {
+			next = append(next, id)
+		} else {
+			drops = append(drops, id)
+		}
+	}
+	return next, drops
 }
 
 // knownIDs returns the ids (ascending) that t knows: ids itself when it knows them all (always,
