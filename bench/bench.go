@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -300,6 +301,7 @@ func (r *run) pipelineStages(ctx context.Context) error {
 	r.lg.Info("bench: stage 3: find_matches", "queries", len(qs))
 	lat := make([]time.Duration, 0, len(qs))
 	var dst []index.Score
+	gc0 := gcCycles()
 	for i, qi := range qs {
 		if i%4096 == 0 && ctx.Err() != nil {
 			return ctx.Err()
@@ -308,6 +310,7 @@ func (r *run) pipelineStages(ctx context.Context) error {
 		dst = s.Index().FindMatchesInto(dst, r.wl.Queries[qi].BlockHashes, false)
 		lat = append(lat, time.Since(t))
 	}
+	r.rep.add(MetricFindMatchesGCCycles, float64(gcCycles()-gc0), UnitCount)
 	slices.Sort(lat)
 	r.rep.add(MetricQueries, float64(len(qs)), UnitCount)
 	r.rep.add(MetricFindMatchesP50, float64(Percentile(lat, 0.50)), UnitNS)
@@ -395,9 +398,11 @@ func (r *run) loadedQueries(ctx context.Context, s *server.Server, qs []int, sub
 		}
 	}()
 	var sent atomic.Int64
+	gc0 := gcCycles()
 	took, err := r.drive(lctx, "loaded ingest", load, rate, &sent, submit)
 	close(done)
 	wg.Wait()
+	r.rep.add(MetricFindMatchesLoadedGCCycles, float64(gcCycles()-gc0), UnitCount)
 	if err != nil && !(errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil) {
 		return fmt.Errorf("bench: loaded ingest: %w", err)
 	}
@@ -473,6 +478,17 @@ func (r *run) memoryBaseline(ctx context.Context) error {
 	}
 	runtime.KeepAlive(ix)
 	return nil
+}
+
+// gcCycles returns the number of completed GC cycles (runtime/metrics: no stop-the-world, unlike
+// runtime.ReadMemStats).
+func gcCycles() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }
 
 // liveHeap returns HeapAlloc after two collections (the first runs finalizers and empties

@@ -55,6 +55,11 @@ const (
 	MetricFindMatchesTieredP50 = "find_matches_tiered_p50_ns" // find_matches with the tier walk
 	MetricFindMatchesTieredP99 = "find_matches_tiered_p99_ns"
 	MetricTierExtendedQueries  = "tier_extended_queries_ratio" // queries where a lower tier extends some rank
+	// GC cycles completed while the find_matches phases ran (issue 17): a query never allocates,
+	// but a collection running beside it takes a core and the caches, which is where the
+	// p99/p999 of an idle index come from when the machine is otherwise quiet.
+	MetricFindMatchesGCCycles       = "find_matches_gc_cycles"        // during the idle phase (find_matches_p50/p99/p999)
+	MetricFindMatchesLoadedGCCycles = "find_matches_loaded_gc_cycles" // during the loaded phase
 )
 
 // RequiredMetrics lists docs/BENCHMARKS.md's required metric names in the order of its table.

@@ -128,8 +128,10 @@ type rankState struct {
 	// refs counts, per node, the block hashes of the rank there beyond the first (a rank may
 	// store two block hashes at one position; it holds the node until both are gone). Rarely
 	// non-empty; writer-owned.
-	refs   map[*node]uint32
-	blocks atomic.Uint64 // len(lookup), published for readers
+	refs map[*node]uint32
+	// blocks is len(lookup), published for readers: the rank's slot in the rank tables' sizes,
+	// where a query reads it next to the other ranks' counts.
+	blocks *atomic.Uint64
 }
 
 // Index is the concurrent radix-tree index. See the package documentation for the concurrency
@@ -165,7 +167,7 @@ func New(opts Options) *Index {
 		tomb:   &node{},
 		byRank: make(map[event.Rank]*rankState, opts.RankCapacity),
 	}
-	ix.table.Store(&rankTable{byID: make([]*rankState, 0, opts.RankCapacity)})
+	ix.table.Store(&rankTable{byID: make([]*rankState, 0, opts.RankCapacity), byOrd: make([]ordRank, 0, opts.RankCapacity)})
 	ix.scratch.New = func() any { return new(matchScratch) }
 	return ix
 }
@@ -218,16 +220,19 @@ func (ix *Index) RegisterRanks(ranks []event.Rank) {
 	if len(byID) == len(t.byID) {
 		return
 	}
-	n := &rankTable{byID: byID, ord: make([]uint32, len(byID)), byOrd: make([]uint32, 0, len(byID))}
+	n := &rankTable{byID: byID, ord: make([]uint32, len(byID)), byOrd: make([]ordRank, 0, len(byID)), sizes: grownSizes(t.sizes, len(byID))}
 	for id, rs := range byID {
 		n.ord[id] = noOrd
 		if rs != nil {
-			n.byOrd = append(n.byOrd, uint32(id))
+			n.byOrd = append(n.byOrd, ordRank{worker: rs.rank.WorkerID, dp: rs.rank.DPRank, id: uint32(id)})
 		}
 	}
-	slices.SortFunc(n.byOrd, func(a, b uint32) int { return byID[a].rank.Compare(byID[b].rank) })
-	for p, id := range n.byOrd {
-		n.ord[id] = uint32(p)
+	for _, rs := range byID[len(t.byID):] {
+		rs.blocks = n.blocksOf(rs.id)
+	}
+	slices.SortFunc(n.byOrd, func(a, b ordRank) int { return byID[a.id].rank.Compare(byID[b.id].rank) })
+	for p, e := range n.byOrd {
+		n.ord[e.id] = uint32(p)
 	}
 	ix.table.Store(n)
 }
@@ -245,10 +250,43 @@ func (ix *Index) unregister(rs *rankState) {
 //
 // Adding a rank inserts it among the others without changing their relative order, so ordinals
 // shift but never reorder: an id's ordinal is only meaningful within one table.
+//
+// What a query's answer needs of a rank is here, in arrays dense in ordinal or id, so that
+// laying out an answer of hundreds of ranks touches a few cache lines per 4 (byOrd) or 8
+// (sizes) ranks rather than a rank state of two lines each, which its writer keeps dirtying.
 type rankTable struct {
 	byID  []*rankState // id → state; nil once removed
 	ord   []uint32     // id → position of the rank in byOrd; noOrd once removed
-	byOrd []uint32     // the live ranks' ids, by (worker id, dp rank)
+	byOrd []ordRank    // the live ranks, by (worker id, dp rank)
+	// sizes holds every rank's block count (rankState.blocks points at its slot), by id, in
+	// chunks that tables share and that never move: a new table only appends chunks.
+	sizes []*sizeChunk
+}
+
+// ordRank is a live rank as an answer lists it: its identity and its id.
+type ordRank struct {
+	worker uint64
+	dp     uint32
+	id     uint32
+}
+
+// sizeChunkLen is the number of ranks' block counts in one chunk of rankTable.sizes.
+const sizeChunkLen = 64
+
+type sizeChunk [sizeChunkLen]atomic.Uint64
+
+// grownSizes returns sizes with chunks for the ids below n. It appends to sizes' array: as for
+// byID, only the registry's newest table is extended, and no older table reads past its length.
+func grownSizes(sizes []*sizeChunk, n int) []*sizeChunk {
+	for len(sizes)*sizeChunkLen < n {
+		sizes = append(sizes, new(sizeChunk))
+	}
+	return sizes
+}
+
+// blocksOf returns the block count of rank id.
+func (t *rankTable) blocksOf(id uint32) *atomic.Uint64 {
+	return &t.sizes[id/sizeChunkLen][id%sizeChunkLen]
 }
 
 // noOrd is the ordinal of a removed rank.
@@ -263,19 +301,23 @@ func atLeast(o, p uint32) uint32 {
 	return uint32(ge & live)
 }
 
-// with returns t plus rs, whose id is len(t.byID). t must be the registry's newest table.
+// with returns t plus rs, whose id is len(t.byID), and points rs.blocks at its slot of sizes. t
+// must be the registry's newest table.
 func (t *rankTable) with(rs *rankState) *rankTable {
-	p, _ := slices.BinarySearchFunc(t.byOrd, rs.rank, func(id uint32, r event.Rank) int {
-		return t.byID[id].rank.Compare(r)
+	p, _ := slices.BinarySearchFunc(t.byOrd, rs.rank, func(e ordRank, r event.Rank) int {
+		return t.byID[e.id].rank.Compare(r)
 	})
 	n := &rankTable{
 		// Appending may write past the end of t.byID in a shared array: no reader of t reads
 		// there, and t is never extended again (the registry extends only its newest table).
 		byID:  append(t.byID, rs),
 		ord:   make([]uint32, len(t.ord), len(t.ord)+1),
-		byOrd: make([]uint32, 0, len(t.byOrd)+1),
+		byOrd: make([]ordRank, 0, len(t.byOrd)+1),
+		sizes: grownSizes(t.sizes, len(t.byID)+1),
 	}
-	n.byOrd = append(append(append(n.byOrd, t.byOrd[:p]...), rs.id), t.byOrd[p:]...)
+	rs.blocks = n.blocksOf(rs.id)
+	me := ordRank{worker: rs.rank.WorkerID, dp: rs.rank.DPRank, id: rs.id}
+	n.byOrd = append(append(append(n.byOrd, t.byOrd[:p]...), me), t.byOrd[p:]...)
 	for id, o := range t.ord {
 		n.ord[id] = o + atLeast(o, uint32(p))
 	}
@@ -290,6 +332,7 @@ func (t *rankTable) without(id uint32) *rankTable {
 		byID:  slices.Clone(t.byID),
 		ord:   make([]uint32, len(t.ord)),
 		byOrd: slices.Delete(slices.Clone(t.byOrd), int(p), int(p)+1),
+		sizes: t.sizes,
 	}
 	n.byID[id] = nil
 	for i, o := range t.ord {
@@ -467,8 +510,8 @@ func (ix *Index) RanksOfWorker(workerID uint64) []event.Rank {
 func (ix *Index) Ranks() []RankInfo {
 	t := ix.table.Load()
 	out := make([]RankInfo, len(t.byOrd))
-	for i, id := range t.byOrd {
-		rs := t.byID[id]
+	for i, e := range t.byOrd {
+		rs := t.byID[e.id]
 		out[i] = RankInfo{Rank: rs.rank, Blocks: rs.blocks.Load()}
 	}
 	return out

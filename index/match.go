@@ -8,12 +8,15 @@ import (
 // matchScratch holds a query's working state; pooled so that steady-state queries do not
 // allocate.
 type matchScratch struct {
-	active, next []uint32
-	score        []uint32  // rank id → score, for the ids of the query's first holder set
-	count        []int     // score → ranks with it, then where the next of them goes in dst
-	bits         []uint64  // ordinals of the first holder set (zero between queries)
-	keys         []uint64  // ordinal<<32 | id, when the first holder set is small
-	one          [1]uint32 // a node's single holder (holderIDs)
+	active []uint32  // the ranks still matching, once the walk is past the first block
+	known  []uint32  // the first block's holders that the rank table knows, when some are not
+	drops  []uint32  // the ranks that left the walk, shallowest first
+	ends   []int     // ends[d-1]: the end in drops of the ranks that scored d
+	bits   []uint64  // ordinals of one score's ranks (zero between queries)
+	sizes  []uint64  // ordinal → block count, of the ranks marked in bits
+	ords   []uint32  // ordinals of one score's ranks, when they are few
+	first  [1]uint32 // the first node's single holder (holderIDs)
+	one    [1]uint32 // a later node's single holder
 }
 
 // FindMatches scores every rank against a query of local block hashes (tokens hashes, from the
@@ -32,10 +35,11 @@ func (ix *Index) FindMatches(localHashes []uint64, earlyExit bool) []Score {
 // and holder set are read with atomic loads) and allocates nothing once dst has room for the
 // answer.
 //
-// The walk intersects holder sets in rank id order and records each rank's score; the answer is
-// then laid out without comparing scores: the ranks in (worker id, dp rank) order (the rank
-// table's ordinals, through a bitmap or a sort of packed integers), each placed in its score's
-// slot of a counting sort.
+// The walk intersects holder sets in rank id order and keeps the ranks that leave at each depth
+// together, so that the ranks of one score are one run; the answer is then laid out without
+// comparing scores: run by run, deepest first, each run's ranks in (worker id, dp rank) order
+// through the rank table's ordinals (a bitmap, or a sort of a few integers), their identities
+// and tree sizes read from the table's dense arrays.
 func (ix *Index) FindMatchesInto(dst []Score, localHashes []uint64, earlyExit bool) []Score {
 	return ix.findMatches(dst, nil, localHashes, earlyExit)
 }
@@ -52,6 +56,11 @@ func (ix *Index) FindMatchesPath(dst []Score, path []uint64, localHashes []uint6
 }
 
 // findMatches is FindMatchesInto; with path not nil it records the matched nodes' block hashes.
+//
+// The walk keeps the ranks still matching (ascending ids) and, at each depth, appends the ranks
+// that leave there to drops, so that the ranks of one score are a run of drops (or the ranks
+// left at the end): no per-rank score is stored or read back. Each run is then appended to dst,
+// deepest first, in (worker id, dp rank) order through the rank table's ordinals.
 func (ix *Index) findMatches(dst []Score, path *[]uint64, localHashes []uint64, earlyExit bool) []Score {
 	dst = dst[:0]
 	if len(localHashes) == 0 {
@@ -63,24 +72,15 @@ func (ix *Index) findMatches(dst []Score, path *[]uint64, localHashes []uint64, 
 		return dst
 	}
 	sc := ix.scratch.Get().(*matchScratch)
-	if len(sc.score) < len(t.byID) {
-		sc.score = make([]uint32, len(t.byID))
-	}
-	score := sc.score
-	if cap(sc.count) < len(localHashes)+1 {
-		sc.count = make([]int, len(localHashes)+1)
-	}
-	count := sc.count[:len(localHashes)+1] // count[d]: ranks scoring d
-	clear(count)
 	// The ranks of the first holder set that t knows: a rank registered after t was loaded is
-	// left out, and so is one removed before.
-	active := sc.active[:0]
-	for _, id := range first.holderIDs(&sc.one) {
-		if int(id) < len(t.ord) && t.ord[id] != noOrd {
-			active = append(active, id)
-		}
+	// left out, and so is one removed before. active is the (immutable) holder set itself
+	// until the first intersection.
+	active := t.knownIDs(first.holderIDs(&sc.first), &sc.known)
+	buf := sc.active[:0] // the next active set; in place once active is buf (next ⊆ active)
+	if cap(buf) < len(active) {
+		buf = make([]uint32, 0, len(active))
 	}
-	participants := append(sc.next[:0], active...)
+	drops, ends := sc.drops[:0], sc.ends[:0]
 	depth := 0
 	if len(active) > 0 {
 		depth = 1
@@ -97,21 +97,10 @@ func (ix *Index) findMatches(dst []Score, path *[]uint64, localHashes []uint64, 
 				break
 			}
 			// The ranks that leave here score depth.
-			hs := child.holderIDs(&sc.one)
-			next := active[:0]
-			j := 0
-			for _, id := range active {
-				for j < len(hs) && hs[j] < id {
-					j++
-				}
-				if j < len(hs) && hs[j] == id {
-					next = append(next, id)
-				} else {
-					score[id] = uint32(depth)
-				}
-			}
-			count[depth] += len(active) - len(next)
-			active = next
+			var next []uint32
+			next, drops = split(buf[:0], drops, active, child.holderIDs(&sc.one))
+			ends = append(ends, len(drops))
+			active, buf = next, next
 			if len(active) == 0 {
 				break
 			}
@@ -122,85 +111,151 @@ func (ix *Index) findMatches(dst []Score, path *[]uint64, localHashes []uint64, 
 			}
 		}
 	}
-	for _, id := range active {
-		score[id] = uint32(depth)
+	dst = slices.Grow(dst, len(drops)+len(active))
+	// Deepest first: the ranks left at the end score depth (none when the walk stopped because
+	// every rank left at depth, which is then the last run of drops).
+	dst = t.appendRun(dst, active, uint32(depth), sc)
+	for d := len(ends); d >= 1; d-- {
+		lo := 0
+		if d >= 2 {
+			lo = ends[d-2]
+		}
+		dst = t.appendRun(dst, drops[lo:ends[d-1]], uint32(d), sc)
 	}
-	count[depth] += len(active)
-	dst = placeScores(dst, t, participants, score, count[:depth+1], sc)
-	sc.active, sc.next = active[:0], participants[:0]
+	sc.active, sc.drops, sc.ends = buf[:0], drops[:0], ends[:0]
 	ix.scratch.Put(sc)
 	return dst
 }
 
-// placeScores appends the scores of ids (in any order; 1 ≤ score[id] < len(count)) to dst in
-// answer order: ids is put in t's rank order, then each rank goes to the next slot of its score
-// (a counting sort, descending; count[s] is the number of ids scoring s, and is overwritten).
-// ids is reordered.
-func placeScores(dst []Score, t *rankTable, ids []uint32, score []uint32, count []int, sc *matchScratch) []Score {
+// split appends to next the ids of active that are in hs, and to drops the others (all three
+// ascending). next may share active's array as long as it starts at or before it: it is written
+// behind what is read.
+//
+// When hs is much smaller than active (the first block's holders meeting a conversation's), it
+// binary-searches each holder in what is left of active and copies the runs between them to
+// drops whole, rather than stepping through every id.
+func split(next, drops, active, hs []uint32) ([]uint32, []uint32) {
+	if 8*len(hs) < len(active) {
+		for _, h := range hs {
+			i, found := slices.BinarySearch(active, h)
+			drops = append(drops, active[:i]...)
+			if found {
+				next = append(next, h)
+				i++
+			}
+			if active = active[i:]; len(active) == 0 {
+				break
+			}
+		}
+		return next, append(drops, active...)
+	}
+	j := 0
+	for _, id := range active {
+		for j < len(hs) && hs[j] < id {
+			j++
+		}
+		if j < len(hs) && hs[j] == id {
+			next = append(next, id)
+		} else {
+			drops = append(drops, id)
+		}
+	}
+	return next, drops
+}
+
+// knownIDs returns the ids (ascending) that t knows: ids itself when it knows them all (always,
+// unless a rank was registered after t was loaded or removed before), else a copy in buf.
+func (t *rankTable) knownIDs(ids []uint32, buf *[]uint32) []uint32 {
+	if len(ids) == 0 || len(t.byOrd) == len(t.byID) && int(ids[len(ids)-1]) < len(t.byID) {
+		return ids // no rank removed: every id below len(byID) is live
+	}
+	for i, id := range ids {
+		if int(id) < len(t.ord) && t.ord[id] != noOrd {
+			continue
+		}
+		known := append((*buf)[:0], ids[:i]...)
+		for _, id := range ids[i+1:] {
+			if int(id) < len(t.ord) && t.ord[id] != noOrd {
+				known = append(known, id)
+			}
+		}
+		*buf = known
+		return known
+	}
+	return ids
+}
+
+// appendRun appends to dst the scores s of ids (known to t, no duplicates), in (worker id, dp
+// rank) order: through a bitmap of their ordinals when they are many next to the ranks, else by
+// sorting their ordinals. Neither calls a comparator. dst should have room for them.
+func (t *rankTable) appendRun(dst []Score, ids []uint32, s uint32, sc *matchScratch) []Score {
+	switch words := (len(t.byOrd) + 63) / 64; {
+	case len(ids) == 0:
+		return dst
+	case len(ids) == 1:
+		return t.appendScore(dst, t.ord[ids[0]], s)
+	case 16*len(ids) >= words:
+		return t.appendRunBitmap(dst, ids, s, sc)
+	default:
+		return t.appendRunSorted(dst, ids, s, sc)
+	}
+}
+
+// appendScore appends the score s of the rank of ordinal o.
+func (t *rankTable) appendScore(dst []Score, o uint32, s uint32) []Score {
+	e := &t.byOrd[o]
+	return append(dst, Score{WorkerID: e.worker, DPRank: e.dp, Score: s, TreeSize: t.blocksOf(e.id).Load()})
+}
+
+// appendRunBitmap marks the ordinals of ids in a bitmap, then reads the words it marked in
+// order: O(len(ids) + the span of their ordinals / 64).
+//
+// Every array is swept in order, never probed at random, which is what a query that runs
+// after its core served something else (its caches cold) pays for: ord and sizes in id order
+// while marking (the block counts are parked by ordinal in sc.sizes), then byOrd and the parked
+// counts in ordinal order while reading the bitmap.
+func (t *rankTable) appendRunBitmap(dst []Score, ids []uint32, s uint32, sc *matchScratch) []Score {
 	if len(ids) == 0 {
 		return dst
 	}
-	at := len(dst)
-	for s := len(count) - 1; s >= 1; s-- {
-		c := count[s]
-		count[s] = at
-		at += c
-	}
-	dst = slices.Grow(dst, len(ids))[:at]
-	sortByRank(t, ids, sc)
-	for _, id := range ids {
-		s := score[id]
-		rs := t.byID[id]
-		dst[count[s]] = Score{WorkerID: rs.rank.WorkerID, DPRank: rs.rank.DPRank, Score: s, TreeSize: rs.blocks.Load()}
-		count[s]++
-	}
-	return dst
-}
-
-// sortByRank sorts ids, known to t, by (worker id, dp rank): through a bitmap of their ordinals
-// when they are many next to the ranks, else by sorting ordinal<<32|id integers. Neither calls
-// a comparator.
-func sortByRank(t *rankTable, ids []uint32, sc *matchScratch) {
-	if words := (len(t.byOrd) + 63) / 64; 16*len(ids) >= words {
-		sortByRankBitmap(t, ids, sc)
-	} else {
-		sortByRankKeys(t, ids, sc)
-	}
-}
-
-// sortByRankBitmap marks the ordinals of ids in a bitmap, then reads it in order: O(len(ids) +
-// ranks/64). ids holds no duplicates.
-func sortByRankBitmap(t *rankTable, ids []uint32, sc *matchScratch) {
 	words := (len(t.byOrd) + 63) / 64
 	if len(sc.bits) < words {
 		sc.bits = make([]uint64, words)
 	}
-	marks := sc.bits[:words]
+	if len(sc.sizes) < len(t.byOrd) {
+		sc.sizes = make([]uint64, len(t.byOrd))
+	}
+	marks, sizes := sc.bits[:words], sc.sizes[:len(t.byOrd)]
+	lo, hi := uint32(len(marks)), uint32(0)
 	for _, id := range ids {
 		o := t.ord[id]
-		marks[o>>6] |= 1 << (o & 63)
+		w := o >> 6
+		marks[w] |= 1 << (o & 63)
+		sizes[o] = t.blocksOf(id).Load()
+		lo, hi = min(lo, w), max(hi, w)
 	}
-	// Clear the bitmap while reading it, for the next query.
-	i := 0
-	for w, b := range marks {
-		for b != 0 {
-			ids[i] = t.byOrd[w<<6|bits.TrailingZeros64(b)]
-			i++
-			b &= b - 1
+	// Clear the bitmap while reading it, for the next run.
+	for w := lo; w <= hi; w++ {
+		for b := marks[w]; b != 0; b &= b - 1 {
+			o := w<<6 | uint32(bits.TrailingZeros64(b))
+			e := &t.byOrd[o]
+			dst = append(dst, Score{WorkerID: e.worker, DPRank: e.dp, Score: s, TreeSize: sizes[o]})
 		}
 		marks[w] = 0
 	}
+	return dst
 }
 
-// sortByRankKeys sorts the integers ordinal<<32|id: O(len(ids)·log len(ids)).
-func sortByRankKeys(t *rankTable, ids []uint32, sc *matchScratch) {
-	keys := sc.keys[:0]
+// appendRunSorted sorts the ordinals of ids: O(len(ids)·log len(ids)).
+func (t *rankTable) appendRunSorted(dst []Score, ids []uint32, s uint32, sc *matchScratch) []Score {
+	ords := sc.ords[:0]
 	for _, id := range ids {
-		keys = append(keys, uint64(t.ord[id])<<32|uint64(id))
+		ords = append(ords, t.ord[id])
 	}
-	slices.Sort(keys)
-	for i, k := range keys {
-		ids[i] = uint32(k)
+	slices.Sort(ords)
+	for _, o := range ords {
+		dst = t.appendScore(dst, o, s)
 	}
-	sc.keys = keys[:0]
+	sc.ords = ords[:0]
+	return dst
 }

@@ -9,8 +9,9 @@ import (
 )
 
 // TestRankTableOrder registers and removes random ranks and checks, after each step, that the
-// table's ordinals list the live ranks by (worker id, dp rank), and that both ways of sorting a
-// random subset of ids by rank (bitmap, packed keys) agree with a comparator sort.
+// table's ordinals list the live ranks by (worker id, dp rank), and that both ways of laying out
+// the scores of a random subset of ids in rank order (bitmap, sorted ordinals) agree with a
+// comparator sort and carry each rank's identity and block count.
 func TestRankTableOrder(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		tab := &rankTable{}
@@ -24,16 +25,18 @@ func TestRankTableOrder(t *testing.T) {
 			} else {
 				rs := &rankState{rank: r, id: uint32(len(tab.byID))}
 				tab = tab.with(rs)
+				rs.blocks.Store(uint64(rs.id) + 100)
 				live[r] = rs.id
 			}
 			if len(tab.byOrd) != len(live) {
 				rt.Fatalf("%d ordinals, %d live ranks", len(tab.byOrd), len(live))
 			}
-			for o, id := range tab.byOrd {
+			for o, e := range tab.byOrd {
+				id := e.id
 				if tab.ord[id] != uint32(o) || live[tab.byID[id].rank] != id {
 					rt.Fatalf("ordinal %d: id %d (ord %d, rank %v)", o, id, tab.ord[id], tab.byID[id].rank)
 				}
-				if o > 0 && !tab.byID[tab.byOrd[o-1]].rank.Less(tab.byID[id].rank) {
+				if o > 0 && !tab.byID[tab.byOrd[o-1].id].rank.Less(tab.byID[id].rank) {
 					rt.Fatalf("ordinals %d, %d out of rank order", o-1, o)
 				}
 			}
@@ -49,16 +52,21 @@ func TestRankTableOrder(t *testing.T) {
 					ids = append(ids, id)
 				}
 			}
-			want := slices.SortedFunc(slices.Values(ids), func(a, b uint32) int {
+			slices.Sort(ids) // as a walk keeps them
+			byRank := slices.SortedFunc(slices.Values(ids), func(a, b uint32) int {
 				return tab.byID[a].rank.Compare(tab.byID[b].rank)
 			})
-			for name, sortIDs := range map[string]func(*rankTable, []uint32, *matchScratch){
-				"bitmap": sortByRankBitmap, "keys": sortByRankKeys, "either": sortByRank,
+			var want []Score
+			for _, id := range byRank {
+				rs := tab.byID[id]
+				want = append(want, Score{WorkerID: rs.rank.WorkerID, DPRank: rs.rank.DPRank, Score: 7, TreeSize: uint64(id) + 100})
+			}
+			for name, appendRun := range map[string]func(*rankTable, []Score, []uint32, uint32, *matchScratch) []Score{
+				"bitmap": (*rankTable).appendRunBitmap, "sorted": (*rankTable).appendRunSorted, "either": (*rankTable).appendRun,
 			} {
-				got := slices.Clone(ids)
-				sortIDs(tab, got, sc)
-				if !slices.Equal(got, want) {
-					rt.Fatalf("%s: %v, want %v", name, got, want)
+				got := appendRun(tab, []Score{{WorkerID: 99}}, ids, 7, sc)
+				if len(got) == 0 || got[0].WorkerID != 99 || !slices.Equal(got[1:], want) {
+					rt.Fatalf("%s: %v, want %v after the one it had", name, got, want)
 				}
 			}
 			if slices.ContainsFunc(sc.bits, func(w uint64) bool { return w != 0 }) {

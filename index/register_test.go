@@ -11,11 +11,15 @@ import (
 // checkTable asserts the rank table's invariants: byOrd lists the live ids in rank order, ord is
 // its inverse, removed ids have no ordinal.
 func checkTable(t *rapid.T, tab *rankTable) {
-	for o, id := range tab.byOrd {
+	for o, e := range tab.byOrd {
+		id := e.id
 		if tab.ord[id] != uint32(o) || tab.byID[id] == nil {
 			t.Fatalf("ordinal %d: id %d (ord %d)", o, id, tab.ord[id])
 		}
-		if o > 0 && !tab.byID[tab.byOrd[o-1]].rank.Less(tab.byID[id].rank) {
+		if r := tab.byID[id].rank; e.worker != r.WorkerID || e.dp != r.DPRank || tab.byID[id].blocks != tab.blocksOf(id) {
+			t.Fatalf("ordinal %d: %+v, rank %v, block count %p (table's %p)", o, e, r, tab.byID[id].blocks, tab.blocksOf(id))
+		}
+		if o > 0 && !tab.byID[tab.byOrd[o-1].id].rank.Less(tab.byID[id].rank) {
 			t.Fatalf("ordinals %d, %d out of rank order", o-1, o)
 		}
 	}
