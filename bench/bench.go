@@ -652,17 +652,7 @@ func (r *run) bar(what string, total int) *progressbar.ProgressBar {
 // partition splits evs by producer: the i-th rank to appear belongs to producer i % n; each
 // producer's events keep stream order.
 func partition(evs []event.RouterEvent, n int) [][]event.RouterEvent {
-	owner := map[event.Rank]int{}
-	parts := make([][]event.RouterEvent, n)
-	for i := range evs {
-		rk := evs[i].Rank()
-		p, ok := owner[rk]
-		if !ok {
-			p = len(owner) % n
-			owner[rk] = p
-		}
-		parts[p] = append(parts[p], evs[i])
-	}
+	parts := partitionOwned(evs, n, map[event.Rank]int{})
 	return slices.DeleteFunc(parts, func(p []event.RouterEvent) bool { return len(p) == 0 })
 }
 

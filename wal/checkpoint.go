@@ -140,14 +140,7 @@ func (l *Log) TrimLog(ctx context.Context, r event.Rank, upTo uint64) error {
 	}
 	pb := l.db.NewBatch()
 	defer pb.Close()
-	var end []byte
-	if ok {
-		end = store.LogKey(r, newCut)
-		_ = pb.Set(store.MetaKey(r, metaCut), encodeU64(r, newCut), nil)
-	} else {
-		_, end = store.RankLogBounds(r)
-	}
-	_ = pb.DeleteRange(store.LogKey(r, cut), end, nil)
+	cutLog(pb, r, cut, newCut, ok)
 	if err := l.apply(pb, pebble.Sync); err != nil {
 		return fmt.Errorf("wal: trim rank %v up to %d: %w", r, upTo, err)
 	}

@@ -641,6 +641,16 @@ func (l *Log) WriteSnapshot(ctx context.Context, r event.Rank, lastID uint64, st
 	defer pb.Close()
 	_ = pb.Set(store.RankKey(store.PrefixSnapshot, r), encodeSnapshot(r, lastID, stored), nil)
 	_ = pb.Set(store.MetaKey(r, metaSnapshotID), encodeU64(r, lastID), nil)
+	cutLog(pb, r, cut, newCut, ok)
+	if err := l.apply(pb, pebble.Sync); err != nil {
+		return fmt.Errorf("wal: snapshot rank %v at %d: %w", r, lastID, err)
+	}
+	return nil
+}
+
+// cutLog adds to pb the deletion of r's log from cut up to newCut (the whole log when !ok: the
+// snapshot covers the last possible id) and the new cut.
+func cutLog(pb *pebble.Batch, r event.Rank, cut, newCut uint64, ok bool) {
 	var end []byte
 	if ok {
 		end = store.LogKey(r, newCut)
@@ -649,10 +659,6 @@ func (l *Log) WriteSnapshot(ctx context.Context, r event.Rank, lastID uint64, st
 		_, end = store.RankLogBounds(r)
 	}
 	_ = pb.DeleteRange(store.LogKey(r, cut), end, nil)
-	if err := l.apply(pb, pebble.Sync); err != nil {
-		return fmt.Errorf("wal: snapshot rank %v at %d: %w", r, lastID, err)
-	}
-	return nil
 }
 
 // ReadSnapshot returns r's snapshot; ok false when it has none. A snapshot that fails its
