@@ -345,3 +345,22 @@ func TestListenWarning(t *testing.T) {
 		}
 	}
 }
+
+// TestPprofOnlyWhenAskedAndBehindTheToken checks the rule "Go's profiles are served under
+// /debug/pprof/ only with Config.Pprof (--pprof), and then only with the auth token when one is
+// configured".
+func TestPprofOnlyWhenAskedAndBehindTheToken(t *testing.T) {
+	_, off := rangeServer(t, Config{AuthToken: testToken}, DumpCacheOptions{})
+	if code, _, _ := doReq(t, http.DefaultClient, "GET", off+"/debug/pprof/", "", "Bearer "+testToken); code != http.StatusNotFound {
+		t.Errorf("without --pprof: %d, want 404", code)
+	}
+	_, on := rangeServer(t, Config{AuthToken: testToken, Pprof: true}, DumpCacheOptions{})
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/symbol", "/debug/pprof/heap"} {
+		if code, _, _ := doReq(t, http.DefaultClient, "GET", on+path, "", ""); code != http.StatusUnauthorized {
+			t.Errorf("%s without the token: %d, want 401", path, code)
+		}
+		if code, _, body := doReq(t, http.DefaultClient, "GET", on+path, "", "Bearer "+testToken); code != http.StatusOK {
+			t.Errorf("%s with the token: %d %.200s, want 200", path, code, body)
+		}
+	}
+}

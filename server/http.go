@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
 	"slices"
 	"strconv"
@@ -36,7 +37,7 @@ type route struct {
 
 // routes is the route table of Handler.
 func (s *Server) routes() []route {
-	return []route{
+	rts := []route{
 		{"POST /v1/events", true, true, s.postEvents},
 		{"POST /v1/find_matches", true, false, s.findMatches},
 		{"POST /v1/find_matches_for_request", true, false, s.findMatchesForRequest},
@@ -68,6 +69,23 @@ func (s *Server) routes() []route {
 		{"GET /metrics", false, false, promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}).ServeHTTP},
 		{"GET /{$}", false, false, s.statusPage},
 	}
+	if s.cfg.Pprof {
+		// Profiles show the process's internals and cost CPU: behind the token like the writes,
+		// but served on a failed store too (that is when one wants them).
+		for _, p := range []struct {
+			pattern string
+			h       http.HandlerFunc
+		}{{"GET /debug/pprof/", pprof.Index}, {"GET /debug/pprof/cmdline", pprof.Cmdline},
+			{"GET /debug/pprof/profile", pprof.Profile}, {"GET /debug/pprof/symbol", pprof.Symbol},
+			{"GET /debug/pprof/trace", pprof.Trace}} {
+			rts = append(rts, route{p.pattern, false, false, func(w http.ResponseWriter, r *http.Request) {
+				if s.authorized(w, r) {
+					p.h(w, r)
+				}
+			}})
+		}
+	}
+	return rts
 }
 
 // Handler returns the HTTP API of API.md.

@@ -61,7 +61,10 @@ type Config struct {
 	TLSCertFile     string           // with TLSKeyFile: serve HTTPS (Run only); both or neither
 	TLSKeyFile      string
 	Strict          bool // refuse events with fields kvindex does not know (400) instead of counting them
-	Force           bool // open a non-empty dir that is not a kvindex data dir (store.Options.Force)
+	// Pprof serves Go's profiles under /debug/pprof/ (net/http/pprof), behind the auth token
+	// like the writes; off by default.
+	Pprof bool
+	Force bool // open a non-empty dir that is not a kvindex data dir (store.Options.Force)
 	// Pebble's memory (docs/BENCHMARKS.md "Memory"): the memtable size (memtables take at most
 	// twice this before writes stall; default 64 MiB) and the block cache size (default 64 MiB).
 	MemTableSize int64
