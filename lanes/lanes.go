@@ -102,7 +102,9 @@ type Options struct {
 // Listener holds optional callbacks, called on lane goroutines (keep them cheap). Metrics and tests
 // use them.
 type Listener struct {
-	// Committed is called after each log commit with the events it carried and its latency.
+	// Committed is called after each log commit with the events it carried and its latency: from
+	// its start on the decider until the applier, taking the lane's commits in order, saw it
+	// durable.
 	Committed func(lane, events int, d time.Duration, err error)
 	// Ignored is called for every stale or duplicate event that was not logged.
 	Ignored func(r event.Rank, id uint64)
