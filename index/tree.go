@@ -23,91 +23,27 @@ type node struct {
 	hash    uint64                 // the block hash n was created under (see lookup)
 }
 
-// A holder set of two ranks or more is an immutable, length-prefixed array of rank ids: word 0
-// is the count n, words 1..n the ids ascending. The node points at word 0, so one set is one
-// allocation and a reader gets a consistent set with one atomic load. A single holder is kept
-// inline (one), so a node held by one rank costs no allocation beside itself.
-//
-//	holders ──► ┌───┬──────┬──────┬─────┬──────┐
-//	            │ n │ id 1 │ id 2 │ ... │ id n │   uint32 each, n ≥ 2
-//	            └───┴──────┴──────┴─────┴──────┘
-//
-// Writers order their stores so that a reader (load holders; if nil, load one) sees the holders
-// as before or after a change: growing from one holder to two publishes the set and leaves one
-// as it was; shrinking from two to one stores one, then clears holders. one is rewritten only
-// while it describes the holders (holders nil), or just before holders is cleared.
+// The holder set (holders, one) is package-level (holders.go): one atomic load gives a reader a
+// consistent set.
 
 // holderIDs returns n's holder ids, ascending; a single holder is returned in buf. The slice
 // must not be modified.
-func (n *node) holderIDs(buf *[1]uint32) []uint32 {
-	if p := n.holders.Load(); p != nil {
-		return unsafe.Slice(p, int(*p)+1)[1:]
-	}
-	if v := n.one.Load(); v != 0 {
-		buf[0] = v - 1
-		return buf[:]
-	}
-	return nil
-}
+func (n *node) holderIDs(buf *[1]uint32) []uint32 { return HolderIDs(&n.holders, &n.one, buf) }
 
 // heldBy reports whether rank id holds n. Caller holds n's shard lock.
 func (n *node) heldBy(id uint32) bool {
 	var buf [1]uint32
-	_, ok := searchID(n.holderIDs(&buf), id)
+	_, ok := SearchID(n.holderIDs(&buf), id)
 	return ok
 }
 
-// searchID returns the index of id in the ascending ids, or where it would be inserted.
-func searchID(ids []uint32, id uint32) (int, bool) {
-	lo, hi := 0, len(ids)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if ids[m] < id {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return lo, lo < len(ids) && ids[lo] == id
-}
-
 // addHolder makes id a holder of n. Caller holds n's shard lock; id is absent.
-func (n *node) addHolder(id uint32) {
-	var buf [1]uint32
-	old := n.holderIDs(&buf)
-	if len(old) == 0 {
-		n.one.Store(id + 1)
-		return
-	}
-	i, _ := searchID(old, id)
-	s := make([]uint32, len(old)+2)
-	s[0] = uint32(len(old) + 1)
-	copy(s[1:], old[:i])
-	s[1+i] = id
-	copy(s[2+i:], old[i:])
-	n.holders.Store(&s[0])
-}
+func (n *node) addHolder(id uint32) { AddHolder(&n.holders, &n.one, id) }
 
 // dropHolder removes id from n's holders. Caller holds n's shard lock; id is present.
 func (n *node) dropHolder(id uint32) {
-	var buf [1]uint32
-	old := n.holderIDs(&buf)
-	i, ok := searchID(old, id)
-	if !ok {
+	if _, ok := DropHolder(&n.holders, &n.one, id); !ok {
 		panic("index: rank released a node it does not hold")
-	}
-	switch len(old) {
-	case 1:
-		n.one.Store(0)
-	case 2:
-		n.one.Store(old[1-i] + 1)
-		n.holders.Store(nil)
-	default:
-		s := make([]uint32, len(old))
-		s[0] = uint32(len(old) - 1)
-		copy(s[1:], old[:i])
-		copy(s[1+i:], old[i+1:])
-		n.holders.Store(&s[0])
 	}
 }
 

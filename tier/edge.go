@@ -3,7 +3,8 @@ package tier
 import (
 	"sync"
 	"sync/atomic"
-	"unsafe"
+
+	"github.com/kvindex/kvindex/index"
 )
 
 // edge is one continuation edge of a tier: (parent block hash, or the root) + tokens hash →
@@ -20,81 +21,23 @@ type edge struct {
 	root    bool                   // the edge hangs under the root (parent is then 0)
 }
 
-// A holder set of two ranks or more is an immutable, length-prefixed array of rank ids, as in
-// package index (index/tree.go): word 0 is the count n, words 1..n the ids ascending; one atomic
-// load gives a reader a consistent set. A single holder is kept inline (one).
-//
-//	holders ──► ┌───┬──────┬─────┬──────┐
-//	            │ n │ id 1 │ ... │ id n │   uint32 each, n ≥ 2
-//	            └───┴──────┴─────┴──────┘
+// The holder set (holders, one) is package index's (index/holders.go): one atomic load gives a
+// reader a consistent set, a single holder is kept inline.
 
 // holderIDs returns e's holder ids, ascending; a single holder is returned in buf.
-func (e *edge) holderIDs(buf *[1]uint32) []uint32 {
-	if p := e.holders.Load(); p != nil {
-		return unsafe.Slice(p, int(*p)+1)[1:]
-	}
-	if v := e.one.Load(); v != 0 {
-		buf[0] = v - 1
-		return buf[:]
-	}
-	return nil
-}
-
-// searchID returns the index of id in the ascending ids, or where it would be inserted.
-func searchID(ids []uint32, id uint32) (int, bool) {
-	lo, hi := 0, len(ids)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if ids[m] < id {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return lo, lo < len(ids) && ids[lo] == id
-}
+func (e *edge) holderIDs(buf *[1]uint32) []uint32 { return index.HolderIDs(&e.holders, &e.one, buf) }
 
 // addHolder makes id a holder of e. Caller holds e's shard lock; id is absent.
-func (e *edge) addHolder(id uint32) {
-	var buf [1]uint32
-	old := e.holderIDs(&buf)
-	if len(old) == 0 {
-		e.one.Store(id + 1)
-		return
-	}
-	i, _ := searchID(old, id)
-	s := make([]uint32, len(old)+2)
-	s[0] = uint32(len(old) + 1)
-	copy(s[1:], old[:i])
-	s[1+i] = id
-	copy(s[2+i:], old[i:])
-	e.holders.Store(&s[0])
-}
+func (e *edge) addHolder(id uint32) { index.AddHolder(&e.holders, &e.one, id) }
 
 // dropHolder removes id from e's holders and reports whether e is left without holders. Caller
 // holds e's shard lock; id is present.
 func (e *edge) dropHolder(id uint32) bool {
-	var buf [1]uint32
-	old := e.holderIDs(&buf)
-	i, ok := searchID(old, id)
+	empty, ok := index.DropHolder(&e.holders, &e.one, id)
 	if !ok {
 		panic("tier: rank released an edge it does not hold")
 	}
-	switch len(old) {
-	case 1:
-		e.one.Store(0)
-		return true
-	case 2:
-		e.one.Store(old[1-i] + 1)
-		e.holders.Store(nil)
-	default:
-		s := make([]uint32, len(old))
-		s[0] = uint32(len(old) - 1)
-		copy(s[1:], old[:i])
-		copy(s[1+i:], old[i+1:])
-		e.holders.Store(&s[0])
-	}
-	return false
+	return empty
 }
 
 // numShards is the number of edge-table shards (a power of two).
