@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/internal/retry"
 	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/partition"
 	"github.com/prometheus/client_golang/prometheus"
@@ -234,30 +235,14 @@ type group struct {
 	seq  uint64 // the newest sequence among them
 }
 
-// backoffLoop runs session until ctx ends, waiting (doubling) between failed sessions.
+// backoffLoop runs session until ctx ends, backing off between sessions (retry.Loop).
 func (b *base) backoffLoop(ctx context.Context, session func(ctx context.Context) (progressed bool, err error)) {
-	backoff := b.m.opts.BackoffMin
-	for ctx.Err() == nil {
-		progressed, err := session(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if progressed {
-			backoff = b.m.opts.BackoffMin
-		}
+	retry.Loop(ctx, b.m.opts.BackoffMin, b.m.opts.BackoffMax, session, func(err error, wait time.Duration) {
 		b.ctr.reconnects.Add(1)
 		b.setErr(err)
 		b.setState(StateBackoff)
-		b.lg.Warn("nats source session ended; retrying", "source", b.cfg.ID, "url", b.cfg.URL, "err", err, "backoff_ms", backoff.Milliseconds())
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(2*backoff, b.m.opts.BackoffMax)
-	}
+		b.lg.Warn("nats source session ended; retrying", "source", b.cfg.ID, "url", b.cfg.URL, "err", err, "backoff_ms", wait.Milliseconds())
+	})
 }
 
 func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/internal/retry"
 	"github.com/kvindex/kvindex/lanes"
 )
 
@@ -106,28 +107,12 @@ func (s *subscriber) run(ctx context.Context) {
 		s.fresh = false
 		s.lg.Info("zmq source resumes", "source", s.cfg.ID, "seq", s.cursor)
 	}
-	backoff := s.m.opts.BackoffMin
-	for ctx.Err() == nil {
-		delivered, err := s.session(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if delivered {
-			backoff = s.m.opts.BackoffMin
-		}
+	retry.Loop(ctx, s.m.opts.BackoffMin, s.m.opts.BackoffMax, s.session, func(err error, wait time.Duration) {
 		s.ctr.reconnects.Add(1)
 		s.setErr(err)
 		s.setState(StateBackoff)
-		s.lg.Warn("zmq source disconnected; retrying", "source", s.cfg.ID, "endpoint", s.cfg.Endpoint, "err", err, "backoff_ms", backoff.Milliseconds())
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(2*backoff, s.m.opts.BackoffMax)
-	}
+		s.lg.Warn("zmq source disconnected; retrying", "source", s.cfg.ID, "endpoint", s.cfg.Endpoint, "err", err, "backoff_ms", wait.Milliseconds())
+	})
 }
 
 // session dials the publisher once and receives until the connection or the sink fails.
