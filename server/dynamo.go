@@ -773,10 +773,9 @@ func (s *Server) postRegisterPeer(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	b := s.log.NewBatch()
-	defer b.Close()
-	b.SetMeta(peerMetaPrefix+u, nil)
-	if err := s.log.Commit(r.Context(), b); err != nil {
+	if err := s.commitMeta(r.Context(), func(b *wal.Batch) {
+		b.SetMeta(peerMetaPrefix+u, nil)
+	}); err != nil {
 		s.submitError(w, fmt.Errorf("registering peer %s: %w", u, err))
 		return
 	}
@@ -800,10 +799,9 @@ func (s *Server) postDeregisterPeer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if stored {
-		b := s.log.NewBatch()
-		defer b.Close()
-		b.DeleteMeta(peerMetaPrefix + u)
-		if err := s.log.Commit(r.Context(), b); err != nil {
+		if err := s.commitMeta(r.Context(), func(b *wal.Batch) {
+			b.DeleteMeta(peerMetaPrefix + u)
+		}); err != nil {
 			s.submitError(w, fmt.Errorf("deregistering peer %s: %w", u, err))
 			return
 		}

@@ -98,10 +98,9 @@ func (s *Server) putSource(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u := strings.TrimRight(*req.URL, "/")
-	b := s.log.NewBatch()
-	defer b.Close()
-	b.SetMeta(sourceMetaPrefix+strconv.FormatUint(wid, 10), []byte(u))
-	if err := s.log.Commit(r.Context(), b); err != nil {
+	if err := s.commitMeta(r.Context(), func(b *wal.Batch) {
+		b.SetMeta(sourceMetaPrefix+strconv.FormatUint(wid, 10), []byte(u))
+	}); err != nil {
 		s.submitError(w, err)
 		return
 	}
@@ -122,10 +121,9 @@ func (s *Server) deleteSource(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	b := s.log.NewBatch()
-	defer b.Close()
-	b.DeleteMeta(sourceMetaPrefix + strconv.FormatUint(wid, 10))
-	if err := s.log.Commit(r.Context(), b); err != nil {
+	if err := s.commitMeta(r.Context(), func(b *wal.Batch) {
+		b.DeleteMeta(sourceMetaPrefix + strconv.FormatUint(wid, 10))
+	}); err != nil {
 		s.submitError(w, err)
 		return
 	}

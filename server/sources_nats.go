@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvindex/kvindex/natsrc"
 	"github.com/kvindex/kvindex/partition"
+	"github.com/kvindex/kvindex/wal"
 )
 
 // natsSourceMetaPrefix names the NATS sources added with POST /v1/sources in the log's global
@@ -46,10 +47,15 @@ type logMeta struct{ s *Server }
 func (m logMeta) Meta(name string) ([]byte, bool, error)         { return m.s.log.Meta(name) }
 func (m logMeta) Metas(prefix string) (map[string][]byte, error) { return m.s.log.Metas(prefix) }
 func (m logMeta) SetMeta(ctx context.Context, name string, value []byte) error {
-	b := m.s.log.NewBatch()
+	return m.s.commitMeta(ctx, func(b *wal.Batch) { b.SetMeta(name, value) })
+}
+
+// commitMeta writes global metadata (sources, peers, registrations) in one durable batch.
+func (s *Server) commitMeta(ctx context.Context, fill func(b *wal.Batch)) error {
+	b := s.log.NewBatch()
 	defer b.Close()
-	b.SetMeta(name, value)
-	return m.s.log.Commit(ctx, b)
+	fill(b)
+	return s.log.Commit(ctx, b)
 }
 
 // newNATS builds the NATS source manager (started by startNATS).

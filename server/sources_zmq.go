@@ -14,6 +14,7 @@ import (
 	"github.com/kvindex/kvindex/natsrc"
 	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/vllm"
+	"github.com/kvindex/kvindex/wal"
 )
 
 // zmqSourceMetaPrefix names the publishers added with POST /v1/sources in the log's global
@@ -236,10 +237,9 @@ func (s *Server) postSource(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	b := s.log.NewBatch()
-	defer b.Close()
-	b.SetMeta(zmqSourceMetaPrefix+cfg.ID, val)
-	if err := s.log.Commit(r.Context(), b); err != nil {
+	if err := s.commitMeta(r.Context(), func(b *wal.Batch) {
+		b.SetMeta(zmqSourceMetaPrefix+cfg.ID, val)
+	}); err != nil {
 		s.submitError(w, err)
 		return
 	}
@@ -276,11 +276,10 @@ func (s *Server) deleteZMQSource(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The source is stopped: forget it and its cursor (added again later, it starts afresh).
-	b := s.log.NewBatch()
-	defer b.Close()
-	b.DeleteMeta(zmqSourceMetaPrefix + id)
-	b.DeleteMeta(vllm.CursorMeta(id))
-	if err := s.log.Commit(r.Context(), b); err != nil {
+	if err := s.commitMeta(r.Context(), func(b *wal.Batch) {
+		b.DeleteMeta(zmqSourceMetaPrefix + id)
+		b.DeleteMeta(vllm.CursorMeta(id))
+	}); err != nil {
 		s.submitError(w, err)
 		return
 	}
