@@ -37,6 +37,11 @@ type FetcherOptions struct {
 	// AuthToken, when set, is sent as `Authorization: Bearer <token>` with every request (an
 	// upstream started with --auth-token-file). Default: none.
 	AuthToken string
+	// Partition names a rank's partition on the wire (model_name, routing_group) from its local
+	// id; nil, or ok false, names none (the upstream finds the worker's own partition). Partition
+	// ids are local to a process, so a fetch names the partition and the answer's events are
+	// taken as of the fetched rank's own partition.
+	Partition func(id uint32) (model, group string, ok bool)
 }
 
 // The defaults of FetcherOptions.
@@ -58,6 +63,7 @@ type Fetcher struct {
 	maxBytes int64
 	log      *slog.Logger
 	token    string
+	part     func(id uint32) (model, group string, ok bool)
 	sem      chan struct{}
 }
 
@@ -71,6 +77,7 @@ func NewFetcher(opts FetcherOptions) *Fetcher {
 		maxBytes: opts.MaxAnswerBytes,
 		log:      opts.Logger,
 		token:    opts.AuthToken,
+		part:     opts.Partition,
 	}
 	if f.client == nil {
 		f.client = &http.Client{}
@@ -172,6 +179,12 @@ func (f *Fetcher) page(ctx context.Context, base string, r event.Rank, start *ui
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
+	if f.part != nil && r.Partition != 0 {
+		if model, group, ok := f.part(r.Partition); ok {
+			q.Set("model_name", model)
+			q.Set("routing_group", group)
+		}
+	}
 	u := base
 	if len(q) > 0 {
 		u += "?" + q.Encode()
@@ -232,9 +245,11 @@ func (f *Fetcher) once(ctx context.Context, u string, r event.Rank) (a Answer, r
 		return Answer{}, false, fmt.Errorf("recovery: fetch %s: %w", u, err)
 	}
 	for i := range a.Events {
-		if a.Events[i].Rank() != r {
-			return Answer{}, false, fmt.Errorf("%w: %s: event %d is of rank %v", ErrBadAnswer, u, i, a.Events[i].Rank())
+		ev := &a.Events[i]
+		if ev.WorkerID != r.WorkerID || ev.DPRank != r.DPRank {
+			return Answer{}, false, fmt.Errorf("%w: %s: event %d is of rank %d/%d", ErrBadAnswer, u, i, ev.WorkerID, ev.DPRank)
 		}
+		ev.Partition = r.Partition // the wire carries no partition id: the fetch named it
 	}
 	return a, false, nil
 }

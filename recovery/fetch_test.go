@@ -343,3 +343,38 @@ func TestFetchSendsAuthToken(t *testing.T) {
 		}
 	}
 }
+
+// Seam: recovery in a non-default partition. Partition ids are local to a process: the fetch
+// names the rank's partition by its names and keeps the local id on the answer's events, both
+// for a full restore (TreeDump) and for a range.
+func TestFetchNamesAndKeepsThePartition(t *testing.T) {
+	local := event.Rank{Partition: 3, WorkerID: 5, DPRank: 0}
+	upstream := event.Rank{WorkerID: 5, DPRank: 0} // the upstream's answer carries no partition
+	stored := event.Stored(upstream, 7, nil, event.Block{BlockHash: 11, TokensHash: 12})
+	names := func(id uint32) (string, string, bool) { return "llama", "default", id == 3 }
+	for _, tc := range []struct {
+		name      string
+		start     *uint64
+		wantQuery string
+		kind      AnswerKind
+	}{
+		{"full restore", nil, "model_name=llama&routing_group=default", AnswerTreeDump},
+		{"range", u64(7), "model_name=llama&routing_group=default&start=7", AnswerEvents},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, base := serve(t, FetcherOptions{Partition: names}, func(w http.ResponseWriter, r *http.Request) {
+				if got := r.URL.RawQuery; got != tc.wantQuery {
+					t.Errorf("query %q, want %q", got, tc.wantQuery)
+				}
+				writeAnswer(t, w, Answer{Kind: tc.kind, Events: []event.RouterEvent{stored}, LastEventID: 7})
+			})
+			a, err := f.Fetch(context.Background(), base, local, tc.start, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(a.Events) != 1 || a.Events[0].Rank() != local {
+				t.Fatalf("events %+v, want one of rank %v", a.Events, local)
+			}
+		})
+	}
+}
