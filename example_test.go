@@ -29,7 +29,7 @@ func Example() {
 	}
 	fmt.Println("accepted:", accepted)
 	for _, sc := range db.FindMatches([]uint64{11, 12, 13}) {
-		fmt.Printf("worker %d: %d blocks\n", sc.WorkerID, sc.Score)
+		fmt.Printf("worker %d: %d blocks\n", sc.WorkerID, sc.Score.Score)
 	}
 	_ = db.Close()
 
@@ -39,7 +39,7 @@ func Example() {
 		panic(err)
 	}
 	defer db.Close()
-	fmt.Println("after reopen:", db.FindMatches([]uint64{11, 12})[0].Score)
+	fmt.Println("after reopen:", db.FindMatches([]uint64{11, 12})[0].Score.Score)
 	// Output:
 	// accepted: 2
 	// worker 7: 2 blocks

@@ -1,44 +1,47 @@
-// Package kvindex is kvindex as a Go library: the same pipeline as `kvindex serve` (Pebble log →
-// sticky per-rank lanes → in-memory radix tree per partition, recovery state, approximate mode),
-// in process, without HTTP. A Go router (llm-d's scheduler is Go) embeds it to get a persistent
-// KV-cache block index with find_matches in microseconds and no wire in between.
+// Package kvindex is kvindex as a Go library: the same engine as `kvindex serve` (Pebble log →
+// sticky per-rank lanes → in-memory radix tree per partition, recovery state, approximate mode,
+// storage tiers), in process, without HTTP. A Go router (llm-d's scheduler is Go) embeds it to
+// get a persistent KV-cache block index with find_matches in microseconds and no wire in
+// between. It links the engine only: no HTTP server, status page, ZMQ or NATS client.
 //
 //	db, err := kvindex.Open(ctx, "/var/lib/kvindex", kvindex.Options{})
 //	...
-//	res, err := db.Ingest(ctx, events)         // durable and applied when it returns
-//	scores := db.FindMatches(localHashes)      // default partition
+//	accepted, ignored, err := db.Ingest(ctx, events) // durable and applied when it returns
+//	scores := db.FindMatches(localHashes)            // default partition
 //	err = db.Close()
 //
-// One process owns a data dir: Open fails with an error wrapping store.ErrLocked while another
-// (a server, or another DB) holds it. A DB is safe for concurrent use.
+// FindMatches answers exactly as POST /v1/find_matches does (device tree, side entries of
+// routing decisions by the max rule, lower-tier extensions). One process owns a data dir: Open
+// fails with an error wrapping store.ErrLocked while another (a server, or another DB) holds
+// it. A DB is safe for concurrent use.
 package kvindex
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/partition"
-	"github.com/kvindex/kvindex/server"
-	"github.com/kvindex/kvindex/wal"
 )
 
 // ErrInvalidEvent is returned by Ingest for an event of an unknown kind or tier; nothing of the
 // batch is written.
-var ErrInvalidEvent = errors.New("kvindex: invalid event")
+var ErrInvalidEvent = engine.ErrInvalidEvent
+
+// DefaultRetainEvents is Options.RetainEvents' default.
+const DefaultRetainEvents = 100_000
 
 // Options configure Open. Zero values take the documented defaults (those of `kvindex serve`).
 type Options struct {
-	BlockSize    int    // tokens per block of new partitions; default 16
-	Lanes        int    // default GOMAXPROCS
-	NoSync       bool   // acknowledge from the memtable instead of after fsync (a crash may lose the tail)
-	RetainEvents uint64 // online retention per rank; default 100,000
-	// CheckpointRatio: online checkpoints (server.Config.CheckpointRatio); default
-	// server.DefaultCheckpointRatio, negative is off.
+	BlockSize int  // tokens per block of new partitions; default 16
+	Lanes     int  // default GOMAXPROCS
+	NoSync    bool // acknowledge from the memtable instead of after fsync (a crash may lose the tail)
+	// RetainEvents: online retention per rank; 0 takes DefaultRetainEvents, KeepAllEvents keeps
+	// every event (serve's --retain-events 0).
+	RetainEvents uint64
+	// CheckpointRatio: online checkpoints (serve's --checkpoint-ratio); 0 or negative is off.
 	CheckpointRatio float64
 	ApproxTTL       time.Duration // approximate mode's TTL; default 120 s
 	Logger          *slog.Logger  // default slog.Default()
@@ -47,42 +50,50 @@ type Options struct {
 	// cache size (default 64 MiB).
 	MemTableSize int64
 	CacheSize    int64
+	// TuneGC lets the restart replay raise GOGC while it rebuilds the index (as serve does). It
+	// is a process-global setting, so off unless asked for.
+	TuneGC bool
 }
 
-// Score is one rank's answer: leading query blocks it holds, and its total blocks.
-type Score = index.Score
+// KeepAllEvents as Options.RetainEvents keeps every event (no online retention).
+const KeepAllEvents = ^uint64(0)
+
+// Score is one rank's answer: leading query blocks it holds (device, raised to its side score),
+// its device blocks, and the blocks each lower tier extends the match by (Ext).
+type Score = engine.Score
 
 // DB is an open data dir.
 type DB struct {
-	s *server.Server
+	e *engine.Engine
 }
 
 // Open opens (or creates) the data dir and rebuilds the index from its snapshots and logs; it
 // returns once the index is ready. ctx bounds the rebuild.
 func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
-	cfg := server.Config{DataDir: dir, BlockSize: opts.BlockSize, Lanes: opts.Lanes, RetainEvents: opts.RetainEvents,
-		ApproxTTL: opts.ApproxTTL, Logger: opts.Logger, MemTableSize: opts.MemTableSize, CacheSize: opts.CacheSize}
+	cfg := engine.Config{DataDir: dir, BlockSize: opts.BlockSize, Lanes: opts.Lanes, RetainEvents: opts.RetainEvents,
+		ApproxTTL: opts.ApproxTTL, Logger: opts.Logger, MemTableSize: opts.MemTableSize, CacheSize: opts.CacheSize,
+		TuneGC: opts.TuneGC}
 	if opts.NoSync {
-		cfg.Durability = wal.NoSync
+		cfg.Durability = engine.NoSync
 	}
-	switch {
-	case opts.CheckpointRatio == 0:
-		cfg.CheckpointRatio = server.DefaultCheckpointRatio
-	case opts.CheckpointRatio > 0:
+	if opts.CheckpointRatio > 0 {
 		cfg.CheckpointRatio = opts.CheckpointRatio
 	}
-	if cfg.RetainEvents == 0 {
-		cfg.RetainEvents = server.DefaultRetainEvents
+	switch cfg.RetainEvents {
+	case 0:
+		cfg.RetainEvents = DefaultRetainEvents
+	case KeepAllEvents:
+		cfg.RetainEvents = 0
 	}
-	s, err := server.Open(cfg)
+	e, err := engine.Open(cfg)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Recover(ctx); err != nil {
-		_ = s.Close()
+	if err := e.Recover(ctx, nil); err != nil {
+		_ = e.Close()
 		return nil, err
 	}
-	return &DB{s: s}, nil
+	return &DB{e: e}, nil
 }
 
 // Ingest logs and applies a batch of events in the default partition; see IngestIn.
@@ -93,31 +104,50 @@ func (db *DB) Ingest(ctx context.Context, evs []event.RouterEvent) (accepted, ig
 // IngestIn logs and applies a batch of events in the partition (model, group) ("" = "default"),
 // as POST /v1/events does: per rank in order, stale ids ignored, gaps recorded. It returns once
 // every accepted event is durable and applied. A worker of another partition fails the batch
-// (partition.ErrWorkerElsewhere) before anything is written.
+// (partition.ErrWorkerElsewhere) before anything is written; so does an invalid event
+// (ErrInvalidEvent).
 func (db *DB) IngestIn(ctx context.Context, model, group string, evs []event.RouterEvent) (accepted, ignored int, err error) {
-	for i := range evs {
-		if k := evs[i].Kind; k < event.KindStored || k > event.KindCleared || evs[i].Tier > event.TierExternal {
-			return 0, 0, fmt.Errorf("%w: event %d: kind %v, tier %v", ErrInvalidEvent, i, evs[i].Kind, evs[i].Tier)
-		}
-	}
-	res, err := db.s.Ingest(ctx, partition.KeyOf(model, group, ""), evs)
+	res, err := db.e.Ingest(ctx, partition.KeyOf(model, group, ""), evs)
 	return res.Accepted, res.Ignored, err
 }
 
 // FindMatches scores the default partition's ranks for a request's local block hashes: sorted by
-// score (descending), then worker id and dp rank; ranks with score 0 absent.
+// score (descending), then worker id and dp rank; ranks with score 0 absent unless a lower tier
+// extends them (they come last).
 func (db *DB) FindMatches(hashes []uint64) []Score {
-	return db.s.FindMatches(nil, partition.Default, hashes, false)
+	return db.FindMatchesIn(nil, "", "", hashes)
 }
 
 // FindMatchesIn is FindMatches in partition (model, group), appending to dst[:0] (reuse dst to
 // avoid allocating). An unknown partition answers nothing.
 func (db *DB) FindMatchesIn(dst []Score, model, group string, hashes []uint64) []Score {
-	return db.s.FindMatches(dst, partition.KeyOf(model, group, ""), hashes, false)
+	return db.e.Find(dst, partition.KeyOf(model, group, ""), engine.Query{Hashes: hashes})
+}
+
+// Query is a find_matches with its options (early exit, device only, min_score, top_k): the
+// fields of POST /v1/find_matches.
+type Query = engine.Query
+
+// Find answers q in partition (model, group), appending to dst[:0].
+func (db *DB) Find(dst []Score, model, group string, q Query) []Score {
+	return db.e.Find(dst, partition.KeyOf(model, group, ""), q)
+}
+
+// RecordDecision records a routing decision (approximate mode, as POST /v1/routing_decisions):
+// the request's prefix (local hashes; seq nil: the chain of SPEC §2) went to (worker, dpRank) in
+// partition (model, group); the rank is assumed to cache it for Options.ApproxTTL. It returns the
+// blocks recorded and their deadline once durable.
+func (db *DB) RecordDecision(ctx context.Context, model, group string, worker uint64, dpRank uint32, local, seq []uint64) (int, time.Time, error) {
+	return db.e.RecordDecision(ctx, partition.KeyOf(model, group, ""), event.Rank{WorkerID: worker, DPRank: dpRank}, local, seq)
+}
+
+// RemoveWorker durably removes every rank of a worker (as DELETE /v1/workers/{id}).
+func (db *DB) RemoveWorker(ctx context.Context, worker uint64) (int, error) {
+	return db.e.RemoveWorker(ctx, worker, nil)
 }
 
 // Flush returns once every event accepted before the call is applied.
-func (db *DB) Flush(ctx context.Context) error { return db.s.Flush(ctx) }
+func (db *DB) Flush(ctx context.Context) error { return db.e.Flush(ctx) }
 
 // Close drains the lanes and closes the data dir cleanly.
-func (db *DB) Close() error { return db.s.Close() }
+func (db *DB) Close() error { return db.e.Close() }

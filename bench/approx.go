@@ -7,10 +7,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/index"
 	kvpart "github.com/kvindex/kvindex/partition"
-	"github.com/kvindex/kvindex/server"
 )
 
 // ErrNoDecisions is returned by Run with Options.Approximate for a workload whose queries do not
@@ -32,9 +31,9 @@ const (
 )
 
 // approxStages is Run with Options.Approximate: no events are ingested; each query, in workload
-// order, is scored on the side index (server.FindMatches: event-fed and side scores merged, the
+// order, is scored on the side index (engine.Find: event-fed and side scores merged, the
 // event tree stays empty), then its routing decision — its worker, its block hashes — is recorded
-// through server.RecordDecision (the POST /v1/routing_decisions path: rank's lane, log, side
+// through engine.RecordDecision (the POST /v1/routing_decisions path: rank's lane, log, side
 // index). One decision at a time: each query must see every decision before it.
 func (r *run) approxStages(ctx context.Context) error {
 	for i := range r.wl.Queries {
@@ -42,14 +41,14 @@ func (r *run) approxStages(ctx context.Context) error {
 			return fmt.Errorf("bench: %w: query %d names no worker (regenerate the workload dir with this version)", ErrNoDecisions, i)
 		}
 	}
-	cfg := r.serverConfig()
+	cfg := r.engineConfig()
 	cfg.ApproxTTL = r.o.ApproxTTL
-	s, err := server.Open(cfg)
+	s, err := engine.Open(cfg)
 	if err != nil {
 		return fmt.Errorf("bench: open: %w", err)
 	}
 	defer s.Close()
-	if err := s.Recover(ctx); err != nil {
+	if err := s.Recover(ctx, nil); err != nil {
 		return fmt.Errorf("bench: recover: %w", err)
 	}
 	qs := nonEmpty(r.wl.Queries)
@@ -57,7 +56,7 @@ func (r *run) approxStages(ctx context.Context) error {
 	bar := r.bar("decisions", len(qs))
 	var (
 		key                      = kvpart.Default
-		dst                      []index.Score
+		dst                      []engine.Score
 		recording                time.Duration
 		lat                      = make([]time.Duration, 0, len(qs))
 		best, chosen, asked, blk int
@@ -71,14 +70,14 @@ func (r *run) approxStages(ctx context.Context) error {
 		}
 		q := &r.wl.Queries[qi]
 		t := time.Now()
-		dst = s.FindMatches(dst, key, q.BlockHashes, false)
+		dst = s.Find(dst, key, engine.Query{Hashes: q.BlockHashes})
 		lat = append(lat, time.Since(t))
 		if len(dst) > 0 {
-			best += int(dst[0].Score)
+			best += int(dst[0].Score.Score)
 		}
 		for _, sc := range dst {
 			if sc.WorkerID == uint64(q.Worker) && sc.DPRank == 0 {
-				chosen += int(sc.Score)
+				chosen += int(sc.Score.Score)
 				break
 			}
 		}
@@ -103,9 +102,13 @@ func (r *run) approxStages(ctx context.Context) error {
 		r.rep.add(MetricApproxDecisionsPerS, float64(len(qs))/recording.Seconds(), UnitRate)
 		r.rep.add(MetricApproxBlocksPerS, float64(blk)/recording.Seconds(), UnitRate)
 	}
-	r.rep.add(MetricApproxSideBlocks, float64(s.ApproxBlocks(key)), UnitCount)
-	r.rep.add(MetricApproxExpired, float64(s.ApproxExpired()), UnitCount)
-	if n := s.ApproxExpired(); n > 0 {
+	side := 0
+	if p, ok := s.Partitions().Lookup(key); ok {
+		side = s.Approx().Blocks(p.ID)
+	}
+	r.rep.add(MetricApproxSideBlocks, float64(side), UnitCount)
+	r.rep.add(MetricApproxExpired, float64(s.Approx().Expired.Load()), UnitCount)
+	if n := s.Approx().Expired.Load(); n > 0 {
 		r.lg.Warn("bench: approximate blocks expired during the run: the hit ratio is that of a TTL shorter than the run (raise --approx-ttl)", "blocks", n, "ttl", cfg.ApproxTTL)
 	}
 	r.rep.add(MetricFindMatchesP50, float64(Percentile(lat, 0.50)), UnitNS)

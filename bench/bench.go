@@ -17,9 +17,10 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/kvindex/kvindex/approx"
+	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
-	"github.com/kvindex/kvindex/server"
+	kvpart "github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/store"
 	"github.com/kvindex/kvindex/tier"
 	"github.com/kvindex/kvindex/wal"
@@ -58,7 +59,7 @@ type Options struct {
 	// Lanes is the pipeline's lane count; default GOMAXPROCS (as `kvindex serve`).
 	Lanes int
 	// CheckpointRatio is the server's online checkpoint ratio; default
-	// server.DefaultCheckpointRatio (as `kvindex serve`), negative is off.
+	// engine.DefaultCheckpointRatio (as `kvindex serve`), negative is off.
 	CheckpointRatio float64
 	// DataDir holds the two stores (DataDir/kvindex, DataDir/pebble-ceiling) and is kept after
 	// the run; default a temporary dir, removed after.
@@ -221,17 +222,19 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return r.rep, nil
 }
 
-func (r *run) serverConfig() server.Config {
-	cfg := server.Config{
+// engineConfig is the engine's configuration as `kvindex serve` would set it.
+func (r *run) engineConfig() engine.Config {
+	cfg := engine.Config{
 		DataDir:      r.dir,
 		Durability:   r.o.Durability,
 		Lanes:        r.o.Lanes,
-		RetainEvents: server.DefaultRetainEvents,
+		RetainEvents: engine.DefaultRetainEvents,
 		Logger:       r.lg,
+		TuneGC:       true, // as serve: the restart stage measures serve's replay
 	}
 	switch {
 	case r.o.CheckpointRatio == 0:
-		cfg.CheckpointRatio = server.DefaultCheckpointRatio
+		cfg.CheckpointRatio = engine.DefaultCheckpointRatio
 	case r.o.CheckpointRatio > 0:
 		cfg.CheckpointRatio = r.o.CheckpointRatio
 	}
@@ -240,7 +243,7 @@ func (r *run) serverConfig() server.Config {
 
 // pipelineStages runs stages 2–4 on one data dir.
 func (r *run) pipelineStages(ctx context.Context) error {
-	s, err := server.Open(r.serverConfig())
+	s, err := engine.Open(r.engineConfig())
 	if err != nil {
 		return fmt.Errorf("bench: open: %w", err)
 	}
@@ -249,7 +252,7 @@ func (r *run) pipelineStages(ctx context.Context) error {
 			_ = s.Close()
 		}
 	}()
-	if err := s.Recover(ctx); err != nil {
+	if err := s.Recover(ctx, nil); err != nil {
 		return fmt.Errorf("bench: recover: %w", err)
 	}
 
@@ -257,7 +260,7 @@ func (r *run) pipelineStages(ctx context.Context) error {
 	r.lg.Info("bench: stage 2: ingest through the pipeline", "producers", r.o.Producers, "batch", r.o.Batch, "durability", r.o.Durability.String())
 	var accepted, ignored atomic.Int64
 	submit := func(ctx context.Context, evs []event.RouterEvent) error {
-		res, err := s.Pipeline().Submit(ctx, evs)
+		res, err := s.Ingest(ctx, kvpart.Default, evs) // the ingest door: place, log, apply
 		accepted.Add(int64(res.Accepted))
 		ignored.Add(int64(res.Ignored))
 		return err
@@ -273,7 +276,7 @@ func (r *run) pipelineStages(ctx context.Context) error {
 	r.ingest = float64(len(r.wl.Events)) / took.Seconds()
 	r.rep.add(MetricIngestEventsPerS, r.ingest, UnitRate)
 	r.rep.add(MetricIngestBlocksPerS, float64(r.wl.Blocks)/took.Seconds(), UnitRate)
-	r.rep.add(MetricIndexEntries, float64(s.Index().Blocks()), UnitCount)
+	r.rep.add(MetricIndexEntries, float64(s.Partitions().IndexOf(0).Blocks()), UnitCount)
 	r.lg.Info("bench: ingest done", "events_per_s", int(r.ingest), "took_ms", took.Milliseconds())
 
 	// The log's size on disk: flush the memtable so the records are in sstables, then ask Pebble
@@ -300,14 +303,14 @@ func (r *run) pipelineStages(ctx context.Context) error {
 	qs := nonEmpty(r.wl.Queries)
 	r.lg.Info("bench: stage 3: find_matches", "queries", len(qs))
 	lat := make([]time.Duration, 0, len(qs))
-	var dst []index.Score
+	var dst []engine.Score
 	gc0 := gcCycles()
 	for i, qi := range qs {
 		if i%4096 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
 		t := time.Now()
-		dst = s.Index().FindMatchesInto(dst, r.wl.Queries[qi].BlockHashes, false)
+		dst = s.Find(dst, kvpart.Default, engine.Query{Hashes: r.wl.Queries[qi].BlockHashes, DeviceOnly: true}) // the one query
 		lat = append(lat, time.Since(t))
 	}
 	r.rep.add(MetricFindMatchesGCCycles, float64(gcCycles()-gc0), UnitCount)
@@ -325,26 +328,26 @@ func (r *run) pipelineStages(ctx context.Context) error {
 
 	// Stage 4: restart and compare every query.
 	r.lg.Info("bench: stage 4: restart")
-	before := s.Index()
+	before := s.Partitions().IndexOf(0)
 	if err := s.Close(); err != nil {
 		s = nil
 		return fmt.Errorf("bench: close before restart: %w", err)
 	}
 	s = nil
 	t0 := time.Now()
-	s2, err := server.Open(r.serverConfig())
+	s2, err := engine.Open(r.engineConfig())
 	if err != nil {
 		return fmt.Errorf("bench: reopen: %w", err)
 	}
 	s = s2
-	if err := s.Recover(ctx); err != nil {
+	if err := s.Recover(ctx, nil); err != nil {
 		return fmt.Errorf("bench: restart replay: %w", err)
 	}
 	restart := time.Since(t0)
 	r.rep.add(MetricRestartSeconds, restart.Seconds(), UnitSec)
-	r.rep.add(MetricRestartBlocksPerS, float64(s.Index().Blocks())/restart.Seconds(), UnitRate)
-	r.lg.Info("bench: restarted", "blocks", s.Index().Blocks(), "took_ms", restart.Milliseconds())
-	if err := compareAll(ctx, r.wl.Queries, qs, before, s.Index()); err != nil {
+	r.rep.add(MetricRestartBlocksPerS, float64(s.Partitions().IndexOf(0).Blocks())/restart.Seconds(), UnitRate)
+	r.lg.Info("bench: restarted", "blocks", s.Partitions().IndexOf(0).Blocks(), "took_ms", restart.Milliseconds())
+	if err := compareAll(ctx, r.wl.Queries, qs, before, s.Partitions().IndexOf(0)); err != nil {
 		return err
 	}
 	r.lg.Info("bench: every query scores the same after the restart", "queries", len(qs))
@@ -370,7 +373,7 @@ func compareAll(ctx context.Context, queries []workload.Query, qs []int, before,
 
 // loadedQueries times queries in a closed loop while a shifted copy of the stream is ingested at
 // half of stage 2's rate, until that copy is in or LoadedMax has passed.
-func (r *run) loadedQueries(ctx context.Context, s *server.Server, qs []int, submit submitFunc) error {
+func (r *run) loadedQueries(ctx context.Context, s *engine.Engine, qs []int, submit submitFunc) error {
 	if len(qs) == 0 || len(r.wl.Events) == 0 {
 		return nil
 	}
@@ -385,7 +388,7 @@ func (r *run) loadedQueries(ctx context.Context, s *server.Server, qs []int, sub
 	wg.Add(1)
 	go func() { // the querier: owned here, stopped by done
 		defer wg.Done()
-		var dst []index.Score
+		var dst []engine.Score
 		for i := 0; ; i++ {
 			select {
 			case <-done:
@@ -393,7 +396,7 @@ func (r *run) loadedQueries(ctx context.Context, s *server.Server, qs []int, sub
 			default:
 			}
 			t := time.Now()
-			dst = s.Index().FindMatchesInto(dst, r.wl.Queries[qs[i%len(qs)]].BlockHashes, false)
+			dst = s.Find(dst, kvpart.Default, engine.Query{Hashes: r.wl.Queries[qs[i%len(qs)]].BlockHashes, DeviceOnly: true})
 			lat = append(lat, time.Since(t))
 		}
 	}()
@@ -411,12 +414,12 @@ func (r *run) loadedQueries(ctx context.Context, s *server.Server, qs []int, sub
 	r.rep.add(MetricLoadedQueries, float64(len(lat)), UnitCount)
 	r.rep.add(MetricLoadedIngestEventsPS, float64(sent.Load())/took.Seconds(), UnitRate)
 	// Let the lanes finish what the deadline cut off, so the restart sees a quiet pipeline.
-	return s.Pipeline().Flush(ctx)
+	return s.Flush(ctx)
 }
 
 // tieredQueries times the same queries with the tier walk (SPEC §7) on the default partition,
 // the one the benchmark writes to.
-func (r *run) tieredQueries(ctx context.Context, s *server.Server, qs []int) error {
+func (r *run) tieredQueries(ctx context.Context, s *engine.Engine, qs []int) error {
 	ts := s.Partitions().TiersOf(0)
 	entries := uint64(0)
 	for _, tr := range tier.Lower {
@@ -424,14 +427,14 @@ func (r *run) tieredQueries(ctx context.Context, s *server.Server, qs []int) err
 	}
 	r.rep.add(MetricTierEntries, float64(entries), UnitCount)
 	lat := make([]time.Duration, 0, len(qs))
-	var dst []tier.Score
+	var dst []engine.Score
 	extended := 0
 	for i, qi := range qs {
 		if i%4096 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
 		t := time.Now()
-		dst = ts.FindMatchesInto(dst, r.wl.Queries[qi].BlockHashes, false, false)
+		dst = s.Find(dst, kvpart.Default, engine.Query{Hashes: r.wl.Queries[qi].BlockHashes})
 		lat = append(lat, time.Since(t))
 		for j := range dst {
 			if dst[j].HasExt() {

@@ -7,7 +7,7 @@
 //
 //  1. Workload: generated once from a Mooncake trace (workload.Generate) or read from a workload
 //     dir (workload.ReadWorkloadDir); not timed.
-//  2. Ingest: the whole stream through the real pipeline (server.Open + Recover, then
+//  2. Ingest: the whole stream through the real pipeline (engine.Open + Recover, then
 //     Pipeline().Submit: cursor → log → lane → tree) by Producers goroutines. Rank number i in
 //     order of first appearance belongs to producer i % Producers, which submits that rank's
 //     events in stream order, Batch events per Submit.
@@ -24,10 +24,10 @@
 //     producers and sync mode, on a fresh store, nothing else.
 //
 // With Options.Approximate (approximate mode, SPEC §8) stages 2–5 are replaced: no event is
-// ingested; each non-empty query, in workload order, is first scored with server.FindMatches
+// ingested; each non-empty query, in workload order, is first scored with engine.Find
 // (event-fed and side scores merged; the event tree stays empty, so this is the side index) and
 // then its routing decision (Query.Worker, the query's block hashes) is recorded through
-// server.RecordDecision, the POST /v1/routing_decisions path. See approxStages.
+// engine.RecordDecision, the POST /v1/routing_decisions path. See approxStages.
 //
 // LoadGen (`kvindex loadgen`) posts the same workload to a running server over HTTP. With
 // LoadOptions.Loop it keeps posting workload.Generator laps until Duration, at a constant live

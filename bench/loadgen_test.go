@@ -129,7 +129,7 @@ func loadGenAgainstAServer(t *testing.T, o LoadOptions) {
 	for i := range wl.Events {
 		ref.Apply(&wl.Events[i])
 	}
-	if err := compareAll(context.Background(), wl.Queries, nonEmpty(wl.Queries), ref, s.Index()); err != nil {
+	if err := compareAll(context.Background(), wl.Queries, nonEmpty(wl.Queries), ref, s.Engine().Partitions().IndexOf(0)); err != nil {
 		t.Fatalf("server index differs from the stream: %v", err)
 	}
 }
@@ -220,10 +220,10 @@ func TestLoadGenLoop(t *testing.T) {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-	if got, bound := s.Index().Blocks(), uint64(wopts.Workers*wopts.CacheBlocks); got > bound {
+	if got, bound := s.Engine().Partitions().IndexOf(0).Blocks(), uint64(wopts.Workers*wopts.CacheBlocks); got > bound {
 		t.Errorf("live set %d blocks after 4 laps, bound %d", got, bound)
 	}
-	if err := compareAll(context.Background(), lap0.Queries, nonEmpty(lap0.Queries), ref, s.Index()); err != nil {
+	if err := compareAll(context.Background(), lap0.Queries, nonEmpty(lap0.Queries), ref, s.Engine().Partitions().IndexOf(0)); err != nil {
 		t.Fatalf("server index differs from the laps' stream: %v", err)
 	}
 	for _, name := range []string{MetricRSSStart, MetricRSSEnd, MetricRSSMax, MetricRSSSamples} {

@@ -1,4 +1,4 @@
-package server
+package engine
 
 import (
 	"context"
@@ -189,7 +189,7 @@ func put(c *ristretto.Cache[string, *dumpEntry], e *dumpEntry) {
 
 // treeDump returns rk's TreeDump answer (the whole body), single-flight: a request for a rank with
 // a flight in progress waits for that flight's answer instead of starting its own.
-func (s *Server) treeDump(ctx context.Context, rk event.Rank) ([]byte, error) {
+func (s *Engine) treeDump(ctx context.Context, rk event.Rank) ([]byte, error) {
 	d := &s.dumps
 	c, err := d.cache()
 	if err != nil {
@@ -260,7 +260,7 @@ func (d *dumpCache) count(how outcome) {
 // dumpFlight computes rk's answer: the cached entry if still valid, the entry plus a Stored tail
 // when that is safe, else a full build. Everything that decides is read on the rank's lane;
 // encoding happens after, off the lane.
-func (s *Server) dumpFlight(ctx context.Context, c *ristretto.Cache[string, *dumpEntry], rk event.Rank) (*dumpEntry, outcome, error) {
+func (s *Engine) dumpFlight(ctx context.Context, c *ristretto.Cache[string, *dumpEntry], rk event.Rank) (*dumpEntry, outcome, error) {
 	d := &s.dumps
 	var cached *dumpEntry
 	if c != nil {
@@ -359,7 +359,7 @@ var errTailUnsafe = errors.New("tail cannot extend the dump")
 // ancestor) is skipped by the consumer as it would be left out of a fresh dump, so the extended
 // dump scores like a fresh one; a lower-tier Stored applies as it did here (continuation edges
 // need no parent).
-func (s *Server) readTail(rk event.Rank, e *dumpEntry, newest uint64, budget int) (tail []event.RouterEvent, fp uint64, ok bool, err error) {
+func (s *Engine) readTail(rk event.Rank, e *dumpEntry, newest uint64, budget int) (tail []event.RouterEvent, fp uint64, ok bool, err error) {
 	if newest-e.last > uint64(max(budget-e.appended, 0)) {
 		return nil, 0, false, nil
 	}
@@ -395,7 +395,7 @@ func (s *Server) readTail(rk event.Rank, e *dumpEntry, newest uint64, budget int
 
 // fingerprint returns the xxh3 of rk's log record with id `id`; ok is false when the log does not
 // hold it (an empty log after a restore or a fold), which makes the dump uncacheable.
-func (s *Server) fingerprint(rk event.Rank, id uint64) (fp uint64, ok bool, err error) {
+func (s *Engine) fingerprint(rk event.Rank, id uint64) (fp uint64, ok bool, err error) {
 	err = s.log.Range(rk, id, 1, func(ev *event.RouterEvent) error {
 		if ev.EventID == id {
 			fp, ok = xxh3.Hash(wal.EncodeRecord(nil, ev)), true
@@ -495,4 +495,12 @@ func (d *dumpCache) maxBytes() uint64 {
 	d.mu.Unlock()
 	o.defaults()
 	return uint64(max(o.MaxCost, 0))
+}
+
+// DumpCache exports the TreeDump cache's metrics.
+func (s *Engine) DumpCache() prometheus.Collector { return &s.dumps }
+
+// DumpCacheBytes is the TreeDump cache's bytes held now and its bound.
+func (s *Engine) DumpCacheBytes() (used, limit uint64) {
+	return s.dumps.usedBytes(), s.dumps.maxBytes()
 }

@@ -156,7 +156,7 @@ func TestCoreSkippedSequenceIsRecordedAsAGap(t *testing.T) {
 	if st.Gaps != 1 || st.Lost != 1 || st.Duplicates != 1 || st.Messages != 3 || st.Publishers != 1 {
 		t.Fatalf("source counters: %+v", st)
 	}
-	rs, ok := r.srv.Pipeline().RankStatus(rk)
+	rs, ok := r.srv.Engine().RankStatus(rk)
 	if !ok || rs.Last != 4 || rs.Lost != 1 || !rs.Degraded {
 		t.Fatalf("rank after the gap: %+v", rs)
 	}

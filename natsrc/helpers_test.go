@@ -225,7 +225,7 @@ func (r *replica) dump() string {
 // withEpochs false leaves the epoch count out (a bootstrapped replica did not see the peer's).
 func (r *replica) ranksState(withEpochs bool) string {
 	var sb bytes.Buffer
-	for _, st := range r.srv.Pipeline().Status() {
+	for _, st := range r.srv.Engine().Status() {
 		fmt.Fprintf(&sb, "%d:%d last=%d lost=%d recovered=%d state=%s", st.Rank.WorkerID, st.Rank.DPRank, st.Last, st.Lost,
 			st.Recovered, st.State)
 		if withEpochs {

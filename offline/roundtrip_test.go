@@ -135,10 +135,10 @@ func TestExportRoundTrip(t *testing.T) {
 				if resp.StatusCode != http.StatusOK {
 					t.Fatalf("POST /v1/events: %s", resp.Status)
 				}
-				if err := srv.Pipeline().Flush(bg); err != nil {
+				if err := srv.Engine().Flush(bg); err != nil {
 					t.Fatal(err)
 				}
-				if got, exp := scores(srv.Index(), queries), scores(want, queries); got != exp {
+				if got, exp := scores(srv.Engine().Partitions().IndexOf(0), queries), scores(want, queries); got != exp {
 					t.Fatalf("seed %d: scores after replaying the %v export differ:\ngot\n%s\nwant\n%s", seed, what, got, exp)
 				}
 				if what != WhatEvents {
@@ -148,7 +148,7 @@ func TestExportRoundTrip(t *testing.T) {
 					t.Fatalf("seed 0: want one rank shifted by 1, got %+v", res.Ranks)
 				}
 				for _, er := range res.Ranks {
-					st, ok := srv.Pipeline().RankStatus(er.Rank)
+					st, ok := srv.Engine().RankStatus(er.Rank)
 					c, had := cursors[er.Rank]
 					if !ok || !had {
 						t.Fatalf("rank %v: replayed %v, original cursor %v", er.Rank, ok, had)

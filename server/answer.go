@@ -18,23 +18,6 @@ type answerShape struct {
 	MinScore uint64 `json:"min_score"`
 }
 
-// trim applies the shape to an answer in the documented order. The ranks with a score of at
-// least MinScore are a prefix of that order (the ranks with lower-tier hits only, score 0, come
-// last), so both limits only cut it.
-func (a answerShape) trim(sc []tier.Score) []tier.Score {
-	if a.MinScore > 0 { // min_score 0 keeps all
-		n := len(sc)
-		for n > 0 && uint64(sc[n-1].Score.Score) < a.MinScore {
-			n--
-		}
-		sc = sc[:n]
-	}
-	if a.TopK > 0 && a.TopK < uint64(len(sc)) {
-		sc = sc[:a.TopK]
-	}
-	return sc
-}
-
 // msgpackType is the Content-Type of a msgpack answer.
 const msgpackType = "application/msgpack"
 

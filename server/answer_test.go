@@ -17,50 +17,6 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// TestTrimKeepsThePrefixOfTheDocumentedOrder: min_score drops the ranks scoring below it, top_k
-// keeps the first k of what is left (ties already ordered by worker_id, dp_rank), 0 means no
-// limit, and a limit beyond the answer keeps it whole.
-func TestTrimKeepsThePrefixOfTheDocumentedOrder(t *testing.T) {
-	answer := []tier.Score{ // as FindMatches orders it: score desc, worker_id, dp_rank asc
-		{Score: index.Score{WorkerID: 3, Score: 3, TreeSize: 3}},
-		{Score: index.Score{WorkerID: 1, DPRank: 0, Score: 2, TreeSize: 2}},
-		{Score: index.Score{WorkerID: 1, DPRank: 1, Score: 2, TreeSize: 2}},
-		{Score: index.Score{WorkerID: 2, Score: 2, TreeSize: 2}},
-		{Score: index.Score{WorkerID: 4, Score: 1, TreeSize: 1}},
-		{Score: index.Score{WorkerID: 5, Score: 0}, Ext: [3]uint32{2, 0, 0}}, // lower-tier hits only: last
-	}
-	for _, c := range []struct {
-		name  string
-		shape answerShape
-		want  int // the answer's first want entries
-	}{
-		{"no limits", answerShape{}, 6},
-		{"top_k 0 is all", answerShape{TopK: 0}, 6},
-		{"top_k 1", answerShape{TopK: 1}, 1},
-		{"top_k cuts inside a tie by worker_id, dp_rank", answerShape{TopK: 3}, 3},
-		{"top_k equal to the answer", answerShape{TopK: 6}, 6},
-		{"top_k larger than the answer", answerShape{TopK: 1000}, 6},
-		{"min_score 0 is all", answerShape{MinScore: 0}, 6},
-		{"min_score 1 drops the ranks with lower-tier hits only", answerShape{MinScore: 1}, 5},
-		{"min_score keeps the whole tie at it", answerShape{MinScore: 2}, 4},
-		{"min_score 3", answerShape{MinScore: 3}, 1},
-		{"min_score above every score", answerShape{MinScore: 4}, 0},
-		{"min_score above 2^32", answerShape{MinScore: 1 << 40}, 0},
-		{"min_score then top_k", answerShape{MinScore: 2, TopK: 2}, 2},
-		{"top_k larger than what min_score leaves", answerShape{MinScore: 3, TopK: 2}, 1},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			got := c.shape.trim(append([]tier.Score(nil), answer...))
-			if !reflect.DeepEqual(got, answer[:c.want]) {
-				t.Fatalf("trim(%+v) = %+v, want %+v", c.shape, got, answer[:c.want])
-			}
-		})
-	}
-	if got := (answerShape{TopK: 3, MinScore: 2}).trim(nil); len(got) != 0 {
-		t.Fatalf("trim of an empty answer = %+v", got)
-	}
-}
-
 // TestAcceptChoosesMsgpackOnlyWhenAskedFor: msgpack is answered when Accept names a msgpack type
 // with q > 0 and no higher q for application/json; JSON otherwise.
 func TestAcceptChoosesMsgpackOnlyWhenAskedFor(t *testing.T) {

@@ -1,15 +1,12 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"time"
 
 	"github.com/kvindex/kvindex/approx"
 	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/index"
-	"github.com/kvindex/kvindex/partition"
 )
 
 // postRoutingDecision serves POST /v1/routing_decisions (approximate mode, SPEC §8): the router
@@ -47,62 +44,30 @@ func (s *Server) postRoutingDecision(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	rk := event.Rank{WorkerID: *req.WorkerID, DPRank: req.DPRank}
-	probe := []event.RouterEvent{{WorkerID: rk.WorkerID, DPRank: rk.DPRank}}
-	if !s.writePartition(ctx, w, partitionKey(r, req.partitionNames), probe) {
-		return
-	}
-	rk.Partition = probe[0].Partition
-	d := approx.Decision{Rank: rk}
+	key := partitionKey(r, req.partitionNames)
+	var (
+		n        int
+		deadline time.Time
+		err      error
+	)
 	if req.Tokens != nil {
-		p := s.parts.Get(rk.Partition)
-		d.LocalHashes = event.BlockHashes(*req.Tokens, p.BlockSize, req.LoraName, req.CacheNamespace)
+		n, deadline, err = s.e.RecordDecisionTokens(ctx, key, rk, *req.Tokens, req.LoraName, req.CacheNamespace)
 	} else {
-		d.LocalHashes = *req.BlockHashes
+		var seq []uint64
 		if req.SequenceHashes != nil {
-			d.SeqHashes = *req.SequenceHashes
+			seq = *req.SequenceHashes
 		}
+		n, deadline, err = s.e.RecordDecision(ctx, key, rk, *req.BlockHashes, seq)
 	}
-	n, deadline, err := s.approx.Record(ctx, d)
 	if err != nil {
 		if errors.Is(err, approx.ErrBadDecision) {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		s.submitError(w, err)
+		s.ingestError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"recorded": n, "expires_at": deadline.UTC().Format("2006-01-02T15:04:05.000Z07:00")})
-}
-
-// scoresOf answers a find_matches in partition p (nil: unknown, no scores): the event-fed
-// tree's scores, each rank raised to its side score where that is higher (SPEC §8).
-// With wantPath it also records in buf.path the block hash matched at each depth, which only the
-// tier walk needs; find_matches without lower-tier blocks takes the plain walk.
-func (s *Server) scoresOf(buf *scoreBuf, p *partition.Partition, hashes []uint64, earlyExit, wantPath bool) []index.Score {
-	buf.scores, buf.path = buf.scores[:0], buf.path[:0]
-	if p == nil {
-		return buf.scores
-	}
-	if wantPath {
-		buf.scores, buf.path = p.Index.FindMatchesPath(buf.scores, buf.path, hashes, earlyExit)
-	} else {
-		buf.scores = p.Index.FindMatchesInto(buf.scores, hashes, earlyExit)
-	}
-	buf.side = s.approx.Scores(buf.side[:0], p.ID, hashes, earlyExit)
-	if len(buf.side) == 0 {
-		return buf.scores
-	}
-	buf.merged = approx.Merge(buf.merged, buf.scores, buf.side)
-	return buf.merged
-}
-
-// approxTTL is the side index's TTL option from the config.
-func (c *Config) approxOptions() approx.Options {
-	o := approx.Options{TTL: c.ApproxTTL, MaxBlocks: c.ApproxMaxBlocks, Now: c.Now, Logger: c.Logger}
-	if c.ApproxTTLZero {
-		o.TTL, o.TTLIsZero = 0, true
-	}
-	return o
 }
 
 // eventFedMode is the /v1/ranks mode of an event-fed rank: mixed when it also has side entries
@@ -113,30 +78,3 @@ func eventFedMode(side int) string {
 	}
 	return "events"
 }
-
-// RecordDecision is the write path of POST /v1/routing_decisions without HTTP (the library,
-// bench --approximate): the request's prefix — local hashes, and sequence hashes (nil: SPEC §2's
-// chain) — went to rank in key's partition. The rank is claimed for the partition (created when
-// needed), then the decision goes through approx.Set.Record: logged through the rank's lane,
-// applied to the side index, acknowledged once durable. It returns the blocks recorded and
-// their deadline.
-func (s *Server) RecordDecision(ctx context.Context, key partition.Key, rank event.Rank, local, seq []uint64) (int, time.Time, error) {
-	probe := []event.RouterEvent{{WorkerID: rank.WorkerID, DPRank: rank.DPRank}}
-	if _, err := s.assignPartition(ctx, key, probe); err != nil {
-		return 0, time.Time{}, err
-	}
-	rank.Partition = probe[0].Partition
-	return s.approx.Record(ctx, approx.Decision{Rank: rank, LocalHashes: local, SeqHashes: seq})
-}
-
-// ApproxBlocks returns the live side entries of key's partition (0 for an unknown partition).
-func (s *Server) ApproxBlocks(key partition.Key) int {
-	p, ok := s.parts.Lookup(key)
-	if !ok {
-		return 0
-	}
-	return s.approx.Blocks(p.ID)
-}
-
-// ApproxExpired returns the side blocks removed at their deadline since Open (TTL expiry).
-func (s *Server) ApproxExpired() uint64 { return s.approx.Expired.Load() }

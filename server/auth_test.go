@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"github.com/kvindex/kvindex/engine"
 	"io"
 	"log/slog"
 	"math/big"
@@ -88,7 +89,7 @@ func doReq(t *testing.T, c *http.Client, method, url, body, auth string) (int, h
 // answers 401 with a JSON error and a WWW-Authenticate: Bearer challenge without the token or with
 // a wrong one, and is served with the right one".
 func TestAuthMutatingRoutes(t *testing.T) {
-	s, url := rangeServer(t, Config{AuthToken: testToken}, DumpCacheOptions{})
+	s, url := rangeServer(t, Config{AuthToken: testToken}, engine.DumpCacheOptions{})
 	want := []string{"POST /v1/events", "DELETE /v1/workers/{worker_id}", "DELETE /v1/workers/{worker_id}/ranks/{dp_rank}",
 		"PUT /v1/workers/{worker_id}/source", "DELETE /v1/workers/{worker_id}/source", "POST /v1/sources",
 		"DELETE /v1/sources/{id}", "POST /v1/flush", "POST /v1/routing_decisions", "POST /register", "POST /unregister",
@@ -140,7 +141,7 @@ func TestAuthMutatingRoutes(t *testing.T) {
 // TestAuthReadsStayOpen checks the rule "with an auth token, routes that change nothing are served
 // without it".
 func TestAuthReadsStayOpen(t *testing.T) {
-	s, url := rangeServer(t, Config{AuthToken: testToken}, DumpCacheOptions{})
+	s, url := rangeServer(t, Config{AuthToken: testToken}, engine.DumpCacheOptions{})
 	for _, rt := range s.routes() {
 		if rt.mutating {
 			continue
@@ -350,11 +351,11 @@ func TestListenWarning(t *testing.T) {
 // /debug/pprof/ only with Config.Pprof (--pprof), and then only with the auth token when one is
 // configured".
 func TestPprofOnlyWhenAskedAndBehindTheToken(t *testing.T) {
-	_, off := rangeServer(t, Config{AuthToken: testToken}, DumpCacheOptions{})
+	_, off := rangeServer(t, Config{AuthToken: testToken}, engine.DumpCacheOptions{})
 	if code, _, _ := doReq(t, http.DefaultClient, "GET", off+"/debug/pprof/", "", "Bearer "+testToken); code != http.StatusNotFound {
 		t.Errorf("without --pprof: %d, want 404", code)
 	}
-	_, on := rangeServer(t, Config{AuthToken: testToken, Pprof: true}, DumpCacheOptions{})
+	_, on := rangeServer(t, Config{AuthToken: testToken, Pprof: true}, engine.DumpCacheOptions{})
 	for _, path := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/symbol", "/debug/pprof/heap"} {
 		if code, _, _ := doReq(t, http.DefaultClient, "GET", on+path, "", ""); code != http.StatusUnauthorized {
 			t.Errorf("%s without the token: %d, want 401", path, code)

@@ -13,12 +13,10 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/partition"
-	"github.com/kvindex/kvindex/tier"
 	"github.com/kvindex/kvindex/vllm"
-	"github.com/kvindex/kvindex/wal"
 )
 
 // Dynamo's standalone-indexer API (SPEC §9, docs/API.md "Dynamo's standalone-indexer routes"):
@@ -106,11 +104,11 @@ type registry struct {
 }
 
 // loadRegistry reads the persisted registrations and peers; flagPeers are the --peers URLs.
-func loadRegistry(lg *wal.Log, flagPeers []string) (*registry, error) {
+func loadRegistry(lg *engine.Engine, flagPeers []string) (*registry, error) {
 	g := &registry{regs: map[uint64]map[uint32]registration{}, peers: map[string]bool{}}
 	for _, p := range flagPeers {
 		if p = strings.TrimRight(strings.TrimSpace(p), "/"); p != "" {
-			if err := checkSourceURL(p); err != nil {
+			if err := engine.CheckSourceURL(p); err != nil {
 				return nil, fmt.Errorf("--peers: %w", err)
 			}
 			g.peers[p] = false
@@ -269,11 +267,10 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		var srcJSON []byte
 		if srcJSON, err = json.Marshal(cfg); err == nil {
-			b := s.log.NewBatch()
-			b.SetMeta(reg.metaName(), regJSON)
-			b.SetMeta(zmqSourceMetaPrefix+cfg.ID, srcJSON)
-			err = s.log.Commit(r.Context(), b)
-			b.Close()
+			err = s.e.CommitMeta(r.Context(), func(b engine.MetaBatch) {
+				b.SetMeta(reg.metaName(), regJSON)
+				b.SetMeta(zmqSourceMetaPrefix+cfg.ID, srcJSON)
+			})
 		}
 	}
 	if err != nil {
@@ -349,28 +346,26 @@ func (s *Server) postUnregister(w http.ResponseWriter, r *http.Request) {
 		if p != nil {
 			rk.Partition = p.ID
 		}
-		ok, err := s.pipe.RemoveRank(r.Context(), rk)
+		ok, err := s.e.RemoveRank(r.Context(), rk)
 		if err != nil {
 			s.submitError(w, err)
 			return
 		}
 		removed = removed || ok
-		if len(s.reg.regs[inst]) == 0 && len(s.pipe.RanksOfWorker(inst)) == 0 {
+		if len(s.reg.regs[inst]) == 0 && len(s.e.RanksOfWorker(inst)) == 0 {
 			s.parts.Release(inst)
 		}
 	} else {
-		n, err := s.pipe.RemoveWorker(r.Context(), inst)
+		hadSide := false
+		for _, rk := range s.approx.Ranks() {
+			hadSide = hadSide || rk.WorkerID == inst
+		}
+		n, err := s.e.RemoveWorker(r.Context(), inst, nil)
 		if err != nil {
 			s.submitError(w, err)
 			return
 		}
-		side, err := s.approx.RemoveWorker(r.Context(), inst)
-		if err != nil {
-			s.submitError(w, err)
-			return
-		}
-		removed = removed || n > 0 || side > 0
-		s.parts.Release(inst)
+		removed = removed || n > 0 || hadSide
 	}
 	if !removed {
 		what := fmt.Sprintf("instance %d", inst)
@@ -396,14 +391,13 @@ func (s *Server) forget(ctx context.Context, regs []registration) error {
 			return fmt.Errorf("stopping source %s: %w", x.SourceID, err)
 		}
 	}
-	b := s.log.NewBatch()
-	defer b.Close()
-	for _, x := range regs {
-		b.DeleteMeta(x.metaName())
-		b.DeleteMeta(zmqSourceMetaPrefix + x.SourceID)
-		b.DeleteMeta(vllm.CursorMeta(x.SourceID))
-	}
-	if err := s.log.Commit(ctx, b); err != nil {
+	if err := s.e.CommitMeta(ctx, func(b engine.MetaBatch) {
+		for _, x := range regs {
+			b.DeleteMeta(x.metaName())
+			b.DeleteMeta(zmqSourceMetaPrefix + x.SourceID)
+			b.DeleteMeta(vllm.CursorMeta(x.SourceID))
+		}
+	}); err != nil {
 		return fmt.Errorf("unregistering instance %d: %w", regs[0].InstanceID, err)
 	}
 	for _, x := range regs {
@@ -572,7 +566,8 @@ func summarize(ms []rankMatch, blockSize uint64) scoreJSON {
 func (s *Server) answerQuery(w http.ResponseWriter, p *partition.Partition, hashes []uint64) {
 	buf := scoreBufs.Get().(*scoreBuf)
 	defer scoreBufs.Put(buf)
-	scores := s.tieredScoresOf(buf, p, hashes, false, false)
+	buf.scores = s.e.FindIn(buf.scores, p, engine.Query{Hashes: hashes})
+	scores := buf.scores
 	ms := make([]rankMatch, len(scores))
 	for i, sc := range scores {
 		ms[i] = rankMatch{WorkerID: sc.WorkerID, DPRank: sc.DPRank, Device: uint64(sc.Score.Score),
@@ -675,7 +670,7 @@ func (s *Server) postQueryByHash(w http.ResponseWriter, r *http.Request) {
 // dumpedPartitions are the partitions GET /dump lists: those with ranks or registrations.
 func (s *Server) dumpedPartitions() []*partition.Partition {
 	has := map[uint32]bool{}
-	for _, st := range s.pipe.Status() {
+	for _, st := range s.e.Status() {
 		has[st.Rank.Partition] = true
 	}
 	for _, x := range s.reg.all() {
@@ -714,7 +709,7 @@ func (s *Server) getDump(w http.ResponseWriter, r *http.Request) {
 		first := true
 		for _, rk := range p.Tiers.Ranks() {
 			var err error
-			if buf, err = s.dumpRankJSON(r.Context(), p.Tiers, rk, buf, &first); err != nil && !errors.Is(err, lanes.ErrUnknownRank) {
+			if buf, err = s.dumpRankJSON(r.Context(), rk, buf, &first); err != nil {
 				s.submitError(w, err)
 				return
 			}
@@ -729,21 +724,15 @@ func (s *Server) getDump(w http.ResponseWriter, r *http.Request) {
 
 // dumpRankJSON appends the rank's state in every tier (events tagged with their tier) as
 // comma-separated RouterEvent JSON, read on its lane.
-func (s *Server) dumpRankJSON(ctx context.Context, t *tier.Tiers, rk event.Rank, dst []byte, first *bool) ([]byte, error) {
-	var err error
-	derr := s.pipe.Do(ctx, rk, func() {
-		err = t.DumpRank(rk, func(ev *event.RouterEvent) error {
-			if !*first {
-				dst = append(dst, ',')
-			}
-			*first = false
-			dst = event.AppendJSON(dst, ev)
-			return nil
-		})
+func (s *Server) dumpRankJSON(ctx context.Context, rk event.Rank, dst []byte, first *bool) ([]byte, error) {
+	err := s.e.DumpRank(ctx, rk, func(ev *event.RouterEvent) error {
+		if !*first {
+			dst = append(dst, ',')
+		}
+		*first = false
+		dst = event.AppendJSON(dst, ev)
+		return nil
 	})
-	if derr != nil {
-		return dst, derr
-	}
 	return dst, err
 }
 
@@ -773,7 +762,7 @@ func (s *Server) postRegisterPeer(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := s.commitMeta(r.Context(), func(b *wal.Batch) {
+	if err := s.e.CommitMeta(r.Context(), func(b engine.MetaBatch) {
 		b.SetMeta(peerMetaPrefix+u, nil)
 	}); err != nil {
 		s.submitError(w, fmt.Errorf("registering peer %s: %w", u, err))
@@ -799,7 +788,7 @@ func (s *Server) postDeregisterPeer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if stored {
-		if err := s.commitMeta(r.Context(), func(b *wal.Batch) {
+		if err := s.e.CommitMeta(r.Context(), func(b engine.MetaBatch) {
 			b.DeleteMeta(peerMetaPrefix + u)
 		}); err != nil {
 			s.submitError(w, fmt.Errorf("deregistering peer %s: %w", u, err))

@@ -125,7 +125,7 @@ func TestFailedStoreIsVisible(t *testing.T) {
 			t.Fatalf("ranks: %+v, want every rank at its acknowledged id 3 with 3 blocks", rows)
 		}
 	}
-	if code, body := call(t, "GET", url+"/v1/dump", ""); code != 200 || strings.Count(body, "\n") != len(ranks) {
+	if code, body := call(t, "GET", url+"/v1/dump", ""); code != 200 || strings.Count(body, "\n") != len(ranks)+1 { // the partition line, then one line per rank
 		t.Fatalf("dump: %d %s", code, body)
 	}
 	code, body = call(t, "GET", url+"/v1/ranks/1/0/events?start=2", "")
@@ -165,11 +165,11 @@ func TestFailedStoreIsVisible(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("rank %v after the reopen holds %v, the acknowledged events %v", rk, got, want)
 		}
-		if st, ok := s2.pipe.RankStatus(rk); !ok || st.Last != evs[len(evs)-1].EventID {
+		if st, ok := s2.e.RankStatus(rk); !ok || st.Last != evs[len(evs)-1].EventID {
 			t.Fatalf("rank %v after the reopen: %+v, last acknowledged %d", rk, st, evs[len(evs)-1].EventID)
 		}
 	}
-	if got := s2.srcs.get(9); got != "http://127.0.0.1:1" {
+	if got := s2.e.RecoverySource(9); got != "http://127.0.0.1:1" {
 		t.Fatalf("worker 9's source after the reopen: %q", got)
 	}
 	if code, body := call(t, "POST", url2+"/v1/events", eventsJSON(event.Stored(ranks[0], 4, nil, event.Block{BlockHash: 1004, TokensHash: 4}))); code != 200 {
@@ -206,7 +206,7 @@ func TestFailedStoreFromDirectCommitIsVisible(t *testing.T) {
 	on.Store(true)
 	code, body := call(t, "PUT", url+"/v1/workers/9/source", `{"url":"http://127.0.0.1:1"}`)
 	wantStoreFailed(t, "PUT source", code, body)
-	if err := s.pipe.Failure(); err != nil {
+	if err := s.e.LaneFailure(); err != nil {
 		t.Fatalf("a lane failed without a lane commit: %v", err)
 	}
 	for _, p := range []string{"/healthz", "/readyz"} {

@@ -16,9 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/index"
-	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/tier"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -199,39 +198,68 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	evs, err := s.decodeEvents(body, kind)
-	if err != nil {
-		var de *event.DecodeError
-		if errors.As(err, &de) && de.Index >= 0 {
-			writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error(), "index": de.Index})
+	// An NDJSON body may carry partition lines (partition.Split: a whole-index dump or an
+	// export); every segment is decoded before anything is written.
+	segs := []partition.Segment{{Body: body}}
+	if kind == bodyNDJSON {
+		var err error
+		if segs, err = partition.Split(body); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
+	}
+	reqKey := partitionKey(r, partitionNames{})
+	batches := make([][]event.RouterEvent, len(segs))
+	offset := 0
+	for i, sg := range segs {
+		evs, err := s.decodeEvents(sg.Body, kind)
+		if err != nil {
+			var de *event.DecodeError
+			if errors.As(err, &de) && de.Index >= 0 {
+				writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error(), "index": offset + de.Index})
+				return
+			}
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		batches[i] = evs
+		offset += len(evs)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.SubmitTimeout)
 	defer cancel()
-	if !s.writePartition(ctx, w, partitionKey(r, partitionNames{}), evs) {
-		return
+	var total engine.Result
+	offset = 0
+	for i, sg := range segs {
+		key := reqKey
+		if sg.Named {
+			key = sg.Key
+		}
+		res, err := s.e.IngestSized(ctx, key, sg.BlockSize, batches[i])
+		if err != nil {
+			var pe *engine.PlaceError
+			if errors.As(err, &pe) && pe.Index >= 0 {
+				pe.Index += offset
+			}
+			s.ingestError(w, err)
+			return
+		}
+		total.Accepted += res.Accepted
+		total.Ignored += res.Ignored
+		offset += len(batches[i])
 	}
-	res, err := s.pipe.Submit(ctx, evs)
-	if err != nil {
-		s.submitError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]int{"accepted": res.Accepted, "ignored": res.Ignored})
+	writeJSON(w, http.StatusOK, map[string]int{"accepted": total.Accepted, "ignored": total.Ignored})
 }
 
 func (s *Server) submitError(w http.ResponseWriter, err error) {
-	if ferr := s.storeFailure(); ferr != nil {
+	if ferr := s.e.StoreFailure(); ferr != nil {
 		// The failure is logged once (storeFailure), not once per refused request.
 		writeError(w, http.StatusServiceUnavailable, ferr.Error())
 		return
 	}
 	switch {
-	case errors.Is(err, lanes.ErrBusy):
+	case errors.Is(err, engine.ErrBusy):
 		writeError(w, http.StatusServiceUnavailable, "busy: "+err.Error())
-	case errors.Is(err, lanes.ErrClosed):
+	case errors.Is(err, engine.ErrClosed), errors.Is(err, engine.ErrDumpCacheClosed):
 		writeError(w, http.StatusServiceUnavailable, "shutting down")
 	default:
 		s.lg.Error("request failed", "err", err)
@@ -279,10 +307,8 @@ func appendHashes(dst []byte, hs []uint64) []byte {
 var scoreBufs = sync.Pool{New: func() any { return &scoreBuf{} }}
 
 type scoreBuf struct {
-	scores, side, merged []index.Score
-	path                 []uint64 // the device walk's matched block hashes (the tier walk's anchors)
-	tiered               []tier.Score
-	out                  []byte
+	scores []tier.Score
+	out    []byte
 }
 
 // writeScores answers a find_matches: {"scores":[...]} — the event-fed tree's scores raised to
@@ -293,7 +319,9 @@ func (s *Server) writeScores(w http.ResponseWriter, r *http.Request, p *partitio
 	buf := scoreBufs.Get().(*scoreBuf)
 	defer scoreBufs.Put(buf)
 	start := time.Now()
-	scores := shape.trim(s.tieredScoresOf(buf, p, hashes, earlyExit, deviceOnly))
+	buf.scores = s.e.FindIn(buf.scores, p, engine.Query{Hashes: hashes, EarlyExit: earlyExit, DeviceOnly: deviceOnly,
+		MinScore: shape.MinScore, TopK: shape.TopK})
+	scores := buf.scores
 	s.m.findSec.Observe(time.Since(start).Seconds())
 	if wantsMsgpack(r) {
 		buf.out = appendAnswerMsgpack(buf.out[:0], scores, hashes, withHashes)
@@ -383,12 +411,9 @@ func (s *Server) findMatchesForRequest(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The partition's block size; an unknown partition hashes with --block-size and scores nothing.
-	bs := s.cfg.BlockSize
-	p, ok := s.parts.Lookup(partitionKey(r, req.partitionNames))
-	if ok {
-		bs = p.BlockSize
-	}
-	hashes := event.BlockHashes(*req.Tokens, bs, req.LoraName, req.CacheNamespace)
+	key := partitionKey(r, req.partitionNames)
+	p, _ := s.parts.Lookup(key)
+	hashes := s.e.HashTokens(key, *req.Tokens, req.LoraName, req.CacheNamespace)
 	s.writeScores(w, r, p, hashes, req.EarlyExit, req.DeviceOnly, req.answerShape, true)
 }
 
@@ -430,7 +455,7 @@ func (s *Server) listRanks(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []rankJSON{}
 	listed := map[event.Rank]bool{}
-	for _, st := range s.pipe.Status() {
+	for _, st := range s.e.Status() {
 		if filter && st.Rank.Partition != only {
 			continue
 		}
@@ -439,7 +464,7 @@ func (s *Server) listRanks(w http.ResponseWriter, r *http.Request) {
 		if p == nil {
 			continue
 		}
-		first, err := s.log.First(st.Rank)
+		first, err := s.e.FirstEventID(st.Rank)
 		if err != nil {
 			s.submitError(w, err)
 			return
@@ -464,7 +489,7 @@ func (s *Server) listRanks(w http.ResponseWriter, r *http.Request) {
 		if p == nil {
 			continue
 		}
-		lane, _ := s.pipe.LaneOf(rk)
+		lane, _ := s.e.LaneOf(rk)
 		out = append(out, rankJSON{Mode: "approximate", ApproxBlocks: s.approx.RankBlocks(rk), ModelName: p.Key.ModelName,
 			RoutingGroup: p.Key.RoutingGroup, WorkerID: rk.WorkerID, DPRank: rk.DPRank, Lane: lane, State: "live"})
 	}
@@ -491,16 +516,16 @@ func (s *Server) removeWorker(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	n, err := s.pipe.RemoveWorker(r.Context(), wid)
+	if err := checkQuery(r.URL.Query(), partitionParams...); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	// A partition that is given and is not the worker's answers as for an unknown worker.
+	n, err := s.e.RemoveWorker(r.Context(), wid, namedKey(r))
 	if err != nil {
 		s.submitError(w, err)
 		return
 	}
-	if _, err := s.approx.RemoveWorker(r.Context(), wid); err != nil {
-		s.submitError(w, err)
-		return
-	}
-	s.parts.Release(wid) // the worker may join another partition now
 	writeJSON(w, http.StatusOK, map[string]int{"removed_ranks": n})
 }
 
@@ -523,12 +548,7 @@ func (s *Server) removeRank(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	var known bool
-	if rk.Partition, known = s.rankPartition(r, rk.WorkerID); !known {
-		writeJSON(w, http.StatusOK, map[string]int{"removed_ranks": 0})
-		return
-	}
-	ok, err := s.pipe.RemoveRank(r.Context(), rk)
+	ok, err := s.e.RemoveRankIn(r.Context(), rk, namedKey(r))
 	if err != nil {
 		s.submitError(w, err)
 		return
@@ -541,11 +561,7 @@ func (s *Server) removeRank(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) flush(w http.ResponseWriter, r *http.Request) {
-	if err := s.pipe.Flush(r.Context()); err != nil {
-		s.submitError(w, err)
-		return
-	}
-	if err := s.approx.Flush(r.Context()); err != nil { // approximate blocks due now
+	if err := s.e.Flush(r.Context()); err != nil { // events accepted before, and side blocks due now
 		s.submitError(w, err)
 		return
 	}
@@ -553,7 +569,7 @@ func (s *Server) flush(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	if err := s.storeFailure(); err != nil {
+	if err := s.e.StoreFailure(); err != nil {
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
@@ -562,25 +578,6 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-}
-
-// dumpRank appends the rank's blocks in every tier as NDJSON Stored events (replay order, ids
-// from 0, each tagged with its tier), read on the rank's lane so it is consistent with the rank's
-// writes.
-func (s *Server) dumpRank(ctx context.Context, rk event.Rank, dst []byte) ([]byte, error) {
-	var err error
-	ix := s.parts.TiersOf(rk.Partition)
-	derr := s.pipe.Do(ctx, rk, func() {
-		err = ix.DumpRank(rk, func(ev *event.RouterEvent) error {
-			dst = event.AppendJSON(dst, ev)
-			dst = append(dst, '\n')
-			return nil
-		})
-	})
-	if derr != nil {
-		return dst, derr
-	}
-	return dst, err
 }
 
 // checkQuery refuses query parameters other than allowed (a typo such as ?worker=7 would
@@ -625,27 +622,33 @@ func (s *Server) dump(w http.ResponseWriter, r *http.Request) {
 		y := uint32(x)
 		wantR = &y
 	}
+	keep := func(rk event.Rank) bool {
+		return (wantW == nil || rk.WorkerID == *wantW) && (wantR == nil || rk.DPRank == *wantR)
+	}
+	// Without a partition or worker: the whole index, each partition after its partition line,
+	// replayable as it is (POST /v1/events as NDJSON). With a partition: that partition's lines
+	// only; with a worker and no partition: the worker's own partition, as the range route finds
+	// it.
+	whole := !namesPartition(r) && !q.Has("stream") && wantW == nil
 	p, ok := s.parts.Lookup(partitionKey(r, partitionNames{}))
-	if !ok && !q.Has("stream") {
+	if wantW != nil && !namesPartition(r) {
+		if id, known := s.parts.WorkerPartition(*wantW); known {
+			p, ok = s.parts.Get(id), true
+		}
+	}
+	if !ok && !q.Has("stream") && !whole {
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		w.WriteHeader(http.StatusOK)
 		return
 	}
 	body := func() ([]byte, error) {
-		var buf []byte
+		if whole {
+			return s.e.AppendWholeDump(r.Context(), nil, keep)
+		}
 		if p == nil {
-			return buf, nil
+			return nil, nil
 		}
-		for _, rk := range p.Tiers.Ranks() { // ranks with lower-tier blocks only too
-			if (wantW != nil && rk.WorkerID != *wantW) || (wantR != nil && rk.DPRank != *wantR) {
-				continue
-			}
-			var err error
-			if buf, err = s.dumpRank(r.Context(), rk, buf); err != nil && !errors.Is(err, lanes.ErrUnknownRank) {
-				return buf, err
-			}
-		}
-		return buf, nil
+		return s.e.AppendDumpNDJSON(r.Context(), nil, p, keep)
 	}
 	if q.Has("stream") {
 		if wantW != nil || wantR != nil {

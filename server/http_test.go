@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"github.com/kvindex/kvindex/engine"
 	"io"
 	"log/slog"
 	"net/http"
@@ -50,7 +51,7 @@ const oneEvent = `[{"worker_id":7,"event":{"event_id":1,"data":{"stored":{"paren
 // types (JSON, and curl's form type; NDJSON and msgpack on /v1/events), answers 415 for others,
 // and decodes gzip Content-Encoding under the same body limit".
 func TestPostBodiesAlike(t *testing.T) {
-	_, url := rangeServer(t, Config{MaxBodyBytes: 4096}, DumpCacheOptions{})
+	_, url := rangeServer(t, Config{MaxBodyBytes: 4096}, engine.DumpCacheOptions{})
 	bodies := map[string]string{
 		"POST /v1/events":                    oneEvent,
 		"POST /v1/find_matches":              `{"block_hashes":[2]}`,
@@ -101,7 +102,7 @@ func TestPostBodiesAlike(t *testing.T) {
 // TestMethodNotAllowedHasAllow checks the rule "a path served under other methods answers 405
 // with an Allow header listing them; an unknown path is 404".
 func TestMethodNotAllowedHasAllow(t *testing.T) {
-	_, url := rangeServer(t, Config{}, DumpCacheOptions{})
+	_, url := rangeServer(t, Config{}, engine.DumpCacheOptions{})
 	for _, tc := range []struct{ method, path, allow string }{
 		{"GET", "/v1/events", "POST"},
 		{"PUT", "/v1/sources", "GET, HEAD, POST"},
@@ -123,7 +124,7 @@ func TestMethodNotAllowedHasAllow(t *testing.T) {
 // it is a 400 naming the field; a duplicate key is a 400 either way".
 func TestUnknownFieldsAndDuplicateKeys(t *testing.T) {
 	var logs bytes.Buffer
-	s, url := rangeServer(t, Config{}, DumpCacheOptions{})
+	s, url := rangeServer(t, Config{}, engine.DumpCacheOptions{})
 	s.lg = slog.New(slog.NewTextHandler(&logs, nil))
 	withExtra := func(id int) string {
 		return `[{"worker_id":7,"extra":1,"event":{"event_id":` + string(rune('0'+id)) +
@@ -147,7 +148,7 @@ func TestUnknownFieldsAndDuplicateKeys(t *testing.T) {
 		t.Errorf("duplicate key: %d %s, want 400 naming event.event_id", code, body)
 	}
 
-	_, strictURL := rangeServer(t, Config{Strict: true}, DumpCacheOptions{})
+	_, strictURL := rangeServer(t, Config{Strict: true}, engine.DumpCacheOptions{})
 	code, _, body := send(t, "POST", strictURL+"/v1/events", withExtra(1))
 	var e struct {
 		Error string
@@ -164,7 +165,7 @@ func TestUnknownFieldsAndDuplicateKeys(t *testing.T) {
 // TestQueryParametersChecked checks the rule "the range and dump routes answer 400 for a query
 // parameter they do not take".
 func TestQueryParametersChecked(t *testing.T) {
-	_, url := rangeServer(t, Config{}, DumpCacheOptions{})
+	_, url := rangeServer(t, Config{}, engine.DumpCacheOptions{})
 	for _, q := range []string{"/v1/dump?worker=7", "/v1/dump?worker_id=7&worker_id=8", "/v1/ranks/7/0/events?from=1"} {
 		if code, _, body := send(t, "GET", url+q, ""); code != 400 || !strings.Contains(body, "query parameter") {
 			t.Errorf("%s: %d %s, want 400", q, code, body)
@@ -178,7 +179,7 @@ func TestQueryParametersChecked(t *testing.T) {
 // TestErrorTextsPlain checks the rule "error answers name the API's types, not Go's, and carry no
 // doubled prefix".
 func TestErrorTextsPlain(t *testing.T) {
-	_, url := rangeServer(t, Config{}, DumpCacheOptions{})
+	_, url := rangeServer(t, Config{}, engine.DumpCacheOptions{})
 	for _, tc := range []struct{ path, body string }{
 		{"/v1/find_matches", `{"block_hashes":"x"}`},
 		{"/v1/find_matches", `{"block_hashes":[-1]}`},

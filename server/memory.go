@@ -43,16 +43,17 @@ func (c *memoryCollector) Collect(ch chan<- prometheus.Metric) {
 	for part, v := range c.s.memoryLimits() {
 		ch <- prometheus.MustNewConstMetric(descMemLimit, prometheus.GaugeValue, float64(v), part)
 	}
-	ch <- prometheus.MustNewConstMetric(descStoreFlushes, prometheus.CounterValue, float64(c.s.st.Metrics().Flush.Count))
+	ch <- prometheus.MustNewConstMetric(descStoreFlushes, prometheus.CounterValue, float64(c.s.e.Store().Metrics().Flush.Count))
 }
 
 // memoryBytes returns the bytes each part holds now (every part present, 0 when unused).
 func (s *Server) memoryBytes() map[string]uint64 {
-	pm := s.st.Metrics()
+	pm := s.e.Store().Metrics()
+	dc, _ := s.e.DumpCacheBytes()
 	out := map[string]uint64{
 		memMemtable:  pm.MemTable.Size,
 		memCache:     uint64(max(pm.BlockCache.Size, 0)),
-		memDumpCache: s.dumps.usedBytes(),
+		memDumpCache: dc,
 	}
 	var ix uint64
 	for _, p := range s.parts.All() {
@@ -69,11 +70,12 @@ func (s *Server) memoryBytes() map[string]uint64 {
 
 // memoryLimits returns the configured bound of each bounded part.
 func (s *Server) memoryLimits() map[string]uint64 {
-	mt, bc := s.st.MemoryLimits()
+	mt, bc := s.e.Store().MemoryLimits()
+	_, dcMax := s.e.DumpCacheBytes()
 	out := map[string]uint64{
 		memMemtable:  uint64(max(mt, 0)),
 		memCache:     uint64(max(bc, 0)),
-		memDumpCache: s.dumps.maxBytes(),
+		memDumpCache: dcMax,
 	}
 	if n := s.cfg.ApproxMaxBlocks; n > 0 && s.approx != nil {
 		out[memApprox] = uint64(n) * uint64(max(s.approx.Partitions(), 1)) * uint64(approxBytesPerBlock)

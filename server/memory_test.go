@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"github.com/kvindex/kvindex/engine"
 	"io"
 	"log/slog"
 	"testing"
@@ -40,11 +41,11 @@ func TestMemoryMetrics(t *testing.T) {
 			last := bs[blocks-1].BlockHash
 			parent = &last
 		}
-		if _, err := s.Ingest(context.Background(), partition.Default, evs); err != nil {
+		if _, err := s.e.Ingest(context.Background(), partition.Default, evs); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Flush(context.Background()); err != nil {
+	if err := s.e.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	_, scrape = call(t, "GET", url+"/metrics", "")
@@ -71,7 +72,7 @@ func TestMemoryMetrics(t *testing.T) {
 	if per := want / (ranks * events * blocks); per < 40 || per > 120 {
 		t.Errorf("index estimate %.1f B per (rank, block), want about 61", per)
 	}
-	for part, want := range map[string]float64{memMemtable: 2 << 20, memCache: 2 << 20, memDumpCache: DefaultDumpCacheMaxCost} {
+	for part, want := range map[string]float64{memMemtable: 2 << 20, memCache: 2 << 20, memDumpCache: engine.DefaultDumpCacheMaxCost} {
 		if v := val(`kvindex_memory_limit_bytes{part="` + part + `"}`); v != want {
 			t.Errorf("limit of %s %v, want %v", part, v, want)
 		}

@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
-	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/tier"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -128,10 +128,12 @@ func newMetrics(s *Server) *metrics {
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	f(&indexCollector{s: s})
 	f(&storeCollector{s: s})
-	f(&s.dumps)
 	f(&memoryCollector{s: s})
 	return m
 }
+
+// registerEngine adds the engine's own collectors (its TreeDump cache).
+func (m *metrics) registerEngine(e *engine.Engine) { m.register(e.DumpCache()) }
 
 // register adds c to the registry (panicking on a clash, as MustRegister does) and remembers it.
 func (m *metrics) register(c prometheus.Collector) {
@@ -146,8 +148,8 @@ func (m *metrics) observeHTTP(route string, code int, start time.Time) {
 	m.httpSec.WithLabelValues(route, c).Observe(time.Since(start).Seconds())
 }
 
-func (m *metrics) listener(mode string) lanes.Listener {
-	return lanes.Listener{
+func (m *metrics) listener(mode string) engine.Listener {
+	return engine.Listener{
 		Committed: func(lane, events int, d time.Duration, err error) {
 			if err != nil {
 				m.commits.WithLabelValues(mode, "error").Inc()
@@ -174,7 +176,7 @@ func (m *metrics) listener(mode string) lanes.Listener {
 		},
 		Checkpoint: func(_ event.Rank, _ uint64, _ int, _ time.Duration, err error) {
 			res := result(err)
-			if errors.Is(err, lanes.ErrCheckpointSkipped) {
+			if errors.Is(err, engine.ErrCheckpointSkipped) {
 				res = "skipped"
 			}
 			m.checkpoints.WithLabelValues(res).Inc()
@@ -229,7 +231,7 @@ func (c *indexCollector) Collect(ch chan<- prometheus.Metric) {
 			byState[partState{p.ID, state}] = 0
 		}
 	}
-	for _, st := range c.s.pipe.Status() {
+	for _, st := range c.s.e.Status() {
 		byState[partState{st.Rank.Partition, st.State}]++
 	}
 	for _, p := range c.s.parts.All() {
@@ -255,7 +257,7 @@ func (c *indexCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descApproxExpired, prometheus.CounterValue, float64(a.Expired.Load()))
 		ch <- prometheus.MustNewConstMetric(descApproxPruned, prometheus.CounterValue, float64(a.Pruned.Load()))
 	}
-	for i, d := range c.s.pipe.QueueDepth() {
+	for i, d := range c.s.e.QueueDepth() {
 		ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(d), strconv.Itoa(i))
 	}
 	ready := 0.0
@@ -296,7 +298,7 @@ func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
-	ch <- prometheus.MustNewConstMetric(descStoreBytes, prometheus.GaugeValue, float64(c.s.st.DiskUsage()))
+	ch <- prometheus.MustNewConstMetric(descStoreBytes, prometheus.GaugeValue, float64(c.s.e.DiskBytes()))
 	ch <- prometheus.MustNewConstMetric(descStoreFailed, prometheus.GaugeValue, boolGauge(c.s.storeCause() != nil))
 }
 

@@ -78,8 +78,8 @@ func TestBuildAndStoreMetrics(t *testing.T) {
 	if v, ok := metricValue(t, scrape, `kvindex_build_info{go="`+runtime.Version()+`",version="v9.9.9-test"}`); !ok || v != 1 {
 		t.Errorf("build info %v %v, want 1", v, ok)
 	}
-	if v, ok := metricValue(t, scrape, "kvindex_store_bytes"); !ok || v <= 0 || v > float64(s.Store().DiskUsage())*2 {
-		t.Errorf("kvindex_store_bytes %v (present %v), store says %d", v, ok, s.Store().DiskUsage())
+	if v, ok := metricValue(t, scrape, "kvindex_store_bytes"); !ok || v <= 0 || v > float64(s.e.DiskBytes())*2 {
+		t.Errorf("kvindex_store_bytes %v (present %v), store says %d", v, ok, s.e.DiskBytes())
 	}
 	if v, ok := metricValue(t, scrape, "kvindex_store_failed"); !ok || v != 0 {
 		t.Errorf("kvindex_store_failed %v (present %v), want 0", v, ok)

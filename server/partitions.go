@@ -1,13 +1,10 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"net/http"
 
-	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/index"
-	"github.com/kvindex/kvindex/lanes"
+	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/partition"
 )
 
@@ -49,111 +46,49 @@ func namesPartition(r *http.Request) bool {
 	return false
 }
 
-// rankPartition resolves the partition of a rank named by worker in a path: the partition the
-// query names, else the worker's own (a worker belongs to one partition), else the default.
-// ok is false for a named partition that does not exist.
+// rankPartition resolves the partition of a rank named by worker in a path: the one the query
+// names when the worker is unknown or of it, else the worker's own (a worker belongs to one
+// partition), else the default. ok is false for a named partition that does not exist or is
+// not the worker's (SPEC §9: such a route answers as for an unknown rank).
 func (s *Server) rankPartition(r *http.Request, worker uint64) (uint32, bool) {
-	if namesPartition(r) {
-		p, ok := s.parts.Lookup(partitionKey(r, partitionNames{}))
-		if !ok {
-			return 0, false
-		}
-		return p.ID, true
-	}
-	if id, ok := s.parts.WorkerPartition(worker); ok {
-		return id, true
-	}
-	return 0, true
+	return s.e.WorkerPartition(worker, namedKey(r))
 }
 
-// writePartition returns the partition a write goes to, creating it when needed, and claims
-// every worker of evs for it (a worker in another partition → 409 naming the event's index).
-// It sets evs[i].Partition. It answers the error itself and returns false.
-func (s *Server) writePartition(ctx context.Context, w http.ResponseWriter, key partition.Key, evs []event.RouterEvent) bool {
-	if i, err := s.assignPartition(ctx, key, evs); err != nil {
-		s.partitionError(w, err, i)
-		return false
+// namedKey is the partition the request's query names, nil when it names none.
+func namedKey(r *http.Request) *partition.Key {
+	if !namesPartition(r) {
+		return nil
 	}
-	return true
+	k := partitionKey(r, partitionNames{})
+	return &k
 }
 
-// assignPartition puts evs in key's partition (created when needed) and claims their workers for
-// it. A worker of another partition fails the whole batch before anything is claimed: the error
-// (partition.ErrWorkerElsewhere) comes with the index of its first event; -1 for other errors.
-func (s *Server) assignPartition(ctx context.Context, key partition.Key, evs []event.RouterEvent) (int, error) {
-	p, err := s.parts.Ensure(ctx, key, 0)
-	if err != nil {
-		return -1, err
+// ingestError answers a refused or failed write: placement refusals (409 naming the event's
+// index, 400 for a bad name or event) and lane errors.
+func (s *Server) ingestError(w http.ResponseWriter, err error) {
+	var pe *engine.PlaceError
+	if !errors.As(err, &pe) {
+		s.submitError(w, err)
+		return
 	}
-	for i := range evs {
-		if id, ok := s.parts.WorkerPartition(evs[i].WorkerID); ok && id != p.ID {
-			return i, s.parts.Claim(evs[i].WorkerID, p.ID)
-		}
-	}
-	for i := range evs {
-		evs[i].Partition = p.ID
-		if err := s.parts.Claim(evs[i].WorkerID, p.ID); err != nil {
-			return i, err
-		}
-	}
-	return -1, nil
-}
-
-// Ingest is the write path of POST /v1/events without HTTP (the library, kvindex.DB): the batch
-// goes to key's partition, then through the lanes (log → lane → tree); it returns once every
-// accepted event is durable and applied. evs must be validated (event.Validate) by the caller.
-func (s *Server) Ingest(ctx context.Context, key partition.Key, evs []event.RouterEvent) (lanes.Result, error) {
-	if _, err := s.assignPartition(ctx, key, evs); err != nil {
-		return lanes.Result{}, err
-	}
-	return s.pipe.Submit(ctx, evs)
-}
-
-// FindMatches answers a find_matches in key's partition (event-fed and side scores merged), as
-// POST /v1/find_matches does; an unknown partition answers nothing.
-func (s *Server) FindMatches(dst []index.Score, key partition.Key, hashes []uint64, earlyExit bool) []index.Score {
-	p, ok := s.parts.Lookup(key)
-	if !ok {
-		return dst[:0]
-	}
-	buf := scoreBufs.Get().(*scoreBuf)
-	defer scoreBufs.Put(buf)
-	return append(dst[:0], s.scoresOf(buf, p, hashes, earlyExit, false)...)
-}
-
-// Flush returns once every event accepted before the call is applied and approximate blocks due
-// now are removed (POST /v1/flush).
-func (s *Server) Flush(ctx context.Context) error {
-	if err := s.pipe.Flush(ctx); err != nil {
-		return err
-	}
-	return s.approx.Flush(ctx)
-}
-
-func (s *Server) partitionError(w http.ResponseWriter, err error, index int) {
 	code := http.StatusInternalServerError
 	switch {
-	case errors.Is(err, partition.ErrBadName):
+	case errors.Is(err, partition.ErrBadName), errors.Is(err, engine.ErrInvalidEvent):
 		code = http.StatusBadRequest
 	case errors.Is(err, partition.ErrWorkerElsewhere), errors.Is(err, partition.ErrBlockSizeMismatch):
 		code = http.StatusConflict
 	default:
-		s.submitError(w, err)
+		s.submitError(w, pe.Err)
 		return
 	}
-	if index >= 0 {
-		writeJSON(w, code, map[string]any{"error": err.Error(), "index": index})
+	if pe.Index >= 0 {
+		writeJSON(w, code, map[string]any{"error": err.Error(), "index": pe.Index})
 		return
 	}
 	writeError(w, code, err.Error())
 }
 
-// claimWorkers rebuilds which partition each worker belongs to from the ranks the replay found.
-func (s *Server) claimWorkers() {
-	for _, st := range s.pipe.Status() {
-		if err := s.parts.Claim(st.Rank.WorkerID, st.Rank.Partition); err != nil {
-			s.lg.Warn("a worker has ranks in two partitions (data written before partitions were enforced)",
-				"worker_id", st.Rank.WorkerID, "err", err)
-		}
-	}
+// partitionError answers a placement error that is not an engine.PlaceError.
+func (s *Server) partitionError(w http.ResponseWriter, err error, index int) {
+	s.ingestError(w, &engine.PlaceError{Index: index, Err: err})
 }

@@ -57,8 +57,13 @@ func (g *partitionRig) close() {
 
 func (g *partitionRig) do(method, path, body string) (int, string) {
 	g.t.Helper()
+	return g.doType(method, path, "application/json", body)
+}
+
+func (g *partitionRig) doType(method, path, ctype, body string) (int, string) {
+	g.t.Helper()
 	req, _ := http.NewRequest(method, g.ts.URL+path, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", ctype)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		g.t.Fatal(err)
@@ -133,12 +138,12 @@ func TestPartitionsNeverSeeEachOther(t *testing.T) {
 		t.Errorf("the refused batch wrote something: %d %s", code, body)
 	}
 	// Unknown partitions: reads answer empty and create nothing.
-	n := len(g.s.Partitions().All())
+	n := len(g.s.e.Partitions().All())
 	g.do("POST", "/v1/find_matches?model_name=nope", `{"block_hashes":[1]}`)
 	g.do("GET", "/v1/ranks?model_name=nope", "")
 	g.do("GET", "/v1/dump?model_name=nope", "")
 	g.do("GET", "/v1/ranks/1/0/events?model_name=nope", "")
-	if got := len(g.s.Partitions().All()); got != n {
+	if got := len(g.s.e.Partitions().All()); got != n {
 		t.Errorf("reads created %d partitions", got-n)
 	}
 	// Removing the worker releases it: it may join another partition.

@@ -98,12 +98,7 @@ func splitDumpKey(k string) (partition.Key, bool) {
 
 // partitionEmpty reports whether no rank of partition id is known.
 func (s *Server) partitionEmpty(id uint32) bool {
-	for _, st := range s.pipe.Status() {
-		if st.Rank.Partition == id {
-			return false
-		}
-	}
-	return true
+	return s.e.PartitionEmpty(id)
 }
 
 // bootstrapFromPeers fills the empty partitions from the first peer that answers (see above).
@@ -192,25 +187,27 @@ func (s *Server) applyDumpPartition(ctx context.Context, k string, e peerDumpPar
 			return 0, fmt.Errorf("%w: events: %w", ErrBootstrap, err)
 		}
 	}
-	p, err := s.parts.Ensure(ctx, key, e.BlockSize)
-	if err != nil {
-		return 0, err
-	}
 	next := map[event.Rank]uint64{}
 	kept := evs[:0]
 	for _, ev := range evs {
-		if err := s.parts.Claim(ev.WorkerID, p.ID); err != nil {
-			s.lg.Warn("peer bootstrap: event of a worker of another partition skipped", "partition", k, "worker_id", ev.WorkerID, "err", err)
-			continue
+		if own, ok := s.parts.WorkerPartition(ev.WorkerID); ok {
+			if p, exists := s.parts.Lookup(key); !exists || p.ID != own {
+				s.lg.Warn("peer bootstrap: event of a worker of another partition skipped", "partition", k, "worker_id", ev.WorkerID)
+				continue
+			}
 		}
-		ev.Partition = p.ID
 		next[ev.Rank()]++
 		ev.EventID = next[ev.Rank()]
 		kept = append(kept, ev)
 	}
+	if len(kept) == 0 { // an empty dump still creates the partition with its block size
+		if _, err := s.e.IngestSized(ctx, key, e.BlockSize, nil); err != nil {
+			return 0, err
+		}
+	}
 	for len(kept) > 0 {
 		chunk := kept[:min(bootstrapChunk, len(kept))]
-		if _, err := s.pipe.Submit(ctx, chunk); err != nil {
+		if _, err := s.e.IngestSized(ctx, key, e.BlockSize, chunk); err != nil {
 			return n, fmt.Errorf("%w: submitting: %w", ErrBootstrap, err)
 		}
 		n += len(chunk)

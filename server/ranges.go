@@ -1,17 +1,15 @@
 package server
 
 import (
-	"errors"
 	"net/http"
 	"strconv"
 
-	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/recovery"
 )
 
 // rankEvents serves GET /v1/ranks/{worker_id}/{dp_rank}/events (SPEC §5 "Serving ranges"),
-// answering exactly one of recovery's four wire shapes, by the first rule that applies:
+// answering exactly one of recovery's four wire shapes, chosen by recovery.RangeRule in the
+// engine (Engine.RangeAnswer), by the first rule that applies:
 //
 //  1. start and end given, end < start → InvalidRange
 //  2. start absent                     → TreeDump (last_event_id = newest logged id or 0)
@@ -74,158 +72,22 @@ func (s *Server) rankEvents(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "query parameter limit=0: want a page size ≥ 1 (omit limit for no limit)")
 		return
 	}
-	if hasStart && hasEnd && end < start {
-		s.writeAnswer(w, &recovery.Answer{Kind: recovery.AnswerInvalidRange, StartID: start, EndID: end})
-		return
-	}
-	if !hasStart {
-		s.serveTreeDump(w, r, rk)
-		return
-	}
-	var (
-		st        ruleStatus
-		oldest    uint64
-		hasOldest bool
-	)
-	if derr := s.pipe.Do(r.Context(), rk, func() {
-		st = s.rankStatus(rk)
-		err = s.log.Range(rk, 0, 1, func(ev *event.RouterEvent) error {
-			oldest, hasOldest = ev.EventID, true
-			return nil
-		})
-	}); derr != nil && !errors.Is(derr, lanes.ErrUnknownRank) {
-		err = derr
-	}
-	if err != nil {
-		s.submitError(w, err)
-		return
-	}
-	if s.testAfterOldest != nil {
-		s.testAfterOldest(rk)
-	}
-	switch {
-	case !st.known || !hasOldest:
-		s.serveTreeDump(w, r, rk)
-		return
-	case start > st.last:
-		// requested_end echoes the request: 0 when it gave no end (the field stays on the wire).
-		s.writeAnswer(w, &recovery.Answer{Kind: recovery.AnswerTooNew, RequestedStart: start, RequestedEnd: end, NewestAvailable: st.last})
-		return
-	case start < oldest:
-		s.serveTreeDump(w, r, rk)
-		return
-	}
-	lim := -1 // no limit
+	req := recovery.RangeRequest{Start: start, HasStart: hasStart, End: end, HasEnd: hasEnd}
 	if hasLimit {
-		lim = int(min(limit, uint64(1<<31)))
+		req.Limit = int(min(limit, uint64(1<<31)))
 	}
-	evs, err := s.rangeEvents(rk, start, lim)
+	a, dump, err := s.e.RangeAnswer(r.Context(), rk, req)
 	if err != nil {
 		s.submitError(w, err)
 		return
 	}
-	if s.storeCause() != nil {
-		// After a failed commit the log may still read the failed batch's events (Pebble put
-		// them in its memtable before the WAL write or sync failed): never acknowledged, maybe
-		// not durable. Serve the rank only up to its durable cursor, read on its lane above.
-		evs = throughID(evs, st.last)
-	}
-	if !startsAt(evs, start, lim) {
-		// Retention folded start away (or the rank was reset) after oldest was read: an Events
-		// answer would start late and the consumer would record a false loss (SPEC §5 lifecycle
-		// rule 7). The rank's dump is exact.
-		s.serveTreeDump(w, r, rk)
-		return
-	}
-	// Nothing returned (limit=0): the answer covers nothing past start-1 (0 for start 0).
-	a := recovery.Answer{Kind: recovery.AnswerEvents, Events: evs, LastEventID: max(start, 1) - 1}
-	if len(evs) > 0 {
-		a.LastEventID = evs[len(evs)-1].EventID
-	}
-	s.writeAnswer(w, &a)
-}
-
-// rangeEvents reads rk's log from start: every event from the last Cleared seen
-// onwards, at most lim of them (lim < 0: no limit). Reading stops once lim events follow the last
-// Cleared seen, so a Cleared beyond that page is only skipped to by a later page.
-func (s *Server) rangeEvents(rk event.Rank, start uint64, lim int) ([]event.RouterEvent, error) {
-	if lim == 0 {
-		return nil, nil
-	}
-	var evs []event.RouterEvent
-	err := s.log.Range(rk, start, 0, func(ev *event.RouterEvent) error {
-		if ev.Kind == event.KindCleared {
-			evs = evs[:0]
-		} else if lim > 0 && len(evs) == lim {
-			return errPageFull
-		}
-		evs = append(evs, ev.Clone())
-		return nil
-	})
-	if err != nil && !errors.Is(err, errPageFull) {
-		return nil, err
-	}
-	return evs, nil
-}
-
-// throughID cuts evs (in id order) after the last event with an id ≤ last.
-func throughID(evs []event.RouterEvent, last uint64) []event.RouterEvent {
-	for i := range evs {
-		if evs[i].EventID > last {
-			return evs[:i]
-		}
-	}
-	return evs
-}
-
-// startsAt reports whether a range read from start begins where it must: at start itself, or at a
-// Cleared (what precedes a Cleared may be left out). An empty read (limit 0) is exact.
-func startsAt(evs []event.RouterEvent, start uint64, lim int) bool {
-	if lim == 0 {
-		return true
-	}
-	if len(evs) == 0 {
-		return false
-	}
-	first := &evs[0]
-	return first.EventID == start || (first.Kind == event.KindCleared && first.EventID > start)
-}
-
-// errPageFull stops a range read once a page is full.
-var errPageFull = errors.New("page full")
-
-// ruleStatus is what the range rules and the dump cache need of a rank's status.
-type ruleStatus struct {
-	known       bool
-	last        uint64
-	lost, rec   uint64
-	degraded    bool
-	incarnation uint64
-}
-
-// rankStatus reads rk's status; call it on the rank's lane. A rank with no logged id yet (its
-// first events buffered during a restore) has nothing to serve: unknown to the range rules.
-func (s *Server) rankStatus(rk event.Rank) ruleStatus {
-	st, ok := s.pipe.RankStatus(rk)
-	if !ok || !st.HasLast {
-		return ruleStatus{}
-	}
-	return ruleStatus{known: true, last: st.Last, lost: st.Lost, rec: st.Recovered, degraded: st.Degraded, incarnation: st.Incarnation}
-}
-
-func (s *Server) serveTreeDump(w http.ResponseWriter, r *http.Request, rk event.Rank) {
-	body, err := s.treeDump(r.Context(), rk)
-	if err != nil {
-		if errors.Is(err, ErrDumpCacheClosed) {
-			writeError(w, http.StatusServiceUnavailable, "shutting down")
-			return
-		}
-		s.submitError(w, err)
+	if a != nil {
+		s.writeAnswer(w, a)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(body) // shared with other requests: never appended to
+	_, _ = w.Write(dump) // shared with other requests: never appended to
 }
 
 func (s *Server) writeAnswer(w http.ResponseWriter, a *recovery.Answer) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kvindex/kvindex/engine"
 	"io"
 	"log/slog"
 	"net/http"
@@ -25,24 +26,24 @@ import (
 var rk1 = event.Rank{WorkerID: 1, DPRank: 0}
 
 // rangeServer opens a server on a temp dir with the given dump cache options and serves it.
-func rangeServer(t testing.TB, cfg Config, dc DumpCacheOptions) (*Server, string) {
+func rangeServer(t testing.TB, cfg Config, dc engine.DumpCacheOptions) (*Server, string) {
 	t.Helper()
 	cfg.DataDir = t.TempDir()
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.Durability = wal.NoSync
 	cfg.Lanes = 2
+	cfg.DumpCache = dc
 	s, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.dumps.configure(dc)
 	if err := s.Recover(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(func() {
 		ts.Close()
-		s.dumps.close()
+		s.e.CloseDumpCache()
 		if err := s.Close(); err != nil {
 			t.Error(err)
 		}
@@ -150,7 +151,7 @@ func dumpBlocks(evs []event.RouterEvent) []string {
 func serverBlocks(t testing.TB, s *Server) []string {
 	t.Helper()
 	var evs []event.RouterEvent
-	if err := s.pipe.Do(context.Background(), rk1, func() {
+	if err := s.e.Do(context.Background(), rk1, func() {
 		_ = s.parts.TiersOf(rk1.Partition).DumpRank(rk1, func(ev *event.RouterEvent) error {
 			evs = append(evs, ev.Clone())
 			return nil
@@ -162,14 +163,14 @@ func serverBlocks(t testing.TB, s *Server) []string {
 }
 
 func TestRangeRules(t *testing.T) {
-	_, url := rangeServer(t, Config{}, DumpCacheOptions{})
+	_, url := rangeServer(t, Config{}, engine.DumpCacheOptions{})
 	evs := make([]event.RouterEvent, 0, 10)
 	for id := uint64(1); id <= 10; id++ {
 		evs = append(evs, chain(id))
 	}
 	post(t, url, evs...)
 	// A folded prefix: retention keeps the newest 4 once more than 8 are logged.
-	_, folded := rangeServer(t, Config{RetainEvents: 4}, DumpCacheOptions{})
+	_, folded := rangeServer(t, Config{RetainEvents: 4}, engine.DumpCacheOptions{})
 	post(t, folded, evs...)
 
 	for _, tc := range []struct {
@@ -217,7 +218,7 @@ func TestRangeRules(t *testing.T) {
 }
 
 func TestRangeClearedCut(t *testing.T) {
-	_, url := rangeServer(t, Config{}, DumpCacheOptions{})
+	_, url := rangeServer(t, Config{}, engine.DumpCacheOptions{})
 	hostCleared := event.Cleared(rk1, 6)
 	hostCleared.Tier = event.TierHostPinned
 	post(t, url, chain(1), chain(2), chain(3), event.Cleared(rk1, 4),
@@ -237,7 +238,7 @@ func TestRangeClearedCut(t *testing.T) {
 }
 
 func TestTreeDumpSingleFlight(t *testing.T) {
-	s, url := rangeServer(t, Config{}, DumpCacheOptions{})
+	s, url := rangeServer(t, Config{}, engine.DumpCacheOptions{})
 	evs := make([]event.RouterEvent, 0, 50)
 	for id := uint64(1); id <= 50; id++ {
 		evs = append(evs, chain(id))
@@ -245,13 +246,13 @@ func TestTreeDumpSingleFlight(t *testing.T) {
 	post(t, url, evs...)
 	const n = 32
 	// The build waits (on the lane) until the other n-1 requests joined its flight.
-	s.dumps.testBuild = func(event.Rank) error {
+	s.e.SetDumpTestBuild(func(event.Rank) error {
 		deadline := time.Now().Add(5 * time.Second)
-		for s.dumps.shared.Load() < n-1 && time.Now().Before(deadline) {
+		for s.e.DumpCacheCounters().Shared < n-1 && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
 		}
 		return nil
-	}
+	})
 	bodies := make([][]byte, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -264,10 +265,10 @@ func TestTreeDumpSingleFlight(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if got := s.dumps.builds.Load(); got != 1 {
+	if got := s.e.DumpCacheCounters().Builds; got != 1 {
 		t.Errorf("builds = %d, want 1", got)
 	}
-	if got := s.dumps.shared.Load(); got != n-1 {
+	if got := s.e.DumpCacheCounters().Shared; got != n-1 {
 		t.Errorf("shared = %d, want %d", got, n-1)
 	}
 	for i := range bodies {
@@ -285,17 +286,19 @@ func TestTreeDumpSingleFlight(t *testing.T) {
 }
 
 func TestTreeDumpCacheLifecycle(t *testing.T) {
-	s, url := rangeServer(t, Config{}, DumpCacheOptions{AppendBudget: 3})
-	d := &s.dumps
+	s, url := rangeServer(t, Config{}, engine.DumpCacheOptions{AppendBudget: 3})
+	d := s.e
 	type counts struct{ builds, hits, ext uint64 }
-	now := func() counts { return counts{d.builds.Load(), d.hits.Load(), d.extensions.Load()} }
+	now := func() counts {
+		return counts{d.DumpCacheCounters().Builds, d.DumpCacheCounters().Hits, d.DumpCacheCounters().Extensions}
+	}
 	tree := func(step string, want counts) {
 		t.Helper()
 		a := getAnswer(t, url, "")
 		if a.Kind != recovery.AnswerTreeDump {
 			t.Fatalf("%s: got %s", step, describe(a))
 		}
-		st, _ := s.pipe.RankStatus(rk1)
+		st, _ := s.e.RankStatus(rk1)
 		if a.LastEventID != st.Last {
 			t.Errorf("%s: last_event_id %d, rank at %d", step, a.LastEventID, st.Last)
 		}
@@ -341,27 +344,27 @@ func TestTreeDumpCacheLifecycle(t *testing.T) {
 }
 
 func TestTreeDumpFailedBuildNotCached(t *testing.T) {
-	s, url := rangeServer(t, Config{}, DumpCacheOptions{})
-	d := &s.dumps
+	s, url := rangeServer(t, Config{}, engine.DumpCacheOptions{})
+	d := s.e
 	post(t, url, chain(1), chain(2))
 	getAnswer(t, url, "")
 	post(t, url, chain(3))
 	boom := errors.New("boom")
-	d.testBuild = func(event.Rank) error { return boom }
-	if _, err := s.treeDump(context.Background(), rk1); err != nil {
+	d.SetDumpTestBuild(func(event.Rank) error { return boom })
+	if _, _, err := s.e.RangeAnswer(context.Background(), rk1, recovery.RangeRequest{}); err != nil {
 		t.Fatalf("an extension needs no build, got %v", err)
 	}
 	post(t, url, event.Removed(rk1, 4, 300))
 	if code, b := getRaw(t, url, ""); code != http.StatusInternalServerError || !strings.Contains(string(b), "boom") {
 		t.Fatalf("failing build: got %d %s, want 500 with the cause", code, b)
 	}
-	d.testBuild = nil
+	d.SetDumpTestBuild(nil)
 	post(t, url, chain(5)) // 5 under 400, which is gone: not applied, logged
-	builds, ext := d.builds.Load(), d.extensions.Load()
+	builds, ext := d.DumpCacheCounters().Builds, d.DumpCacheCounters().Extensions
 	a := getAnswer(t, url, "")
-	if d.builds.Load() != builds+1 || d.extensions.Load() != ext {
+	if d.DumpCacheCounters().Builds != builds+1 || d.DumpCacheCounters().Extensions != ext {
 		t.Errorf("after a failed build: builds %d→%d, extensions %d→%d; want a fresh build, not an extension of a dropped entry",
-			builds, d.builds.Load(), ext, d.extensions.Load())
+			builds, d.DumpCacheCounters().Builds, ext, d.DumpCacheCounters().Extensions)
 	}
 	if got, want := dumpBlocks(a.Events), serverBlocks(t, s); !slices.Equal(got, want) {
 		t.Errorf("dump replays to %v, server holds %v", got, want)
@@ -372,7 +375,7 @@ func TestDumpCacheMetricsAndClose(t *testing.T) {
 	// Registered first, so it runs after the server's own cleanup.
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
-	s, url := rangeServer(t, Config{}, DumpCacheOptions{})
+	s, url := rangeServer(t, Config{}, engine.DumpCacheOptions{})
 	post(t, url, chain(1))
 	getAnswer(t, url, "")
 	getAnswer(t, url, "")
@@ -387,7 +390,7 @@ func TestDumpCacheMetricsAndClose(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-	s.dumps.close()
+	s.e.CloseDumpCache()
 	if code, _ := getRaw(t, url, ""); code != http.StatusServiceUnavailable {
 		t.Errorf("after close: got %d, want 503", code)
 	}
@@ -396,14 +399,14 @@ func TestDumpCacheMetricsAndClose(t *testing.T) {
 // A publisher restart that climbs back to the cached id leaves the cursor, the gap counters and
 // the degraded flag as they were: only the record at that id tells the histories apart.
 func TestTreeDumpCacheEpochSameID(t *testing.T) {
-	s, url := rangeServer(t, Config{}, DumpCacheOptions{})
+	s, url := rangeServer(t, Config{}, engine.DumpCacheOptions{})
 	post(t, url, chain(1), chain(2), chain(3))
 	getAnswer(t, url, "")
 	post(t, url, event.Stored(rk1, 1, nil, event.Block{BlockHash: 11, TokensHash: 11}),
 		event.Stored(rk1, 2, nil, event.Block{BlockHash: 12, TokensHash: 12}),
 		event.Stored(rk1, 3, nil, event.Block{BlockHash: 13, TokensHash: 13}))
 	a := getAnswer(t, url, "")
-	if got := s.dumps.builds.Load(); got != 2 {
+	if got := s.e.DumpCacheCounters().Builds; got != 2 {
 		t.Errorf("builds = %d, want 2 (the cached dump of the old epoch must not be served)", got)
 	}
 	if got, want := dumpBlocks(a.Events), serverBlocks(t, s); !slices.Equal(got, want) {
@@ -412,7 +415,7 @@ func TestTreeDumpCacheEpochSameID(t *testing.T) {
 }
 
 // benchRank fills rk1 with 10,000 blocks: 200 root sequences of 50 blocks, one event each.
-func benchRank(b *testing.B, dc DumpCacheOptions) (*Server, http.Handler) {
+func benchRank(b *testing.B, dc engine.DumpCacheOptions) (*Server, http.Handler) {
 	s, url := rangeServer(b, Config{}, dc)
 	evs := make([]event.RouterEvent, 0, 200)
 	for i := range uint64(200) {
@@ -436,25 +439,13 @@ func serve(b *testing.B, h http.Handler, target string) {
 
 // BenchmarkTreeDump: concurrent TreeDump requests for one rank of 10k blocks (unchanged).
 //
-//	perRequest: every request dumps and encodes (no flight sharing, no cache)
 //	singleFlight: concurrent requests share builds, nothing cached (MaxCost < 0)
 //	cached: single flight + ristretto
 func BenchmarkTreeDump(b *testing.B) {
-	b.Run("perRequest", func(b *testing.B) {
-		s, _ := benchRank(b, DumpCacheOptions{MaxCost: -1})
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if _, _, err := s.dumpFlight(context.Background(), nil, rk1); err != nil {
-					b.Error(err)
-				}
-			}
-		})
-	})
 	for _, bc := range []struct {
 		name string
-		dc   DumpCacheOptions
-	}{{"singleFlight", DumpCacheOptions{MaxCost: -1}}, {"cached", DumpCacheOptions{}}} {
+		dc   engine.DumpCacheOptions
+	}{{"singleFlight", engine.DumpCacheOptions{MaxCost: -1}}, {"cached", engine.DumpCacheOptions{}}} {
 		b.Run(bc.name, func(b *testing.B) {
 			_, h := benchRank(b, bc.dc)
 			b.ReportAllocs()
@@ -470,7 +461,7 @@ func BenchmarkTreeDump(b *testing.B) {
 // BenchmarkRangeEvents: an Events answer of the newest 100 of 200 logged events (5,000 blocks),
 // read from the log and encoded: the cost a cache of log ranges would save on a hit.
 func BenchmarkRangeEvents(b *testing.B) {
-	_, h := benchRank(b, DumpCacheOptions{})
+	_, h := benchRank(b, engine.DumpCacheOptions{})
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"github.com/kvindex/kvindex/engine"
 	"io"
 	"net/http"
 	"slices"
@@ -20,17 +21,17 @@ import (
 // read; the answer is then a TreeDump, never Events that start after start (which the consumer
 // would record as a false loss).
 func TestRule7RangeAnswersAreExactUnderRetention(t *testing.T) {
-	s, url := rangeServer(t, Config{}, DumpCacheOptions{})
+	s, url := rangeServer(t, Config{}, engine.DumpCacheOptions{})
 	post(t, url, chain(1), chain(2), chain(3), chain(4), chain(5))
-	s.testAfterOldest = func(rk event.Rank) {
-		if err := s.pipe.Do(context.Background(), rk, func() {
-			if err := recovery.Fold(context.Background(), s.log, rk, 3); err != nil {
+	s.e.SetTestAfterOldest(func(rk event.Rank) {
+		if err := s.e.Do(context.Background(), rk, func() {
+			if err := s.e.FoldLog(context.Background(), rk, 3); err != nil {
 				t.Error(err)
 			}
 		}); err != nil {
 			t.Error(err)
 		}
-	}
+	})
 	a := getAnswer(t, url, "?start=2")
 	if a.Kind != recovery.AnswerTreeDump || a.LastEventID != 5 {
 		t.Fatalf("start folded away meanwhile: got %s, want a TreeDump as of 5", describe(a))
@@ -38,35 +39,9 @@ func TestRule7RangeAnswersAreExactUnderRetention(t *testing.T) {
 	if got, want := dumpBlocks(a.Events), serverBlocks(t, s); !slices.Equal(got, want) {
 		t.Fatalf("dump replays to %v, server holds %v", got, want)
 	}
-	s.testAfterOldest = nil
+	s.e.SetTestAfterOldest(nil)
 	if a := getAnswer(t, url, "?start=4"); a.Kind != recovery.AnswerEvents || a.Events[0].EventID != 4 {
 		t.Fatalf("a retained start: got %s, want Events from 4", describe(a))
-	}
-}
-
-// TestRule7StartsAt pins the check the range route makes after reading: an Events answer starts
-// at start, or at a Cleared after it (of any tier: a Cleared clears every tier, SPEC §7).
-func TestRule7StartsAt(t *testing.T) {
-	r := rk1
-	host := event.Cleared(r, 6)
-	host.Tier = event.TierHostPinned
-	for _, tc := range []struct {
-		name  string
-		evs   []event.RouterEvent
-		start uint64
-		lim   int
-		want  bool
-	}{
-		{"at start", []event.RouterEvent{chain(3), chain(4)}, 3, -1, true},
-		{"after start: folded meanwhile", []event.RouterEvent{chain(5)}, 3, -1, false},
-		{"nothing read: reset meanwhile", nil, 3, -1, false},
-		{"limit 0 reads nothing on purpose", nil, 3, 0, true},
-		{"device Cleared after start", []event.RouterEvent{event.Cleared(r, 6), chain(7)}, 3, -1, true},
-		{"host-tier Cleared after start", []event.RouterEvent{host}, 3, -1, true},
-	} {
-		if got := startsAt(tc.evs, tc.start, tc.lim); got != tc.want {
-			t.Errorf("%s: startsAt = %v, want %v", tc.name, got, tc.want)
-		}
 	}
 }
 
@@ -74,10 +49,10 @@ func TestRule7StartsAt(t *testing.T) {
 // 11): a rank removed and re-added whose newest log record is byte-identical to the cached
 // dump's must not be served the old incarnation's dump.
 func TestRule8CachedTreeDumpOnlyForTheSameIncarnation(t *testing.T) {
-	s, url := rangeServer(t, Config{}, DumpCacheOptions{})
+	s, url := rangeServer(t, Config{}, engine.DumpCacheOptions{})
 	post(t, url, chain(1), chain(2), chain(3))
 	getAnswer(t, url, "")
-	if _, err := s.pipe.RemoveRank(context.Background(), rk1); err != nil {
+	if _, err := s.e.RemoveRank(context.Background(), rk1); err != nil {
 		t.Fatal(err)
 	}
 	post(t, url, event.Stored(rk1, 1, nil, event.Block{BlockHash: 11, TokensHash: 11}),
@@ -86,7 +61,7 @@ func TestRule8CachedTreeDumpOnlyForTheSameIncarnation(t *testing.T) {
 	if got, want := dumpBlocks(a.Events), serverBlocks(t, s); !slices.Equal(got, want) {
 		t.Fatalf("dump after remove and re-add replays to %v, server holds %v", got, want)
 	}
-	if got := s.dumps.builds.Load(); got != 2 {
+	if got := s.e.DumpCacheCounters().Builds; got != 2 {
 		t.Fatalf("builds = %d, want 2", got)
 	}
 }
@@ -94,10 +69,10 @@ func TestRule8CachedTreeDumpOnlyForTheSameIncarnation(t *testing.T) {
 // TestRule10EveryRecoveryOutcomeIsCounted (SPEC §5 lifecycle rule 10; bug 7 of issue 11): fetches
 // by kind and outcome, gaps recovered and lost, and ranks by state are exported.
 func TestRule10EveryRecoveryOutcomeIsCounted(t *testing.T) {
-	up, upURL := rangeServer(t, Config{}, DumpCacheOptions{})
+	up, upURL := rangeServer(t, Config{}, engine.DumpCacheOptions{})
 	post(t, upURL, chain(1), chain(2), chain(3), chain(4))
 	_ = up
-	s, url := rangeServer(t, Config{Upstream: upURL, FetchBackoff: time.Millisecond}, DumpCacheOptions{})
+	s, url := rangeServer(t, Config{Upstream: upURL, FetchBackoff: time.Millisecond}, engine.DumpCacheOptions{})
 	post(t, url, chain(1))             // first sight with a source: full restore
 	waitState(t, s, rk1, "live")       // restored from the upstream's dump
 	post(t, upURL, chain(5), chain(6)) // the router misses 5
@@ -138,11 +113,11 @@ func waitState(t *testing.T, s *Server, r event.Rank, want string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if st, ok := s.pipe.RankStatus(r); ok && st.State == want && st.Pending == 0 {
+		if st, ok := s.e.RankStatus(r); ok && st.State == want && st.Pending == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			st, ok := s.pipe.RankStatus(r)
+			st, ok := s.e.RankStatus(r)
 			t.Fatalf("rank %v: %+v (listed %v), want %s", r, st, ok, want)
 		}
 		time.Sleep(5 * time.Millisecond)

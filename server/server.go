@@ -9,48 +9,42 @@ import (
 	"net"
 	"net/http"
 	"runtime"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/approx"
-	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/index"
-	"github.com/kvindex/kvindex/lanes"
+	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/natsrc"
 	"github.com/kvindex/kvindex/partition"
-	"github.com/kvindex/kvindex/recovery"
-	"github.com/kvindex/kvindex/store"
 	"github.com/kvindex/kvindex/vllm"
-	"github.com/kvindex/kvindex/wal"
 )
 
 // Config configures a Server. Zero values take the documented defaults.
 type Config struct {
-	DataDir      string         // default "./kvindex-data"
-	Listen       string         // default "127.0.0.1:7070" (Run only)
-	BlockSize    int            // tokens per block for find_matches_for_request; default 16
-	Lanes        int            // default GOMAXPROCS
-	Durability   wal.Durability // default wal.Sync
-	RetainEvents uint64         // online retention per rank; default 100,000; 0 keeps everything
+	DataDir      string            // default "./kvindex-data"
+	Listen       string            // default "127.0.0.1:7070" (Run only)
+	BlockSize    int               // tokens per block for find_matches_for_request; default 16
+	Lanes        int               // default GOMAXPROCS
+	Durability   engine.Durability // default engine.Sync
+	RetainEvents uint64            // online retention per rank; default 100,000; 0 keeps everything
 	// CheckpointRatio: online checkpoints (lanes.Options.CheckpointRatio): a rank's snapshot is
 	// rewritten, without cutting its log, once its block operations since the last snapshot exceed
 	// this many times its live blocks. `kvindex serve` defaults to DefaultCheckpointRatio; 0 is off.
 	CheckpointRatio float64
-	MaxBodyBytes    int64            // request body limit; default 64 MiB
-	SubmitTimeout   time.Duration    // how long a request waits on a full lane before 503; default 10 s
-	Upstream        string           // default recovery source of every worker (base URL of a kvindex); "" none
-	FetchTimeout    time.Duration    // per-request timeout of recovery fetches; default 10 s
-	FetchBackoff    time.Duration    // first retry backoff of recovery fetches (doubling, 8 tries); default 200 ms
-	Logger          *slog.Logger     // default slog.Default()
-	FS              vfs.FS           // default the OS file system (tests pass a crashable MemFS)
-	DumpCache       DumpCacheOptions // the TreeDump cache of the range route; defaults in DumpCacheOptions
-	ZMQ             []string         // vLLM publishers to subscribe to: ENDPOINT[?replay=ENDPOINT&worker_id=N] (ParseZMQFlag)
-	Peers           []string         // kvindex or Dynamo indexers whose GET /dump fills partitions empty at start (peers.go)
-	NATS            []string         // NATS Core sources: URL?subject=…[&model_name=…] (natsrc.ParseFlag)
-	JetStream       []string         // JetStream sources: URL?stream=…&durable=…[&peers=…] (natsrc.ParseFlag)
+	MaxBodyBytes    int64                   // request body limit; default 64 MiB
+	SubmitTimeout   time.Duration           // how long a request waits on a full lane before 503; default 10 s
+	Upstream        string                  // default recovery source of every worker (base URL of a kvindex); "" none
+	FetchTimeout    time.Duration           // per-request timeout of recovery fetches; default 10 s
+	FetchBackoff    time.Duration           // first retry backoff of recovery fetches (doubling, 8 tries); default 200 ms
+	Logger          *slog.Logger            // default slog.Default()
+	FS              vfs.FS                  // default the OS file system (tests pass a crashable MemFS)
+	DumpCache       engine.DumpCacheOptions // the TreeDump cache of the range route; defaults in DumpCacheOptions
+	ZMQ             []string                // vLLM publishers to subscribe to: ENDPOINT[?replay=ENDPOINT&worker_id=N] (ParseZMQFlag)
+	Peers           []string                // kvindex or Dynamo indexers whose GET /dump fills partitions empty at start (peers.go)
+	NATS            []string                // NATS Core sources: URL?subject=…[&model_name=…] (natsrc.ParseFlag)
+	JetStream       []string                // JetStream sources: URL?stream=…&durable=…[&peers=…] (natsrc.ParseFlag)
 	// Approximate mode (SPEC §8): how long a routing decision's blocks live (default 120 s;
 	// ApproxTTLZero: 0, they expire at once) and the side index's size bound per partition (0 off).
 	ApproxTTL       time.Duration
@@ -73,13 +67,10 @@ type Config struct {
 }
 
 // DefaultRetainEvents is the default of Config.RetainEvents (docs/API.md).
-const DefaultRetainEvents = 100_000
+const DefaultRetainEvents = engine.DefaultRetainEvents
 
-// DefaultCheckpointRatio is the default of `kvindex serve --checkpoint-ratio` (docs/API.md): off,
-// because each checkpoint dumps the rank's live tree on its lane's applier, which costs CPU-bound
-// ingest (--batch 64) a third to a half of its throughput at R 2 to 1 (docs/BENCHMARKS.md, issue
-// 17 item 2); 1 is the value to try where ingest is fsync-bound.
-const DefaultCheckpointRatio = 0.0
+// DefaultCheckpointRatio is the default of `kvindex serve --checkpoint-ratio` (engine).
+const DefaultCheckpointRatio = engine.DefaultCheckpointRatio
 
 func (c *Config) defaults() {
 	if c.DataDir == "" {
@@ -105,122 +96,83 @@ func (c *Config) defaults() {
 	}
 }
 
-// Server is one kvindex service over one data dir.
+// Server is one kvindex service over one data dir: the HTTP doors of one engine.
 type Server struct {
 	cfg    Config
 	lg     *slog.Logger
-	st     *store.Store
-	log    *wal.Log
-	parts  *partition.Set
-	approx *approx.Set
+	e      *engine.Engine
+	parts  *partition.Set // e's partitions (lookups and listings)
+	approx *approx.Set    // e's side index (counts and listings)
 
-	approxStop context.CancelFunc // ends the approximate expiry loop (Close)
-	approxDone chan struct{}
-	pipe       *lanes.Pipeline
-	m          *metrics
-	ready      atomic.Bool
-	status     atomic.Value // string: what the replay is doing, for /readyz
-	srcs       *sources
-	dumps      dumpCache       // TreeDump cache of the range route (dumpcache.go)
-	zmq        *vllm.Manager   // vLLM ZMQ sources (sources_zmq.go), started by Recover
-	reg        *registry       // Dynamo registrations and peers (dynamo.go)
-	peerM      *peerMetrics    // peer bootstrap progress (peers.go)
-	nats       *natsrc.Manager // NATS Core and JetStream sources (sources_nats.go), started by Recover
-
-	// testAfterOldest, if set, runs in the range route between reading the rank's oldest id
-	// (on its lane) and reading its events (off the lane): tests fold the log there.
-	testAfterOldest func(event.Rank)
-	start           time.Time // when Open began (uptime on the status page)
+	m      *metrics
+	ready  atomic.Bool
+	status atomic.Value    // string: what the replay is doing, for /readyz
+	zmq    *vllm.Manager   // vLLM ZMQ sources (sources_zmq.go), started by Recover
+	reg    *registry       // Dynamo registrations and peers (dynamo.go)
+	peerM  *peerMetrics    // peer bootstrap progress (peers.go)
+	nats   *natsrc.Manager // NATS Core and JetStream sources (sources_nats.go), started by Recover
+	start  time.Time       // when Open began (uptime on the status page)
 
 	unknownFields atomic.Uint64 // unknown fields ignored in posted events (body.go)
 	unknownNames  sync.Map      // field name → struct{}: the names already logged
-	failSeen      sync.Once     // the first sight of a failed store: log it, drain the lanes (failure.go)
+}
+
+// engineConfig is the engine's part of the configuration.
+func (c *Config) engineConfig(l engine.Listener) engine.Config {
+	return engine.Config{DataDir: c.DataDir, BlockSize: c.BlockSize, Lanes: c.Lanes, Durability: c.Durability,
+		RetainEvents: c.RetainEvents, CheckpointRatio: c.CheckpointRatio, Upstream: c.Upstream, FetchTimeout: c.FetchTimeout,
+		FetchBackoff: c.FetchBackoff, AuthToken: c.AuthToken, Logger: c.Logger, FS: c.FS, DumpCache: c.DumpCache,
+		SubmitTimeout: c.SubmitTimeout, ApproxTTL: c.ApproxTTL, ApproxTTLZero: c.ApproxTTLZero, ApproxMaxBlocks: c.ApproxMaxBlocks,
+		Now: c.Now, Force: c.Force, MemTableSize: c.MemTableSize, CacheSize: c.CacheSize, Listener: l, TuneGC: true}
 }
 
 // Open opens the data dir (store.ErrLocked when another process holds it, store.ErrFormatTooNew
-// for a newer format) and builds the pipeline. Call Recover before serving writes.
+// for a newer format) and builds the engine. Call Recover before serving writes.
 func Open(cfg Config) (*Server, error) {
 	cfg.defaults()
-	st, err := store.Open(cfg.DataDir, store.Options{FS: cfg.FS, Logger: cfg.Logger, Force: cfg.Force,
-		MemTableSize: uint64(max(cfg.MemTableSize, 0)), CacheSize: cfg.CacheSize})
-	if err != nil {
+	if _, err := zmqConfigs(cfg.ZMQ); err != nil {
 		return nil, err
 	}
-	lg, err := wal.Open(st, wal.Options{Durability: cfg.Durability, Logger: cfg.Logger})
-	if err != nil {
-		_ = st.Close()
+	if _, err := natsConfigs(cfg.NATS, cfg.JetStream); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, lg: cfg.Logger, st: st, log: lg, start: time.Now()}
-	if s.parts, err = partition.Open(lg, cfg.BlockSize, index.Options{}); err != nil {
-		_ = st.Close()
-		return nil, err
-	}
+	s := &Server{cfg: cfg, lg: cfg.Logger, start: time.Now()}
 	s.status.Store("not started")
 	mode := "sync"
-	if cfg.Durability == wal.NoSync {
+	if cfg.Durability == engine.NoSync {
 		mode = "none"
 	}
-	s.dumps.configure(cfg.DumpCache)
 	s.m = newMetrics(s)
-	if s.srcs, err = loadSources(lg, cfg.Upstream); err != nil {
-		_ = st.Close()
+	e, err := engine.Open(cfg.engineConfig(s.m.listener(mode)))
+	if err != nil {
 		return nil, err
 	}
-	if s.reg, err = loadRegistry(lg, cfg.Peers); err != nil {
-		_ = st.Close()
+	s.e, s.parts, s.approx = e, e.Partitions(), e.Approx()
+	s.m.registerEngine(e)
+	if s.reg, err = loadRegistry(e, cfg.Peers); err != nil {
+		_ = e.Close()
 		return nil, err
 	}
 	s.peerM = newPeerMetrics(s.m)
-	fetcher := recovery.NewFetcher(recovery.FetcherOptions{RequestTimeout: cfg.FetchTimeout, BaseBackoff: cfg.FetchBackoff,
-		Logger: cfg.Logger, AuthToken: cfg.AuthToken})
-	trees := lanes.TreeFunc(func(id uint32) lanes.Tree { return s.parts.TiersOf(id) })
-	s.pipe = lanes.New(lg, trees, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, CheckpointRatio: cfg.CheckpointRatio, Logger: cfg.Logger,
-		Listener: s.m.listener(mode), Source: s.sourceOf, Fetcher: fetcher})
-	s.approx = approx.New(s.pipe, cfg.approxOptions())
-	if _, err := zmqConfigs(cfg.ZMQ); err != nil {
-		_ = st.Close()
-		return nil, err
-	}
-	s.zmq = vllm.NewManager(s.pipe, lg, vllm.Options{Logger: cfg.Logger, Placer: s})
+	s.zmq = vllm.NewManager(e, e, vllm.Options{Logger: cfg.Logger, Placer: s})
+	e.SetLocalFeed(s.zmq.Feeds)
 	s.m.register(s.zmq)
-	if _, err := natsConfigs(cfg.NATS, cfg.JetStream); err != nil {
-		_ = st.Close()
-		return nil, err
-	}
 	s.nats = s.newNATS()
 	s.m.register(s.nats)
 	return s, nil
 }
 
-// sourceOf is a worker's recovery source: none for a worker fed by a vLLM ZMQ source (its gaps
-// are replayed from the publisher), else its own URL or the --upstream default.
-func (s *Server) sourceOf(worker uint64) string {
-	if s.zmq != nil && s.zmq.Feeds(worker) {
-		return ""
-	}
-	return s.srcs.get(worker)
-}
+// Engine is the engine behind the server's doors.
+func (s *Server) Engine() *engine.Engine { return s.e }
 
 // Recover rebuilds the index and the cursors from snapshots and logs (ranks in parallel), starts
-// the lanes and marks the server ready. Progress is logged.
+// the lanes, bootstraps empty partitions from peers, starts the sources and marks the server
+// ready. Progress is logged.
 func (s *Server) Recover(ctx context.Context) error {
 	start := time.Now()
 	s.status.Store("replaying the log")
-	// The replay builds a large pointer-rich heap from nothing; at the default GOGC the collector
-	// re-scans it every time it doubles and takes about half the replay's CPU. Collect less often
-	// while replaying (4× the configured GOGC), then restore.
-	if old := debug.SetGCPercent(-1); old > 0 {
-		debug.SetGCPercent(4 * old)
-		defer debug.SetGCPercent(old)
-	} else {
-		debug.SetGCPercent(old)
-	}
-	var mu sync.Mutex // the callback runs on every replaying lane
 	last := time.Now()
-	err := s.pipe.Replay(ctx, func(done, total int, events uint64) {
-		mu.Lock()
-		defer mu.Unlock()
+	err := s.e.Recover(ctx, func(done, total int, events uint64) {
 		s.m.replayRanks.Set(float64(done))
 		s.m.replayTotal.Set(float64(total))
 		s.m.replayEvents.Set(float64(events))
@@ -234,28 +186,7 @@ func (s *Server) Recover(ctx context.Context) error {
 		s.status.Store("replay failed: " + err.Error())
 		return err
 	}
-	s.claimWorkers()
 	s.claimRegistered()
-	kept, expired, err := s.approx.Load(ctx, s.log)
-	if err != nil {
-		s.status.Store("replay failed: " + err.Error())
-		return err
-	}
-	if kept+expired > 0 {
-		s.lg.Info("approximate-mode blocks reloaded", "blocks", kept, "expired_while_down", expired)
-	}
-	for _, rk := range s.approx.Ranks() { // a worker fed by decisions only belongs to its partition too
-		if err := s.parts.Claim(rk.WorkerID, rk.Partition); err != nil {
-			s.lg.Warn("a worker has approximate entries in two partitions", "worker_id", rk.WorkerID, "err", err)
-		}
-	}
-	s.pipe.Start()
-	actx, stop := context.WithCancel(context.Background())
-	s.approxStop, s.approxDone = stop, make(chan struct{})
-	go func() {
-		defer close(s.approxDone)
-		s.approx.Run(actx)
-	}()
 	s.bootstrapFromPeers(ctx)
 	if err := s.startZMQ(); err != nil {
 		return err
@@ -271,31 +202,17 @@ func (s *Server) Recover(ctx context.Context) error {
 	for _, p := range s.parts.All() {
 		blocks += p.Index.Blocks()
 	}
-	s.lg.Info("ready", "ranks", len(s.pipe.Status()), "partitions", len(s.parts.All()), "blocks", blocks, "replay_ms", took.Milliseconds())
+	s.lg.Info("ready", "ranks", len(s.e.Status()), "partitions", len(s.parts.All()), "blocks", blocks, "replay_ms", took.Milliseconds())
 	return nil
 }
 
-// Close drains the lanes and closes the log cleanly.
+// Close stops the sources, drains the lanes and closes the data dir cleanly.
 func (s *Server) Close() error {
 	s.ready.Store(false)
-	if s.approxStop != nil {
-		s.approxStop()
-		<-s.approxDone
-	}
 	s.zmq.Close() // before the lanes: a source may be submitting
 	s.nats.Close()
-	s.pipe.Close()
-	s.dumps.close()
-	return s.st.Close()
+	return s.e.Close()
 }
-
-// Index, Pipeline and Log expose the components (for the benchmark and tests, which drive the
-// same pipeline).
-func (s *Server) Index() *index.Index        { return s.parts.IndexOf(0) } // the default partition's tree
-func (s *Server) Partitions() *partition.Set { return s.parts }
-func (s *Server) Pipeline() *lanes.Pipeline  { return s.pipe }
-func (s *Server) Log() *wal.Log              { return s.log }
-func (s *Server) Store() *store.Store        { return s.st }
 
 // ErrListen wraps a failure to listen on Config.Listen (for example the port is in use).
 var ErrListen = errors.New("cannot listen")

@@ -8,9 +8,9 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/natsrc"
 	"github.com/kvindex/kvindex/partition"
-	"github.com/kvindex/kvindex/wal"
 )
 
 // natsSourceMetaPrefix names the NATS sources added with POST /v1/sources in the log's global
@@ -41,35 +41,11 @@ func natsConfigs(core, js []string) ([]natsrc.Config, error) {
 	return out, nil
 }
 
-// logMeta adapts the log's global metadata for natsrc.
-type logMeta struct{ s *Server }
-
-func (m logMeta) Meta(name string) ([]byte, bool, error)         { return m.s.log.Meta(name) }
-func (m logMeta) Metas(prefix string) (map[string][]byte, error) { return m.s.log.Metas(prefix) }
-func (m logMeta) SetMeta(ctx context.Context, name string, value []byte) error {
-	return m.s.commitMeta(ctx, func(b *wal.Batch) { b.SetMeta(name, value) })
-}
-
-// commitMeta writes global metadata (sources, peers, registrations) in one durable batch.
-func (s *Server) commitMeta(ctx context.Context, fill func(b *wal.Batch)) error {
-	b := s.log.NewBatch()
-	defer b.Close()
-	fill(b)
-	return s.log.Commit(ctx, b)
-}
-
 // newNATS builds the NATS source manager (started by startNATS).
 func (s *Server) newNATS() *natsrc.Manager {
-	return natsrc.NewManager(s.pipe, logMeta{s}, natsrc.Options{Logger: s.cfg.Logger, AuthToken: s.cfg.AuthToken, Peers: s.bootstrapPeers,
+	return natsrc.NewManager(s.e, s.e, natsrc.Options{Logger: s.cfg.Logger, AuthToken: s.cfg.AuthToken, Peers: s.bootstrapPeers,
 		Partition: func(ctx context.Context, model, group string, worker uint64) (uint32, error) {
-			p, err := s.parts.Ensure(ctx, partition.KeyOf(model, group, ""), 0)
-			if err != nil {
-				return 0, err
-			}
-			if err := s.parts.Claim(worker, p.ID); err != nil {
-				return 0, err
-			}
-			return p.ID, nil
+			return s.e.Place(ctx, partition.KeyOf(model, group, ""), 0, worker)
 		}})
 }
 
@@ -128,7 +104,7 @@ type natsSourceJSON struct {
 func (s *Server) natsSources() ([]natsSourceJSON, error) {
 	var out []natsSourceJSON
 	for _, st := range s.nats.Status() {
-		_, ok, err := s.log.Meta(natsSourceMetaPrefix + st.ID)
+		_, ok, err := s.e.Meta(natsSourceMetaPrefix + st.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -158,7 +134,7 @@ func (s *Server) postNATSSource(w http.ResponseWriter, r *http.Request, body []b
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	if err := (logMeta{s}).SetMeta(r.Context(), natsSourceMetaPrefix+cfg.ID, val); err != nil {
+	if err := s.e.SetMeta(r.Context(), natsSourceMetaPrefix+cfg.ID, val); err != nil {
 		s.submitError(w, err)
 		return
 	}
@@ -187,21 +163,22 @@ func (s *Server) deleteNATSSource(w http.ResponseWriter, r *http.Request, id str
 		s.submitError(w, err)
 		return
 	}
-	b := s.log.NewBatch()
-	defer b.Close()
-	b.DeleteMeta(natsSourceMetaPrefix + id)
-	b.DeleteMeta(natsrc.PositionMeta(id))
+	names := []string{natsSourceMetaPrefix + id, natsrc.PositionMeta(id)}
 	for _, prefix := range []string{"js/" + id + "/rank/", "nats/" + id + "/pub/"} {
-		m, err := s.log.Metas(prefix)
+		m, err := s.e.Metas(prefix)
 		if err != nil {
 			s.submitError(w, err)
 			return
 		}
 		for k := range m {
-			b.DeleteMeta(k)
+			names = append(names, k)
 		}
 	}
-	if err := s.log.Commit(r.Context(), b); err != nil {
+	if err := s.e.CommitMeta(r.Context(), func(b engine.MetaBatch) {
+		for _, k := range names {
+			b.DeleteMeta(k)
+		}
+	}); err != nil {
 		s.submitError(w, err)
 		return
 	}
@@ -221,7 +198,7 @@ func (s *Server) streamDump(w http.ResponseWriter, key partition.Key, p *partiti
 		if buf, err = dumpBody(); err != nil {
 			return err
 		}
-		var st = s.pipe.Status()
+		var st = s.e.Status()
 		n := 0
 		for _, x := range st {
 			if p != nil && x.Rank.Partition == p.ID {

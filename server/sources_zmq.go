@@ -11,10 +11,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/natsrc"
 	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/vllm"
-	"github.com/kvindex/kvindex/wal"
 )
 
 // zmqSourceMetaPrefix names the publishers added with POST /v1/sources in the log's global
@@ -75,14 +75,11 @@ func (s *Server) Place(ctx context.Context, cfg vllm.Config, topic string, worke
 	if _, exists := s.parts.Lookup(key); bs == 0 && !exists {
 		bs = batchBlockSize
 	}
-	p, err := s.parts.Ensure(ctx, key, bs)
+	id, err := s.e.Place(ctx, key, bs, worker)
 	if err != nil {
 		return 0, fmt.Errorf("source %s: %w", cfg.ID, err)
 	}
-	if err := s.parts.Claim(worker, p.ID); err != nil {
-		return 0, fmt.Errorf("source %s: %w", cfg.ID, err)
-	}
-	return p.ID, nil
+	return id, nil
 }
 
 // zmqConfigs parses Config.ZMQ (Open refuses a bad one).
@@ -129,7 +126,7 @@ func (s *Server) startZMQ() error {
 // loadStored decodes the source configs stored as JSON under prefix, in key order; an
 // unreadable one is logged and skipped.
 func loadStored[T any](s *Server, prefix string) ([]T, error) {
-	stored, err := s.log.Metas(prefix)
+	stored, err := s.e.Metas(prefix)
 	if err != nil {
 		return nil, fmt.Errorf("loading the stored sources %s*: %w", prefix, err)
 	}
@@ -158,7 +155,7 @@ type sourceJSON struct {
 }
 
 func (s *Server) sourceJSON(st vllm.Status) (sourceJSON, error) {
-	_, ok, err := s.log.Meta(zmqSourceMetaPrefix + st.ID)
+	_, ok, err := s.e.Meta(zmqSourceMetaPrefix + st.ID)
 	return sourceJSON{Kind: "zmq", Status: st, Stored: ok}, err
 }
 
@@ -237,7 +234,7 @@ func (s *Server) postSource(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	if err := s.commitMeta(r.Context(), func(b *wal.Batch) {
+	if err := s.e.CommitMeta(r.Context(), func(b engine.MetaBatch) {
 		b.SetMeta(zmqSourceMetaPrefix+cfg.ID, val)
 	}); err != nil {
 		s.submitError(w, err)
@@ -276,7 +273,7 @@ func (s *Server) deleteZMQSource(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The source is stopped: forget it and its cursor (added again later, it starts afresh).
-	if err := s.commitMeta(r.Context(), func(b *wal.Batch) {
+	if err := s.e.CommitMeta(r.Context(), func(b engine.MetaBatch) {
 		b.DeleteMeta(zmqSourceMetaPrefix + id)
 		b.DeleteMeta(vllm.CursorMeta(id))
 	}); err != nil {

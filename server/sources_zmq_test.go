@@ -243,11 +243,11 @@ func TestSourceIngest(t *testing.T) {
 	if code != 200 || !strings.Contains(body, `"worker_id":9`) {
 		t.Fatalf("find_matches_for_request: %d %s", code, body)
 	}
-	p, ok := s.Partitions().Lookup(partition.Key{ModelName: "m", RoutingGroup: "default"})
+	p, ok := s.e.Partitions().Lookup(partition.Key{ModelName: "m", RoutingGroup: "default"})
 	if !ok {
 		t.Fatal("the topic's model made no partition")
 	}
-	if st, ok := s.Pipeline().RankStatus(event.Rank{Partition: p.ID, WorkerID: 9}); !ok || st.Last != 1 {
+	if st, ok := s.e.RankStatus(event.Rank{Partition: p.ID, WorkerID: 9}); !ok || st.Last != 1 {
 		t.Fatalf("rank 9/0: %+v %v, want last id 1", st, ok)
 	}
 }
@@ -265,10 +265,10 @@ func TestZMQWorkersHaveNoUpstream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if got := s.sourceOf(7); got != "" {
+	if got := s.e.RecoverySource(7); got != "" {
 		t.Fatalf("worker 7 (fed by ZMQ) has source %q, want none", got)
 	}
-	if got := s.sourceOf(8); got != "http://upstream:7070" {
+	if got := s.e.RecoverySource(8); got != "http://upstream:7070" {
 		t.Fatalf("worker 8 has source %q, want the upstream", got)
 	}
 }
@@ -329,7 +329,7 @@ func TestZMQSourcePartitionFromConfigTopicOrDefault(t *testing.T) {
 		}
 	}
 	check("live")
-	if p, ok := s.Partitions().Lookup(partition.Key{ModelName: "llama", RoutingGroup: "default"}); !ok || p.BlockSize != 4 {
+	if p, ok := s.e.Partitions().Lookup(partition.Key{ModelName: "llama", RoutingGroup: "default"}); !ok || p.BlockSize != 4 {
 		t.Fatalf("partition llama:default %+v %v, want block size 4 (the batch's)", p, ok)
 	}
 	if err := stop(); err != nil {

@@ -12,8 +12,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/lanes"
 )
 
 // The status page (GET /): one server-rendered HTML page, no script, that reloads itself. It
@@ -80,7 +80,9 @@ type rankRow struct {
 	WorkerID        uint64
 	DPRank          uint32
 	Lane            int
+	Mode            string // events, approximate or mixed (as /v1/ranks)
 	Blocks          uint64
+	ApproxBlocks    int // side entries of routing decisions
 	Last            string
 	Recovered, Lost uint64
 }
@@ -137,12 +139,22 @@ func (s *Server) statusData(refresh int) statusData {
 	if sec := gaugeValue(s.m.replaySec); d.Ready {
 		d.ReplaySeconds = fmt.Sprintf("%.3f s", sec)
 	}
-	d.StoreBytes = s.st.DiskUsage()
+	d.StoreBytes = s.e.DiskBytes()
 	d.StoreSize = humanBytes(d.StoreBytes)
 	if err := s.storeCause(); err != nil {
 		d.StoreFailure = err.Error()
 	}
-	ranks := s.pipe.Status()
+	ranks := s.e.Status()
+	seen := make(map[event.Rank]bool, len(ranks))
+	for _, st := range ranks {
+		seen[st.Rank] = true
+	}
+	for _, rk := range s.approx.Ranks() { // ranks fed by routing decisions only: live, no log
+		if !seen[rk] {
+			lane, _ := s.e.LaneOf(rk)
+			ranks = append(ranks, engine.RankStatus{Rank: rk, Lane: lane})
+		}
+	}
 	sort.Slice(ranks, func(i, j int) bool {
 		a, b := ranks[i].Rank, ranks[j].Rank
 		return a.WorkerID < b.WorkerID || (a.WorkerID == b.WorkerID && a.DPRank < b.DPRank)
@@ -154,14 +166,14 @@ func (s *Server) statusData(refresh int) statusData {
 }
 
 // stateOf is the rank's state as /v1/ranks shows it.
-func stateOf(st lanes.RankStatus) string {
+func stateOf(st engine.RankStatus) string {
 	if st.State == "" {
 		return "live"
 	}
 	return st.State
 }
 
-func (s *Server) rankGroups(ranks []lanes.RankStatus) ([]*stateGroup, []partitionRow) {
+func (s *Server) rankGroups(ranks []engine.RankStatus) ([]*stateGroup, []partitionRow) {
 	var groups []*stateGroup
 	at := map[string]*stateGroup{}
 	group := func(name string) *stateGroup {
@@ -175,7 +187,7 @@ func (s *Server) rankGroups(ranks []lanes.RankStatus) ([]*stateGroup, []partitio
 		group(name)
 	}
 	queued := 0
-	for _, q := range s.pipe.QueueDepth() {
+	for _, q := range s.e.QueueDepth() {
 		queued += q
 	}
 	var parts []partitionRow
@@ -183,7 +195,7 @@ func (s *Server) rankGroups(ranks []lanes.RankStatus) ([]*stateGroup, []partitio
 	for _, p := range s.parts.All() {
 		rowOf[p.ID] = len(parts)
 		parts = append(parts, partitionRow{Name: p.Key.String(), Blocks: p.Index.Blocks(), Nodes: p.Index.NodeCount(),
-			Lanes: s.pipe.Lanes(), QueueDepth: queued})
+			Lanes: s.e.Lanes(), QueueDepth: queued})
 	}
 	for _, st := range ranks {
 		name := stateOf(st)
@@ -215,8 +227,13 @@ func (s *Server) rankGroups(ranks []lanes.RankStatus) ([]*stateGroup, []partitio
 		if st.HasLast {
 			last = strconv.FormatUint(st.Last, 10)
 		}
+		side := s.approx.RankBlocks(st.Rank)
+		mode := eventFedMode(side)
+		if !st.HasLast && side > 0 && s.rankBlocks(st.Rank) == 0 {
+			mode = "approximate"
+		}
 		g.Ranks = append(g.Ranks, rankRow{Partition: parts[i].Name, WorkerID: st.Rank.WorkerID, DPRank: st.Rank.DPRank, Lane: st.Lane,
-			Blocks: s.rankBlocks(st.Rank), Last: last, Recovered: st.Recovered, Lost: st.Lost})
+			Mode: mode, Blocks: s.rankBlocks(st.Rank), ApproxBlocks: side, Last: last, Recovered: st.Recovered, Lost: st.Lost})
 	}
 	return groups, parts
 }
@@ -245,8 +262,8 @@ func (s *Server) zmqRows(now time.Time) []zmqRow {
 
 // recoveryRows lists the upstream recovery sources: each worker's own, then the --upstream
 // default with the ranks of every other worker that has no ZMQ source.
-func (s *Server) recoveryRows(ranks []lanes.RankStatus) []recoveryRow {
-	def, own := s.srcs.snapshot()
+func (s *Server) recoveryRows(ranks []engine.RankStatus) []recoveryRow {
+	def, own := s.e.RecoverySources()
 	rows := map[string]*recoveryRow{}
 	var order []string
 	row := func(key, worker, url string) *recoveryRow {
@@ -271,7 +288,7 @@ func (s *Server) recoveryRows(ranks []lanes.RankStatus) []recoveryRow {
 	for _, st := range ranks {
 		key := strconv.FormatUint(st.Rank.WorkerID, 10)
 		if _, ok := own[st.Rank.WorkerID]; !ok {
-			if def == "" || s.sourceOf(st.Rank.WorkerID) == "" {
+			if def == "" || s.zmq.Feeds(st.Rank.WorkerID) {
 				continue
 			}
 			key = ""

@@ -131,7 +131,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if err := pub.Listen("tcp://127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	_, url, stop := serveConfig(t, Config{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	s, url, stop := serveConfig(t, Config{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Durability: wal.NoSync, Lanes: 2, BlockSize: 4, FetchTimeout: time.Minute})
 	defer func() { _ = stop() }()
 
@@ -153,6 +153,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 	post(stored(7, 1, 1, 111))      // 7/1 live, 1 block
 	post(stored(8, 0, 1, 201))
 	post(stored(8, 0, 5, 202)) // ids 2..4 never arrive: 8/0 degraded, 1 gap lost
+	// Seam: a rank fed by routing decisions only (approximate mode) is on the page too.
+	if code, resp := call(t, "POST", url+"/v1/routing_decisions", `{"worker_id":40,"block_hashes":[401,402,403]}`); code != 200 {
+		t.Fatalf("POST /v1/routing_decisions: %d %s", code, resp)
+	}
 	if code, resp := call(t, "PUT", url+"/v1/workers/30/source", `{"url":"`+upstream.URL+`"}`); code != 200 {
 		t.Fatalf("PUT source: %d %s", code, resp)
 	}
@@ -217,34 +221,38 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if v.Version != BuildVersion() || v.Ready != "true" || v.Refresh != "1" {
 		t.Errorf("version %q ready %q refresh %q, want %q true 1", v.Version, v.Ready, v.Refresh, BuildVersion())
 	}
-	if n, err := strconv.ParseUint(v.StoreB, 10, 64); err != nil || n == 0 {
-		t.Errorf("store bytes %q, want a positive number", v.StoreB)
+	// One store size, the bytes on disk as du counts them (the data dir may grow a little
+	// between the page and this check, never shrink to Pebble's own estimate).
+	if n, err := strconv.ParseUint(v.StoreB, 10, 64); err != nil || n == 0 || n > s.e.DiskBytes() || n < s.e.DiskBytes()/2 {
+		t.Errorf("store bytes %q, want the data dir's size on disk (%d now)", v.StoreB, s.e.DiskBytes())
 	}
-	if want := map[string]string{"live": "3", "recovering": "1", "degraded": "1"}; fmt.Sprint(v.Counts) != fmt.Sprint(want) {
+	if want := map[string]string{"live": "4", "recovering": "1", "degraded": "1"}; fmt.Sprint(v.Counts) != fmt.Sprint(want) {
 		t.Errorf("counts by state %v, want %v", v.Counts, want)
 	}
 	// partition, ranks, live, recovering, degraded, blocks, nodes, recovered, lost, ...
-	if got := strings.Join(v.Partition[:5], " "); got != "default:default 5 3 1 1" {
-		t.Errorf("partition row %v, want default with 5 ranks: 3 live, 1 recovering, 1 degraded", v.Partition)
+	if got := strings.Join(v.Partition[:5], " "); got != "default:default 6 4 1 1" {
+		t.Errorf("partition row %v, want default with 6 ranks: 4 live, 1 recovering, 1 degraded", v.Partition)
 	}
-	// Rank rows: partition, worker, dp, lane, blocks, last id, gaps recovered, gaps lost (degraded first).
-	want := []struct{ rank, state, blocks, last, recovered, lost string }{
-		{"8/0", "degraded", "1", "5", "0", "1"},
-		{"30/0", "recovering", "0", "—", "0", "0"},
-		{"7/0", "live", "2", "1", "0", "0"},
-		{"7/1", "live", "1", "1", "0", "0"},
-		{"20/0", "live", "1", "1", "0", "0"},
+	// Rank rows: partition, worker, dp, lane, mode, blocks, approx blocks, last id, gaps
+	// recovered, gaps lost (degraded first).
+	want := []struct{ rank, state, mode, blocks, approx, last, recovered, lost string }{
+		{"8/0", "degraded", "events", "1", "0", "5", "0", "1"},
+		{"30/0", "recovering", "events", "0", "0", "—", "0", "0"},
+		{"7/0", "live", "events", "2", "0", "1", "0", "0"},
+		{"7/1", "live", "events", "1", "0", "1", "0", "0"},
+		{"20/0", "live", "events", "1", "0", "1", "0", "0"},
+		{"40/0", "live", "approximate", "0", "3", "—", "0", "0"},
 	}
 	if len(v.Ranks) != len(want) {
 		t.Fatalf("rank rows %+v, want %d", v.Ranks, len(want))
 	}
 	for i, w := range want {
 		r := v.Ranks[i]
-		got := []string{r.Rank, r.State, r.Cells[4], r.Cells[5], r.Cells[6], r.Cells[7]}
+		got := []string{r.Rank, r.State, r.Cells[4], r.Cells[5], r.Cells[6], r.Cells[7], r.Cells[8], r.Cells[9]}
 		if r.Cells[0] != "default:default" {
 			t.Errorf("rank row %d: partition %q", i, r.Cells[0])
 		}
-		if fmt.Sprint(got) != fmt.Sprint([]string{w.rank, w.state, w.blocks, w.last, w.recovered, w.lost}) {
+		if fmt.Sprint(got) != fmt.Sprint([]string{w.rank, w.state, w.mode, w.blocks, w.approx, w.last, w.recovered, w.lost}) {
 			t.Errorf("rank row %d: %v, want %+v", i, got, w)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"strconv"
 
 	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/tier"
 )
 
@@ -61,21 +60,4 @@ type tiersJSON struct {
 
 func tiersOf(tb [4]uint64) tiersJSON {
 	return tiersJSON{HostPinned: tb[event.TierHostPinned], Disk: tb[event.TierDisk], External: tb[event.TierExternal]}
-}
-
-// tieredScoresOf answers a find_matches in partition p (nil: unknown, no scores): the device
-// scores of scoresOf (event-fed tree and side index), then, unless deviceOnly, the lower tiers'
-// extensions from the event-fed tree's path (tier.Tiers.Extend).
-func (s *Server) tieredScoresOf(buf *scoreBuf, p *partition.Partition, hashes []uint64, earlyExit, deviceOnly bool) []tier.Score {
-	walk := p != nil && !deviceOnly && p.Tiers.LowerEdges() > 0
-	device := s.scoresOf(buf, p, hashes, earlyExit, walk)
-	if !walk {
-		buf.tiered = buf.tiered[:0]
-		for _, d := range device {
-			buf.tiered = append(buf.tiered, tier.Score{Score: d})
-		}
-		return buf.tiered
-	}
-	buf.tiered = p.Tiers.Extend(buf.tiered, hashes, device, buf.path)
-	return buf.tiered
 }

@@ -93,7 +93,7 @@ func TestTiersAnswerSurviveRestartAndDump(t *testing.T) {
 		}
 	}
 	fresh := newPartitionRig(t)
-	if code, b := fresh.do("POST", "/v1/events", "["+strings.Join(strings.Split(strings.TrimSpace(dump), "\n"), ",")+"]"); code != 200 {
+	if code, b := fresh.doType("POST", "/v1/events", "application/x-ndjson", dump); code != 200 {
 		t.Fatalf("posting the dump: %d %s", code, b)
 	}
 	check("a dump replayed into an empty server", fresh)
@@ -113,7 +113,7 @@ func TestTiersInSnapshots(t *testing.T) {
 	}
 	snapshots := 0
 	for _, rk := range []event.Rank{{WorkerID: 7}, {WorkerID: 9}} {
-		if _, ok, err := g.s.log.ReadSnapshot(rk); err != nil {
+		if ok, err := g.s.e.HasSnapshot(rk); err != nil {
 			t.Fatal(err)
 		} else if ok {
 			snapshots++

@@ -61,7 +61,7 @@ func TestFormat1DataDirAnswersAsBefore(t *testing.T) {
 			t.Errorf("find_matches %s = %s, want %s", tc.q, got, tc.want)
 		}
 	}
-	if u := s.srcs.get(3); u != "http://127.0.0.1:9" {
+	if u := s.e.RecoverySource(3); u != "http://127.0.0.1:9" {
 		t.Errorf("worker 3's recovery source after the upgrade: %q", u)
 	}
 }

@@ -14,7 +14,7 @@ import (
 func pushBoth(t *testing.T, evs []event.RouterEvent, ps ...*proc) {
 	t.Helper()
 	for _, p := range ps {
-		p.mustPost("/v1/events", jsonEvents(evs...))
+		p.mustPost("/v1/events"+p.part, jsonEvents(evs...))
 	}
 }
 
@@ -68,17 +68,28 @@ func recoveryQueries(gens []*chainGen) [][]uint64 {
 // workers keep publishing to A only, B restarts; the next live events reveal the gaps and B
 // recovers them from A: it ends with A's answers and its ledger says recovered. Variants: A's
 // log folded past B's cursor (→ TreeDump), and A unreachable (→ lost, degraded, still serving).
+// Seam: recovery in a non-default partition (the "llama" variants): B's fetches name the rank's
+// partition and keep it, the restored ranks stay in their partition.
 func TestTwoProcessRecovery(t *testing.T) {
-	for _, variant := range []string{"events", "treedump", "unreachable"} {
-		t.Run(variant, func(t *testing.T) {
+	for _, tc := range []struct{ variant, model string }{
+		{"events", ""}, {"treedump", ""}, {"unreachable", ""}, {"events", "llama"}, {"treedump", "llama"},
+	} {
+		variant, part := tc.variant, ""
+		name := variant
+		if tc.model != "" {
+			part, name = "?model_name="+tc.model, variant+"/"+tc.model
+		}
+		t.Run(name, func(t *testing.T) {
 			argsA := []string{}
 			if variant == "treedump" {
 				argsA = append(argsA, "--retain-events", "5")
 			}
 			a := start(t, t.TempDir(), argsA...)
+			a.part = part
 			a.waitReady()
 			dirB := t.TempDir()
 			b := start(t, dirB, "--upstream", a.base, "--fetch-timeout", "2s")
+			b.part = part
 			b.waitReady()
 			rng := rand.New(rand.NewPCG(uint64(len(variant)), 9))
 			gens := []*chainGen{
@@ -104,6 +115,7 @@ func TestTwoProcessRecovery(t *testing.T) {
 				a.kill()
 			}
 			b = start(t, dirB, "--upstream", a.base, "--fetch-timeout", "500ms", "--fetch-backoff", "10ms")
+			b.part = part
 			b.waitReady()
 			if variant == "unreachable" {
 				// The next live events reveal the gaps; the upstream is gone: lost, degraded,
@@ -150,8 +162,16 @@ func TestTwoProcessRecovery(t *testing.T) {
 			// B's recovered state is durable: restart B again, same answers.
 			b.kill()
 			b = start(t, dirB, "--upstream", a.base)
+			b.part = part
 			b.waitReady()
 			sameScores(t, a, b, recoveryQueries(gens))
+			if tc.model != "" {
+				for _, r := range b.ranks() {
+					if r.ModelName != tc.model {
+						t.Fatalf("rank %d/%d restored into model %q, want %q", r.WorkerID, r.DPRank, r.ModelName, tc.model)
+					}
+				}
+			}
 		})
 	}
 }

@@ -44,6 +44,7 @@ type proc struct {
 	t    *testing.T
 	cmd  *exec.Cmd
 	base string
+	part string // a query naming the partition of pushBoth's and scores' requests ("" default)
 	done chan error
 
 	outMu sync.Mutex // guards out: start's scanner goroutine appends while tests read
@@ -188,13 +189,14 @@ func (p *proc) scores(hashes []uint64) []score {
 	p.t.Helper()
 	q, _ := json.Marshal(map[string]any{"block_hashes": hashes})
 	var out struct{ Scores []score }
-	if err := json.Unmarshal(p.mustPost("/v1/find_matches", string(q)), &out); err != nil {
+	if err := json.Unmarshal(p.mustPost("/v1/find_matches"+p.part, string(q)), &out); err != nil {
 		p.t.Fatal(err)
 	}
 	return out.Scores
 }
 
 type rankRow struct {
+	ModelName    string `json:"model_name"`
 	WorkerID     uint64 `json:"worker_id"`
 	DPRank       uint32 `json:"dp_rank"`
 	Blocks       uint64 `json:"blocks"`

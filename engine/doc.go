@@ -1,0 +1,22 @@
+// Package engine is kvindex's one engine behind every door (docs/ENGINE.md): it opens and
+// recovers a data dir (store, log, partitions, lanes, side index, tiers) and offers one ingest
+// door and one query. The HTTP server (server/), the event sources (vllm/, natsrc/, wired by the
+// server), the peers' bootstrap, the Go library (the root package) and `kvindex bench` all call
+// it; none keeps its own copy of placement, logging or scoring.
+//
+// Invariants:
+//   - One ingest door: every event is placed in its partition (created when needed) and its
+//     worker claimed for that partition before anything is logged (Place, Ingest); a worker
+//     of another partition fails the whole batch (partition.ErrWorkerElsewhere) and nothing of
+//     it is written. Then log → lane → tree (lanes.Pipeline.Submit).
+//   - One query: the device tree's scores, each rank raised to its side score where that is
+//     higher (approximate mode, the max rule), extended by the lower tiers unless device-only,
+//     then min_score and top_k (Query). The library and both find_matches routes answer from it.
+//   - Range answers are chosen by recovery.RangeRule (a pure function) and served for every
+//     partition; recovery fetches name the rank's partition on the wire and keep its local id.
+//   - Durable metadata (recovery sources, registrations, peers, source configs) is written
+//     through CommitMeta only.
+//   - The engine changes no process-global setting (GC percent) unless Config.TuneGC asks.
+//   - The engine imports no HTTP server, status page, pprof, ZMQ or NATS client: the library
+//     links it alone (a test checks `go list -deps`).
+package engine

@@ -1,0 +1,196 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kvindex/kvindex/approx"
+	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/partition"
+)
+
+// ErrInvalidEvent is returned by Ingest for an event of an unknown kind or tier; nothing of the
+// batch is written.
+var ErrInvalidEvent = errors.New("invalid event")
+
+// PlaceError is a placement refusal naming the batch's first refused event (Index ≥ 0), or the
+// batch as a whole (Index -1). It wraps partition.ErrWorkerElsewhere, ErrBlockSizeMismatch or
+// ErrBadName.
+type PlaceError struct {
+	Index int
+	Err   error
+}
+
+func (e *PlaceError) Error() string { return e.Err.Error() }
+func (e *PlaceError) Unwrap() error { return e.Err }
+
+// Place is the placement door: it returns the id of key's partition, creating it with
+// blockSize (0: the engine's default) when needed, and claims worker for it. A worker with
+// ranks in another partition is refused (partition.ErrWorkerElsewhere); an existing partition
+// of another block size is refused when blockSize > 0 (partition.ErrBlockSizeMismatch).
+func (e *Engine) Place(ctx context.Context, key partition.Key, blockSize int, worker uint64) (uint32, error) {
+	p, err := e.parts.Ensure(ctx, key, blockSize)
+	if err != nil {
+		return 0, err
+	}
+	if err := e.parts.Claim(worker, p.ID); err != nil {
+		return 0, err
+	}
+	return p.ID, nil
+}
+
+// place puts evs in key's partition (created when needed) and claims their workers for it. A
+// worker of another partition fails the whole batch before anything is claimed.
+func (e *Engine) place(ctx context.Context, key partition.Key, blockSize int, evs []event.RouterEvent) error {
+	p, err := e.parts.Ensure(ctx, key, blockSize)
+	if err != nil {
+		return &PlaceError{Index: -1, Err: err}
+	}
+	for i := range evs {
+		if id, ok := e.parts.WorkerPartition(evs[i].WorkerID); ok && id != p.ID {
+			return &PlaceError{Index: i, Err: e.parts.Claim(evs[i].WorkerID, p.ID)}
+		}
+	}
+	for i := range evs {
+		evs[i].Partition = p.ID
+		if err := e.parts.Claim(evs[i].WorkerID, p.ID); err != nil {
+			return &PlaceError{Index: i, Err: err}
+		}
+	}
+	return nil
+}
+
+// Validate refuses an event of an unknown kind or tier (ErrInvalidEvent, naming its index).
+func Validate(evs []event.RouterEvent) error {
+	for i := range evs {
+		if k := evs[i].Kind; k < event.KindStored || k > event.KindCleared || evs[i].Tier > event.TierExternal {
+			return &PlaceError{Index: i, Err: fmt.Errorf("%w: event %d: kind %v, tier %v", ErrInvalidEvent, i, evs[i].Kind, evs[i].Tier)}
+		}
+	}
+	return nil
+}
+
+// Ingest is the ingest door: it places the batch in key's partition and claims its workers
+// (Place), then logs and applies it through the lanes (per rank in order, stale ids ignored,
+// gaps recorded). It returns once every accepted event is durable and applied. A refusal
+// (*PlaceError) writes nothing.
+func (e *Engine) Ingest(ctx context.Context, key partition.Key, evs []event.RouterEvent) (Result, error) {
+	return e.IngestSized(ctx, key, 0, evs)
+}
+
+// IngestSized is Ingest into a partition that, when it is created now, takes blockSize (0: the
+// engine's default); an existing partition of another size refuses the batch.
+func (e *Engine) IngestSized(ctx context.Context, key partition.Key, blockSize int, evs []event.RouterEvent) (Result, error) {
+	if err := Validate(evs); err != nil {
+		return Result{}, err
+	}
+	if err := e.place(ctx, key, blockSize, evs); err != nil {
+		return Result{}, err
+	}
+	return e.pipe.Submit(ctx, evs)
+}
+
+// SubmitWithMeta logs and applies events already placed by Place (the event sources: one
+// rank per call) and writes meta in the same log batch.
+func (e *Engine) SubmitWithMeta(ctx context.Context, evs []event.RouterEvent, meta ...Meta) (Result, error) {
+	return e.pipe.SubmitWithMeta(ctx, evs, meta...)
+}
+
+// Install replaces a placed rank's state with a peer's dump as of id last (a JetStream
+// replica's bootstrap).
+func (e *Engine) Install(ctx context.Context, r Rank, dump []event.RouterEvent, last uint64, meta ...Meta) error {
+	return e.pipe.Install(ctx, r, dump, last, meta...)
+}
+
+// RecordDecision is the routing-decision door (approximate mode, SPEC §8): the request's
+// prefix — local hashes, and sequence hashes (nil: SPEC §2's chain) — went to rank in key's
+// partition. The rank is claimed for the partition (created when needed), then the decision is
+// logged through the rank's lane and applied to the side index; it returns the blocks recorded
+// and their deadline once durable. Decisions never move the rank's event cursor.
+func (e *Engine) RecordDecision(ctx context.Context, key partition.Key, rank Rank, local, seq []uint64) (int, time.Time, error) {
+	id, err := e.Place(ctx, key, 0, rank.WorkerID)
+	if err != nil {
+		return 0, time.Time{}, &PlaceError{Index: -1, Err: err}
+	}
+	rank.Partition = id
+	return e.approx.Record(ctx, approx.Decision{Rank: rank, LocalHashes: local, SeqHashes: seq})
+}
+
+// RecordDecisionTokens is RecordDecision by tokens, hashed with the partition's block size and
+// the LoRA / namespace salt.
+func (e *Engine) RecordDecisionTokens(ctx context.Context, key partition.Key, rank Rank, tokens []uint32, lora, namespace string) (int, time.Time, error) {
+	id, err := e.Place(ctx, key, 0, rank.WorkerID)
+	if err != nil {
+		return 0, time.Time{}, &PlaceError{Index: -1, Err: err}
+	}
+	rank.Partition = id
+	local := event.BlockHashes(tokens, e.parts.Get(id).BlockSize, lora, namespace)
+	return e.approx.Record(ctx, approx.Decision{Rank: rank, LocalHashes: local})
+}
+
+// WorkerPartition resolves the partition of a worker named by a route: with key given, key's
+// partition if the worker is unknown or belongs to it (ok false when key names no partition or
+// another partition than the worker's: the route answers as for an unknown rank); without, the
+// worker's own partition, else the default.
+func (e *Engine) WorkerPartition(worker uint64, key *partition.Key) (uint32, bool) {
+	own, hasOwn := e.parts.WorkerPartition(worker)
+	if key != nil {
+		p, ok := e.parts.Lookup(*key)
+		if !ok || (hasOwn && own != p.ID) {
+			return 0, false
+		}
+		return p.ID, true
+	}
+	if hasOwn {
+		return own, true
+	}
+	return 0, true
+}
+
+// RemoveWorker durably removes every rank of a worker (events and side entries) and releases
+// the worker from its partition. With key given, a worker that is not of key's partition is
+// left alone (0 ranks removed).
+func (e *Engine) RemoveWorker(ctx context.Context, worker uint64, key *partition.Key) (int, error) {
+	if _, ok := e.WorkerPartition(worker, key); !ok {
+		return 0, nil
+	}
+	n, err := e.pipe.RemoveWorker(ctx, worker)
+	if err != nil {
+		return n, err
+	}
+	if _, err := e.approx.RemoveWorker(ctx, worker); err != nil {
+		return n, err
+	}
+	e.parts.Release(worker) // the worker may join another partition now
+	return n, nil
+}
+
+// RemoveRankIn durably removes a worker's rank found as WorkerPartition finds it: with key
+// given, only when the worker is of key's partition.
+func (e *Engine) RemoveRankIn(ctx context.Context, rk Rank, key *partition.Key) (bool, error) {
+	id, ok := e.WorkerPartition(rk.WorkerID, key)
+	if !ok {
+		return false, nil
+	}
+	rk.Partition = id
+	return e.pipe.RemoveRank(ctx, rk)
+}
+
+// RemoveRank durably removes the rank rk names (its partition included).
+func (e *Engine) RemoveRank(ctx context.Context, rk Rank) (bool, error) {
+	return e.pipe.RemoveRank(ctx, rk)
+}
+
+// Flush returns once every event accepted before the call is applied and the side blocks due
+// now are removed.
+func (e *Engine) Flush(ctx context.Context) error {
+	if err := e.pipe.Flush(ctx); err != nil {
+		return err
+	}
+	return e.approx.Flush(ctx)
+}
+
+// Do runs fn on rk's lane (consistent with the rank's writes).
+func (e *Engine) Do(ctx context.Context, rk Rank, fn func()) error { return e.pipe.Do(ctx, rk, fn) }

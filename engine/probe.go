@@ -1,0 +1,45 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/recovery"
+)
+
+// DumpCacheCounters are the TreeDump cache's counters since Open (also in /metrics).
+type DumpCacheCounters struct{ Builds, Hits, Misses, Extensions, Shared uint64 }
+
+// DumpCacheCounters reads the TreeDump cache's counters.
+func (s *Engine) DumpCacheCounters() DumpCacheCounters {
+	d := &s.dumps
+	return DumpCacheCounters{Builds: d.builds.Load(), Hits: d.hits.Load(), Misses: d.misses.Load(),
+		Extensions: d.extensions.Load(), Shared: d.shared.Load()}
+}
+
+// SetDumpTestBuild installs a hook run on the lane before each full TreeDump build; an error
+// fails the build (tests of the single flight and of failed builds).
+func (s *Engine) SetDumpTestBuild(f func(Rank) error) { s.dumps.testBuild = f }
+
+// CloseDumpCache closes the TreeDump cache early (Close does it too): later dumps fail with
+// ErrDumpCacheClosed.
+func (s *Engine) CloseDumpCache() { s.dumps.close() }
+
+// HasSnapshot reports whether the rank has a snapshot in the log.
+func (s *Engine) HasSnapshot(rk event.Rank) (bool, error) {
+	_, ok, err := s.log.ReadSnapshot(rk)
+	return ok, err
+}
+
+// RecoverySource is the worker's recovery source now ("" none).
+func (s *Engine) RecoverySource(worker uint64) string { return s.sourceOf(worker) }
+
+// FoldLog folds the rank's log through id into its snapshot (recovery.Fold; call it on the
+// rank's lane): retention as the lanes do it, for tests that race it against reads.
+func (s *Engine) FoldLog(ctx context.Context, rk event.Rank, id uint64) error {
+	return recovery.Fold(ctx, s.log, rk, id)
+}
+
+// LaneFailure is a lane's first failed commit (nil while every lane accepts writes); StoreCause
+// also counts a failure of a direct commit.
+func (s *Engine) LaneFailure() error { return s.pipe.Failure() }
