@@ -102,9 +102,9 @@ func (s *Server) bodyError(w http.ResponseWriter, err error) {
 	}
 }
 
-// decodeEvents decodes a POST /v1/events body of the given kind. A JSON or NDJSON body that
-// decodes is then checked for duplicate keys (refused) and fields kvindex does not know (refused
-// with --strict, else counted and logged once per field name).
+// decodeEvents decodes a POST /v1/events body of the given kind. A body that decodes is then
+// checked for fields kvindex does not know (refused with --strict, else counted and logged once
+// per field name), msgpack as JSON and NDJSON; JSON keys repeated in one object are refused.
 func (s *Server) decodeEvents(body []byte, kind bodyKind) ([]event.RouterEvent, error) {
 	var (
 		evs []event.RouterEvent
@@ -112,7 +112,9 @@ func (s *Server) decodeEvents(body []byte, kind bodyKind) ([]event.RouterEvent, 
 	)
 	switch kind {
 	case bodyMsgpack:
-		return event.DecodeMsgpackBatch(body)
+		if evs, err = event.DecodeMsgpackBatch(body); err == nil {
+			err = event.CheckKeysMsgpack(body, s.unknownField)
+		}
 	case bodyNDJSON:
 		if evs, err = event.DecodeNDJSON(bytes.NewReader(body)); err == nil {
 			err = event.CheckKeysNDJSON(body, s.unknownField)

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"github.com/kvindex/kvindex/engine"
+	"github.com/vmihailenco/msgpack/v5"
 	"io"
 	"log/slog"
 	"net/http"
@@ -159,6 +160,23 @@ func TestUnknownFieldsAndDuplicateKeys(t *testing.T) {
 	}
 	if code, _, body := send(t, "POST", strictURL+"/v1/events", oneEvent); code != 200 {
 		t.Errorf("strict, known fields: %d %s", code, body)
+	}
+
+	// msgpack bodies alike: counted when not strict, refused (naming the field) under --strict.
+	mp, err := msgpack.Marshal([]any{map[string]any{"worker_id": 7, "extra": 1, "event": map[string]any{"event_id": 3, "data": "cleared"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := s.UnknownFields()
+	if code, _, body := send(t, "POST", url+"/v1/events", string(mp), "Content-Type: application/msgpack"); code != 200 {
+		t.Fatalf("msgpack with an unknown field, not strict: %d %s", code, body)
+	}
+	if got := s.UnknownFields() - before; got != 1 {
+		t.Errorf("msgpack: UnknownFields grew by %d, want 1", got)
+	}
+	code, _, body = send(t, "POST", strictURL+"/v1/events", string(mp), "Content-Type: application/msgpack")
+	if code != 400 || !strings.Contains(body, "field extra: unknown field") {
+		t.Errorf("strict msgpack: %d %s, want 400 naming field extra", code, body)
 	}
 }
 
