@@ -114,8 +114,9 @@ func publishChunk(js jetstream.JetStream, stream string, evs []event.RouterEvent
 type replica struct {
 	t   *testing.T
 	fs  vfs.FS
-	srv *server.Server
-	hs  *httptest.Server
+	srv  *server.Server
+	hs   *httptest.Server
+	part string // the query naming the partition checkScores asks ("" the default)
 }
 
 func quietLogger() *slog.Logger {
@@ -246,7 +247,7 @@ func (r *replica) checkScores(w *workload) {
 				continue
 			}
 			body, _ := json.Marshal(map[string]any{"block_hashes": q})
-			code, b := r.post("/v1/find_matches", string(body))
+			code, b := r.post("/v1/find_matches"+r.part, string(body))
 			if code != 200 {
 				r.t.Fatalf("find_matches: %d %s", code, b)
 			}

@@ -25,12 +25,25 @@ const sourceID = "js-" + stream
 // dump as a replica that never crashed, and scores equal to the model: nothing lost, nothing
 // applied twice — although the NATS server's view of the consumer ran ahead of the crashed
 // replica's log (the old process kept acking after the crash point).
+//
+// Seam: a JetStream source into a non-default partition (the "llama" variant) restarts into it.
 func TestJetStreamCrashMidBurstLosesNothingAndAppliesNothingTwice(t *testing.T) {
+	for _, model := range []string{"", "llama"} {
+		t.Run("model="+model, func(t *testing.T) { jetStreamCrashMidBurst(t, model) })
+	}
+}
+
+func jetStreamCrashMidBurst(t *testing.T, model string) {
+	part, extra := "", ""
+	if model != "" {
+		part, extra = "?model_name="+model, "&model_name="+model
+	}
 	ns := startNATS(t, t.TempDir(), 0)
 	_, js, _ := jsClient(t, ns.ClientURL(), stream)
-	ref := openReplica(t, nil, jsFlag(ns.ClientURL(), "ref", ""))
+	ref := openReplica(t, nil, jsFlag(ns.ClientURL(), "ref", extra))
+	ref.part = part
 	fs := vfs.NewCrashableMem()
-	a := openReplica(t, fs, jsFlag(ns.ClientURL(), "a", "&batch=64"))
+	a := openReplica(t, fs, jsFlag(ns.ClientURL(), "a", "&batch=64"+extra))
 
 	w := newWorkload(4, 2)
 	done := make(chan uint64)
@@ -56,7 +69,8 @@ func TestJetStreamCrashMidBurstLosesNothingAndAppliesNothingTwice(t *testing.T) 
 	a.close()
 	last := <-done
 
-	a2 := openReplica(t, crashed, jsFlag(ns.ClientURL(), "a", "&batch=64"))
+	a2 := openReplica(t, crashed, jsFlag(ns.ClientURL(), "a", "&batch=64"+extra))
+	a2.part = part
 	st := a2.waitSeq(sourceID, last, 30*time.Second)
 	ref.waitSeq(sourceID, last, 30*time.Second)
 	if st.Lost != 0 || st.Gaps != 0 || st.DecodeErrors != 0 {
