@@ -303,14 +303,15 @@ func (r *run) pipelineStages(ctx context.Context) error {
 	qs := nonEmpty(r.wl.Queries)
 	r.lg.Info("bench: stage 3: find_matches", "queries", len(qs))
 	lat := make([]time.Duration, 0, len(qs))
-	var dst []engine.Score
+	var ans engine.Answer
+	part, _ := s.Partitions().Lookup(kvpart.Default)
 	gc0 := gcCycles()
 	for i, qi := range qs {
 		if i%4096 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
 		t := time.Now()
-		dst = s.Find(dst, kvpart.Default, engine.Query{Hashes: r.wl.Queries[qi].BlockHashes, DeviceOnly: true}) // the one query
+		s.FindInto(&ans, part, engine.Query{Hashes: r.wl.Queries[qi].BlockHashes, DeviceOnly: true}) // the one query
 		lat = append(lat, time.Since(t))
 	}
 	r.rep.add(MetricFindMatchesGCCycles, float64(gcCycles()-gc0), UnitCount)
@@ -388,7 +389,8 @@ func (r *run) loadedQueries(ctx context.Context, s *engine.Engine, qs []int, sub
 	wg.Add(1)
 	go func() { // the querier: owned here, stopped by done
 		defer wg.Done()
-		var dst []engine.Score
+		var ans engine.Answer
+		part, _ := s.Partitions().Lookup(kvpart.Default)
 		for i := 0; ; i++ {
 			select {
 			case <-done:
@@ -396,7 +398,7 @@ func (r *run) loadedQueries(ctx context.Context, s *engine.Engine, qs []int, sub
 			default:
 			}
 			t := time.Now()
-			dst = s.Find(dst, kvpart.Default, engine.Query{Hashes: r.wl.Queries[qs[i%len(qs)]].BlockHashes, DeviceOnly: true})
+			s.FindInto(&ans, part, engine.Query{Hashes: r.wl.Queries[qs[i%len(qs)]].BlockHashes, DeviceOnly: true})
 			lat = append(lat, time.Since(t))
 		}
 	}()
@@ -427,20 +429,18 @@ func (r *run) tieredQueries(ctx context.Context, s *engine.Engine, qs []int) err
 	}
 	r.rep.add(MetricTierEntries, float64(entries), UnitCount)
 	lat := make([]time.Duration, 0, len(qs))
-	var dst []engine.Score
+	var ans engine.Answer
+	part, _ := s.Partitions().Lookup(kvpart.Default)
 	extended := 0
 	for i, qi := range qs {
 		if i%4096 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
 		t := time.Now()
-		dst = s.Find(dst, kvpart.Default, engine.Query{Hashes: r.wl.Queries[qi].BlockHashes})
+		s.FindInto(&ans, part, engine.Query{Hashes: r.wl.Queries[qi].BlockHashes})
 		lat = append(lat, time.Since(t))
-		for j := range dst {
-			if dst[j].HasExt() {
-				extended++
-				break
-			}
+		if ans.Ext != nil {
+			extended++
 		}
 	}
 	slices.Sort(lat)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/kvindex/kvindex/approx"
@@ -25,40 +26,77 @@ type Query struct {
 	TopK     uint64
 }
 
-type scoreBuf struct {
-	scores, side, merged []index.Score
+// Ext is the blocks each lower tier (host_pinned, disk, external) extends a rank's match by.
+type Ext = [3]uint32
+
+// Answer is a find_matches answer laid out for the hot path: Scores in the answer's order (score
+// desc, worker_id, dp_rank asc, then the ranks only lower tiers hold, score 0) and, only when a
+// lower tier extends some rank, Ext[i] for Scores[i] (nil otherwise). Reuse an Answer across
+// queries to avoid allocating; a query without lower-tier blocks copies nothing.
+type Answer struct {
+	Scores []index.Score
+	Ext    []Ext
+
+	side, merged, device []index.Score
 	path                 []uint64 // the device walk's matched block hashes (the tier walk's anchors)
 	tiered               []tier.Score
 }
 
-var scoreBufs = sync.Pool{New: func() any { return &scoreBuf{} }}
+// ExtOf is Scores[i]'s lower-tier extensions (zero when none).
+func (a *Answer) ExtOf(i int) Ext {
+	if a.Ext == nil {
+		return Ext{}
+	}
+	return a.Ext[i]
+}
+
+var answers = sync.Pool{New: func() any { return &Answer{} }}
 
 // Find is the one query: in key's partition (unknown: no scores), the device tree's scores
 // raised to the side index's (SPEC §8), extended by the lower tiers unless q.DeviceOnly (SPEC
 // §7), trimmed to q's shape. The answer is appended to dst[:0].
 func (e *Engine) Find(dst []Score, key partition.Key, q Query) []Score {
 	p, _ := e.parts.Lookup(key)
-	return e.FindIn(dst, p, q)
+	a := answers.Get().(*Answer)
+	defer answers.Put(a)
+	e.FindInto(a, p, q)
+	dst = slices.Grow(dst[:0], len(a.Scores))[:len(a.Scores)]
+	for i := range a.Scores {
+		dst[i] = tier.Score{Score: a.Scores[i], Ext: a.ExtOf(i)}
+	}
+	return dst
 }
 
-// FindIn is Find in partition p (nil: no scores).
-func (e *Engine) FindIn(dst []Score, p *partition.Partition, q Query) []Score {
-	dst = dst[:0]
+// FindInto answers q in partition p (nil: no scores) into a (its slices reused). It is Find
+// without the copy into []Score: the HTTP doors and the benchmark answer from it.
+func (e *Engine) FindInto(a *Answer, p *partition.Partition, q Query) {
+	a.Scores, a.Ext = a.Scores[:0], nil
 	if p == nil {
-		return dst
+		return
 	}
-	buf := scoreBufs.Get().(*scoreBuf)
-	defer scoreBufs.Put(buf)
 	walk := !q.DeviceOnly && p.Tiers.LowerEdges() > 0
-	device := e.deviceScores(buf, p, q.Hashes, q.EarlyExit, walk)
-	if walk {
-		dst = p.Tiers.Extend(dst, q.Hashes, device, buf.path)
+	if !walk {
+		a.Scores = e.deviceScores(a, a.Scores, p, q.Hashes, q.EarlyExit, false)
 	} else {
-		for _, d := range device {
-			dst = append(dst, tier.Score{Score: d})
+		a.device = e.deviceScores(a, a.device[:0], p, q.Hashes, q.EarlyExit, true)
+		a.tiered = p.Tiers.Extend(a.tiered, q.Hashes, a.device, a.path)
+		for i := range a.tiered {
+			a.Scores = append(a.Scores, a.tiered[i].Score)
+			if a.tiered[i].HasExt() && a.Ext == nil {
+				a.Ext = make([]Ext, len(a.tiered))
+			}
+		}
+		if a.Ext != nil {
+			for i := range a.tiered {
+				a.Ext[i] = a.tiered[i].Ext
+			}
 		}
 	}
-	return trim(dst, q.MinScore, q.TopK)
+	n := trimmed(a.Scores, q.MinScore, q.TopK)
+	a.Scores = a.Scores[:n]
+	if a.Ext != nil {
+		a.Ext = a.Ext[:n]
+	}
 }
 
 // HashTokens hashes a request's tokens into local block hashes with key's block size (an
@@ -71,22 +109,25 @@ func (e *Engine) HashTokens(key partition.Key, tokens []uint32, lora, namespace 
 	return event.BlockHashes(tokens, bs, lora, namespace)
 }
 
-// deviceScores is the event-fed tree's scores, each rank raised to its side score where that
-// is higher. With wantPath it also records in buf.path the block hash matched at each depth,
-// which only the tier walk needs.
-func (e *Engine) deviceScores(buf *scoreBuf, p *partition.Partition, hashes []uint64, earlyExit, wantPath bool) []index.Score {
-	buf.scores, buf.path = buf.scores[:0], buf.path[:0]
+// deviceScores appends to dst the event-fed tree's scores, each rank raised to its side score
+// where that is higher. With wantPath it also records in a.path the block hash matched at each
+// depth, which only the tier walk needs.
+func (e *Engine) deviceScores(a *Answer, dst []index.Score, p *partition.Partition, hashes []uint64, earlyExit, wantPath bool) []index.Score {
+	a.side = e.approx.Scores(a.side[:0], p.ID, hashes, earlyExit)
+	tree := dst
+	if len(a.side) > 0 {
+		tree = a.merged[:0]
+	}
 	if wantPath {
-		buf.scores, buf.path = p.Index.FindMatchesPath(buf.scores, buf.path, hashes, earlyExit)
+		tree, a.path = p.Index.FindMatchesPath(tree, a.path[:0], hashes, earlyExit)
 	} else {
-		buf.scores = p.Index.FindMatchesInto(buf.scores, hashes, earlyExit)
+		tree = p.Index.FindMatchesInto(tree, hashes, earlyExit)
 	}
-	buf.side = e.approx.Scores(buf.side[:0], p.ID, hashes, earlyExit)
-	if len(buf.side) == 0 {
-		return buf.scores
+	if len(a.side) == 0 {
+		return tree
 	}
-	buf.merged = approx.Merge(buf.merged, buf.scores, buf.side)
-	return buf.merged
+	a.merged = tree
+	return approx.Merge(dst, a.merged, a.side)
 }
 
 // DeviceScores is the device part of the query (tree and side index, max rule) appended to
@@ -96,24 +137,23 @@ func (e *Engine) DeviceScores(dst []index.Score, p *partition.Partition, hashes 
 	if p == nil {
 		return dst
 	}
-	buf := scoreBufs.Get().(*scoreBuf)
-	defer scoreBufs.Put(buf)
-	return append(dst, e.deviceScores(buf, p, hashes, false, false)...)
+	a := answers.Get().(*Answer)
+	defer answers.Put(a)
+	return e.deviceScores(a, dst, p, hashes, false, false)
 }
 
-// trim applies min_score then top_k. The ranks with a score of at least minScore are a prefix
-// of the answer's order (the ranks with lower-tier hits only, score 0, come last), so both
-// limits only cut it.
-func trim(sc []tier.Score, minScore, topK uint64) []tier.Score {
+// trimmed is how many scores min_score then top_k keep. The ranks with a score of at least
+// minScore are a prefix of the answer's order (the ranks with lower-tier hits only, score 0, come
+// last), so both limits only cut it.
+func trimmed(sc []index.Score, minScore, topK uint64) int {
+	n := len(sc)
 	if minScore > 0 {
-		n := len(sc)
-		for n > 0 && uint64(sc[n-1].Score.Score) < minScore {
+		for n > 0 && uint64(sc[n-1].Score) < minScore {
 			n--
 		}
-		sc = sc[:n]
 	}
-	if topK > 0 && topK < uint64(len(sc)) {
-		sc = sc[:topK]
+	if topK > 0 && topK < uint64(n) {
+		n = int(topK)
 	}
-	return sc
+	return n
 }

@@ -43,13 +43,17 @@ func TestTrimKeepsThePrefixOfTheDocumentedOrder(t *testing.T) {
 		{"top_k larger than what min_score leaves", shape{MinScore: 3, TopK: 2}, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got := trim(append([]tier.Score(nil), answer...), c.shape.MinScore, c.shape.TopK)
+			plain := make([]index.Score, len(answer))
+			for i := range answer {
+				plain[i] = answer[i].Score
+			}
+			got := answer[:trimmed(plain, c.shape.MinScore, c.shape.TopK)]
 			if !reflect.DeepEqual(got, answer[:c.want]) {
 				t.Fatalf("trim(%+v) = %+v, want %+v", c.shape, got, answer[:c.want])
 			}
 		})
 	}
-	if got := trim(nil, 2, 3); len(got) != 0 {
+	if got := trimmed(nil, 2, 3); got != 0 {
 		t.Fatalf("trim of an empty answer = %+v", got)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kvindex/kvindex/tier"
+	"github.com/kvindex/kvindex/engine"
 )
 
 // answerShape holds the request fields that shrink a find_matches answer (API.md extensions):
@@ -56,17 +56,18 @@ func wantsMsgpack(r *http.Request) bool {
 // appendAnswerMsgpack appends the find_matches answer as a msgpack map with the JSON answer's
 // keys and shape: "scores" (maps with worker_id, dp_rank, score, tree_size) and, when
 // withHashes, "block_hashes". Integers take their smallest encoding.
-func appendAnswerMsgpack(dst []byte, sc []tier.Score, hashes []uint64, withHashes bool) []byte {
+func appendAnswerMsgpack(dst []byte, a *engine.Answer, hashes []uint64, withHashes bool) []byte {
 	if withHashes {
 		dst = append(dst, 0x82) // fixmap, 2 entries
 	} else {
 		dst = append(dst, 0x81)
 	}
 	dst = append(dst, "\xa6scores"...)
-	dst = appendMPArrayLen(dst, len(sc))
-	for i := range sc {
-		x := &sc[i]
-		if x.HasExt() {
+	dst = appendMPArrayLen(dst, len(a.Scores))
+	for i := range a.Scores {
+		x := &a.Scores[i]
+		ext := a.ExtOf(i)
+		if ext != (engine.Ext{}) {
 			dst = append(dst, 0x85) // fixmap, 5 entries: "tiers" too
 		} else {
 			dst = append(dst, 0x84)
@@ -76,11 +77,11 @@ func appendAnswerMsgpack(dst []byte, sc []tier.Score, hashes []uint64, withHashe
 		dst = append(dst, "\xa7dp_rank"...)
 		dst = appendMPUint(dst, uint64(x.DPRank))
 		dst = append(dst, "\xa5score"...)
-		dst = appendMPUint(dst, uint64(x.Score.Score))
+		dst = appendMPUint(dst, uint64(x.Score))
 		dst = append(dst, "\xa9tree_size"...)
 		dst = appendMPUint(dst, x.TreeSize)
-		if x.HasExt() {
-			dst = appendTiersMsgpack(append(dst, "\xa5tiers"...), x)
+		if ext != (engine.Ext{}) {
+			dst = appendTiersMsgpack(append(dst, "\xa5tiers"...), &ext)
 		}
 	}
 	if withHashes {

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/kvindex/kvindex/engine"
 	"io"
 	"log/slog"
 	"net/http"
@@ -275,7 +276,12 @@ func TestMsgpackAnswerEncodingDecodes(t *testing.T) {
 		}
 		for _, withHashes := range []bool{false, true} {
 			var got wireAnswer
-			if err := msgpack.Unmarshal(appendAnswerMsgpack(nil, sc, hashes, withHashes), &got); err != nil {
+			a := engine.Answer{Ext: make([]engine.Ext, len(sc))}
+			for i := range sc {
+				a.Scores = append(a.Scores, sc[i].Score)
+				a.Ext[i] = sc[i].Ext
+			}
+			if err := msgpack.Unmarshal(appendAnswerMsgpack(nil, &a, hashes, withHashes), &got); err != nil {
 				t.Fatalf("n=%d hashes=%v: %v", n, withHashes, err)
 			}
 			want := wireAnswer{Scores: make([]wireScore, len(sc))}

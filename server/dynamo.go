@@ -566,12 +566,13 @@ func summarize(ms []rankMatch, blockSize uint64) scoreJSON {
 func (s *Server) answerQuery(w http.ResponseWriter, p *partition.Partition, hashes []uint64) {
 	buf := scoreBufs.Get().(*scoreBuf)
 	defer scoreBufs.Put(buf)
-	buf.scores = s.e.FindIn(buf.scores, p, engine.Query{Hashes: hashes})
-	scores := buf.scores
-	ms := make([]rankMatch, len(scores))
-	for i, sc := range scores {
-		ms[i] = rankMatch{WorkerID: sc.WorkerID, DPRank: sc.DPRank, Device: uint64(sc.Score.Score),
-			Host: uint64(sc.Ext[0]), Disk: uint64(sc.Ext[1]), External: uint64(sc.Ext[2])}
+	a := &buf.answer
+	s.e.FindInto(a, p, engine.Query{Hashes: hashes})
+	ms := make([]rankMatch, len(a.Scores))
+	for i, sc := range a.Scores {
+		ext := a.ExtOf(i)
+		ms[i] = rankMatch{WorkerID: sc.WorkerID, DPRank: sc.DPRank, Device: uint64(sc.Score),
+			Host: uint64(ext[0]), Disk: uint64(ext[1]), External: uint64(ext[2])}
 	}
 	writeJSON(w, http.StatusOK, summarize(ms, uint64(p.BlockSize)))
 }

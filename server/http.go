@@ -19,7 +19,6 @@ import (
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/partition"
-	"github.com/kvindex/kvindex/tier"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -270,10 +269,10 @@ func (s *Server) submitError(w http.ResponseWriter, err error) {
 // appendScores appends `"scores":[...]` (API.md shape) without reflection: the answer of a
 // find_matches carries up to one score per rank, so this is the hot part of the response. A score
 // that lower tiers extend carries `"tiers"` (appendTiers).
-func appendScores(dst []byte, sc []tier.Score) []byte {
+func appendScores(dst []byte, a *engine.Answer) []byte {
 	dst = append(dst, `"scores":[`...)
-	for i := range sc {
-		x := &sc[i]
+	for i := range a.Scores {
+		x := &a.Scores[i]
 		if i > 0 {
 			dst = append(dst, ',')
 		}
@@ -282,11 +281,11 @@ func appendScores(dst []byte, sc []tier.Score) []byte {
 		dst = append(dst, `,"dp_rank":`...)
 		dst = strconv.AppendUint(dst, uint64(x.DPRank), 10)
 		dst = append(dst, `,"score":`...)
-		dst = strconv.AppendUint(dst, uint64(x.Score.Score), 10)
+		dst = strconv.AppendUint(dst, uint64(x.Score), 10)
 		dst = append(dst, `,"tree_size":`...)
 		dst = strconv.AppendUint(dst, x.TreeSize, 10)
-		if x.HasExt() {
-			dst = appendTiers(append(dst, `,"tiers":`...), x)
+		if ext := a.ExtOf(i); ext != (engine.Ext{}) {
+			dst = appendTiers(append(dst, `,"tiers":`...), &ext)
 		}
 		dst = append(dst, '}')
 	}
@@ -307,7 +306,7 @@ func appendHashes(dst []byte, hs []uint64) []byte {
 var scoreBufs = sync.Pool{New: func() any { return &scoreBuf{} }}
 
 type scoreBuf struct {
-	scores []tier.Score
+	answer engine.Answer
 	out    []byte
 }
 
@@ -319,9 +318,9 @@ func (s *Server) writeScores(w http.ResponseWriter, r *http.Request, p *partitio
 	buf := scoreBufs.Get().(*scoreBuf)
 	defer scoreBufs.Put(buf)
 	start := time.Now()
-	buf.scores = s.e.FindIn(buf.scores, p, engine.Query{Hashes: hashes, EarlyExit: earlyExit, DeviceOnly: deviceOnly,
+	s.e.FindInto(&buf.answer, p, engine.Query{Hashes: hashes, EarlyExit: earlyExit, DeviceOnly: deviceOnly,
 		MinScore: shape.MinScore, TopK: shape.TopK})
-	scores := buf.scores
+	scores := &buf.answer
 	s.m.findSec.Observe(time.Since(start).Seconds())
 	if wantsMsgpack(r) {
 		buf.out = appendAnswerMsgpack(buf.out[:0], scores, hashes, withHashes)

@@ -3,6 +3,7 @@ package server
 import (
 	"strconv"
 
+	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/tier"
 )
@@ -12,11 +13,11 @@ import (
 // omitted (and the object with them); /v1/ranks lists each rank's lower-tier block counts.
 
 // appendTiers appends a score's `{"host_pinned":n,...}` object (its non-zero extensions).
-func appendTiers(dst []byte, x *tier.Score) []byte {
+func appendTiers(dst []byte, ext *engine.Ext) []byte {
 	dst = append(dst, '{')
 	first := true
 	for i, tr := range tier.Lower {
-		if x.Ext[i] == 0 {
+		if ext[i] == 0 {
 			continue
 		}
 		if !first {
@@ -26,26 +27,26 @@ func appendTiers(dst []byte, x *tier.Score) []byte {
 		dst = append(dst, '"')
 		dst = append(dst, tr.String()...)
 		dst = append(dst, `":`...)
-		dst = strconv.AppendUint(dst, uint64(x.Ext[i]), 10)
+		dst = strconv.AppendUint(dst, uint64(ext[i]), 10)
 	}
 	return append(dst, '}')
 }
 
 // appendTiersMsgpack appends a score's tiers as a msgpack map of its non-zero extensions.
-func appendTiersMsgpack(dst []byte, x *tier.Score) []byte {
+func appendTiersMsgpack(dst []byte, ext *engine.Ext) []byte {
 	n := 0
-	for _, e := range x.Ext {
+	for _, e := range ext {
 		if e > 0 {
 			n++
 		}
 	}
 	dst = append(dst, 0x80|byte(n)) // fixmap
 	for i, tr := range tier.Lower {
-		if x.Ext[i] > 0 {
+		if ext[i] > 0 {
 			name := tr.String()
 			dst = append(dst, 0xa0|byte(len(name))) // fixstr (≤ 31 bytes)
 			dst = append(dst, name...)
-			dst = appendMPUint(dst, uint64(x.Ext[i]))
+			dst = appendMPUint(dst, uint64(ext[i]))
 		}
 	}
 	return dst
