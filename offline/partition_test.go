@@ -1,0 +1,169 @@
+package offline
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/lanes"
+	"github.com/kvindex/kvindex/partition"
+	"github.com/kvindex/kvindex/recovery"
+	"github.com/kvindex/kvindex/store"
+	"github.com/kvindex/kvindex/wal"
+)
+
+// partRW is a read-write session with partitions, as the server holds it: the partition set
+// over the log, and a one-lane pipeline whose trees are the partitions'.
+type partRW struct {
+	st    *store.Store
+	log   *wal.Log
+	parts *partition.Set
+	pipe  *lanes.Pipeline
+}
+
+func openParts(t testing.TB, fs vfs.FS) *partRW {
+	t.Helper()
+	st, err := store.Open(testDir, store.Options{FS: fs, Logger: quiet(), MemTableSize: 1 << 20, CacheSize: 1 << 20})
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	l, err := wal.Open(st, wal.Options{})
+	if err != nil {
+		t.Fatalf("open log: %v", err)
+	}
+	parts, err := partition.Open(l, 16, index.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &partRW{st: st, log: l, parts: parts}
+	s.pipe = lanes.New(l, lanes.TreeFunc(func(id uint32) lanes.Tree { return parts.TiersOf(id) }), lanes.Options{Lanes: 1, Logger: quiet()})
+	if err := s.pipe.Replay(bg, nil); err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	s.pipe.Start()
+	return s
+}
+
+func (s *partRW) close(t testing.TB) {
+	t.Helper()
+	s.pipe.Close()
+	if err := s.st.Close(); err != nil {
+		t.Fatalf("close store: %v", err)
+	}
+}
+
+// A partition of the fixture and its ranks.
+type fixturePart struct {
+	key       partition.Key
+	blockSize int
+	workers   []uint64 // dp ranks 0 and 1 of each
+}
+
+var (
+	llama   = partition.Key{ModelName: "llama", RoutingGroup: "default"}
+	llamaG2 = partition.Key{ModelName: "llama", RoutingGroup: "g2"}
+	// fixtureParts are the partitions of partitionedDir, in the order they are created (their
+	// ids 0, 1, 2, 3). "empty" is recorded (registered, say) but holds no rank.
+	fixtureParts = []fixturePart{
+		{partition.Default, 16, []uint64{1}},
+		{llama, 32, []uint64{21, 22}},
+		{llamaG2, 64, []uint64{31}},
+		{partition.Key{ModelName: "empty", RoutingGroup: "default"}, 8, nil},
+	}
+)
+
+// partitionedDir fills a data dir with ranks in the default partition and in two others of
+// other block sizes, through the write path a server uses (partition records, events carrying
+// their partition id, the partitions' trees): branching stores, a removal, and one rank per
+// partition folded into a snapshot. It returns the partition id of each worker.
+func partitionedDir(t testing.TB, fs vfs.FS) map[uint64]uint32 {
+	t.Helper()
+	s := openParts(t, fs)
+	defer s.close(t)
+	of := map[uint64]uint32{}
+	next := uint64(100)
+	for _, fp := range fixtureParts {
+		p, err := s.parts.Ensure(bg, fp.key, fp.blockSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range fp.workers {
+			of[w] = p.ID
+			if err := s.parts.Claim(w, p.ID); err != nil {
+				t.Fatal(err)
+			}
+			for dp := range uint32(2) {
+				r := event.Rank{Partition: p.ID, WorkerID: w, DPRank: dp}
+				a, b, c := next+1, next+2, next+3
+				next += 10
+				evs := []event.RouterEvent{
+					event.Stored(r, 1, nil, event.Block{BlockHash: a, TokensHash: 1}, event.Block{BlockHash: b, TokensHash: 2}),
+					event.Stored(r, 2, &a, event.Block{BlockHash: c, TokensHash: 3}),
+					event.Stored(r, 3, &b, event.Block{BlockHash: c + 1, TokensHash: 4}, event.Block{BlockHash: c + 2, TokensHash: 5}),
+					event.Removed(r, 4, c+2),
+					event.Stored(r, 5, nil, event.Block{BlockHash: c + 3, TokensHash: 9}),
+				}
+				if _, err := s.pipe.Submit(bg, evs); err != nil {
+					t.Fatal(err)
+				}
+				if dp == 1 {
+					if err := s.pipe.Do(bg, r, func() {
+						if err := recovery.Fold(bg, s.log, r, 3); err != nil {
+							t.Error(err)
+						}
+					}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+	}
+	return of
+}
+
+// rebuildParts replays the dir as a restarting server does and returns its partition set.
+func rebuildParts(t testing.TB, fs vfs.FS) *partition.Set {
+	t.Helper()
+	s := openParts(t, fs)
+	defer s.close(t)
+	return s.parts
+}
+
+// TestVerifyNonDefaultPartitions guards the seam "verify knows partitions": a clean dir with ranks
+// outside the default partition verifies clean (it reported every such rank's dump paths as
+// scoring 0, the rebuilt index's scores being matched against the rank with its partition id).
+func TestVerifyNonDefaultPartitions(t *testing.T) {
+	fs := vfs.NewMem()
+	partitionedDir(t, fs)
+	var out bytes.Buffer
+	rep, err := Verify(bg, &out, VerifyOptions{Options: testOptions(fs)})
+	if err != nil {
+		t.Fatalf("verify: %v\n%s", err, out.String())
+	}
+	if rep.Ranks != 8 || rep.Partitions != 4 || !strings.Contains(out.String(), "8 ranks, 4 partitions") {
+		t.Fatalf("verify checked %d ranks of %d partitions, want 8 of 4\n%s", rep.Ranks, rep.Partitions, out.String())
+	}
+
+	// A problem outside the default partition names the rank with its partition.
+	s := openParts(t, fs)
+	r := event.Rank{Partition: 1, WorkerID: 21}
+	m, err := s.log.RankMeta(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var enc wal.SnapshotEncoder
+	ev := event.Stored(r, 0, nil, event.Block{BlockHash: 1, TokensHash: 2})
+	enc.Add(&ev)
+	if err := s.log.WriteCheckpoint(bg, r, m.Cursor.LastEventID, &enc); err != nil {
+		t.Fatal(err)
+	}
+	s.close(t)
+	out.Reset()
+	if _, err := Verify(bg, &out, VerifyOptions{Options: testOptions(fs)}); !errors.Is(err, ErrProblems) || !strings.Contains(out.String(), "problem: rank 21/0 (llama:default): snapshot at 5 is not the replay of the log") {
+		t.Fatalf("verify a wrong checkpoint in partition llama: %v\n%s", err, out.String())
+	}
+}
