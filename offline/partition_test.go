@@ -167,3 +167,52 @@ func TestVerifyNonDefaultPartitions(t *testing.T) {
 		t.Fatalf("verify a wrong checkpoint in partition llama: %v\n%s", err, out.String())
 	}
 }
+
+// TestInspectAndCompactPartitions guards the seam "inspect and compact know partitions": inspect
+// lists every partition with its block size and ranks and tags each rank; compact folds the
+// ranks of every partition, and the dir still verifies clean with every partition's tree as it
+// was.
+func TestInspectAndCompactPartitions(t *testing.T) {
+	fs := vfs.NewMem()
+	partitionedDir(t, fs)
+	var out bytes.Buffer
+	rep, err := Inspect(bg, &out, InspectOptions{Options: testOptions(fs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Partitions) != len(fixtureParts) {
+		t.Fatalf("inspect: %d partitions, want %d\n%s", len(rep.Partitions), len(fixtureParts), out.String())
+	}
+	for i, fp := range fixtureParts {
+		p := rep.Partitions[i]
+		if p.ModelName != fp.key.ModelName || p.RoutingGroup != fp.key.RoutingGroup || p.BlockSize != fp.blockSize || p.Ranks != 2*len(fp.workers) {
+			t.Fatalf("inspect: partition %d is %+v, want %v block size %d with %d ranks", i, p, fp.key, fp.blockSize, 2*len(fp.workers))
+		}
+	}
+	for _, line := range []string{"partition 1 llama:default (block size 32): 4 ranks", "partition 3 empty:default (block size 8): 0 ranks", "rank 31/1 (llama:g2)"} {
+		if !strings.Contains(out.String(), line) {
+			t.Fatalf("inspect: no line %q\n%s", line, out.String())
+		}
+	}
+
+	before := rebuildParts(t, fs)
+	res, err := Compact(bg, &bytes.Buffer{}, CompactOptions{Options: testOptions(fs)})
+	if err != nil || res.Ranks != 8 || res.Folded != 8 {
+		t.Fatalf("compact: %+v, %v; want 8 ranks folded", res, err)
+	}
+	out.Reset()
+	if _, err := Verify(bg, &out, VerifyOptions{Options: testOptions(fs)}); err != nil {
+		t.Fatalf("verify after compact: %v\n%s", err, out.String())
+	}
+	after := rebuildParts(t, fs)
+	for _, fp := range fixtureParts {
+		p, _ := before.Lookup(fp.key)
+		q, ok := after.Lookup(fp.key)
+		if !ok || q.BlockSize != fp.blockSize {
+			t.Fatalf("after compact: partition %v missing or of another block size", fp.key)
+		}
+		if g, w := dumps(t, q.Tiers.Device), dumps(t, p.Tiers.Device); g != w {
+			t.Fatalf("after compact: partition %v dumps differ\ngot\n%s\nwant\n%s", fp.key, g, w)
+		}
+	}
+}
