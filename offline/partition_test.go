@@ -3,6 +3,7 @@ package offline
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/store"
+	"github.com/kvindex/kvindex/tier"
 	"github.com/kvindex/kvindex/wal"
 )
 
@@ -165,6 +167,94 @@ func TestVerifyNonDefaultPartitions(t *testing.T) {
 	out.Reset()
 	if _, err := Verify(bg, &out, VerifyOptions{Options: testOptions(fs)}); !errors.Is(err, ErrProblems) || !strings.Contains(out.String(), "problem: rank 21/0 (llama:default): snapshot at 5 is not the replay of the log") {
 		t.Fatalf("verify a wrong checkpoint in partition llama: %v\n%s", err, out.String())
+	}
+}
+
+// segments splits an export at its partition lines and decodes each segment's events.
+func segments(t testing.TB, export []byte) ([]partition.Segment, [][]event.RouterEvent) {
+	t.Helper()
+	segs, err := partition.Split(export)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := make([][]event.RouterEvent, len(segs))
+	for i, sg := range segs {
+		if evs[i], err = event.DecodeNDJSON(bytes.NewReader(sg.Body)); err != nil {
+			t.Fatalf("segment %d: %v", i, err)
+		}
+	}
+	return segs, evs
+}
+
+// TestExportCarriesPartitions guards the seam "an export carries the partition": without a
+// partition filter every partition's line (block size included, partitions without ranks too)
+// comes before its ranks' events, and replaying each segment into its partition reproduces every
+// score of every partition; with a worker filter only that worker's partition is named; with a
+// partition filter no partition line is written.
+func TestExportCarriesPartitions(t *testing.T) {
+	fs := vfs.NewMem()
+	of := partitionedDir(t, fs)
+	want := rebuildParts(t, fs)
+	for _, what := range []What{WhatEvents, WhatDump} {
+		t.Run(what.String(), func(t *testing.T) {
+			var out bytes.Buffer
+			res, err := Export(bg, &out, ExportOptions{Options: testOptions(fs), What: what})
+			if err != nil {
+				t.Fatal(err)
+			}
+			segs, evs := segments(t, out.Bytes())
+			if len(segs) != len(fixtureParts) || len(res.Partitions) != len(fixtureParts) {
+				t.Fatalf("%d segments, %d partitions in the result; want %d\n%s", len(segs), len(res.Partitions), len(fixtureParts), out.String())
+			}
+			for i, fp := range fixtureParts {
+				sg := segs[i]
+				if !sg.Named || sg.Key != fp.key || sg.BlockSize != fp.blockSize || res.Partitions[i] != (ExportedPartition{fp.key, fp.blockSize}) {
+					t.Fatalf("segment %d: named %v %v block size %d; want %v %d", i, sg.Named, sg.Key, sg.BlockSize, fp.key, fp.blockSize)
+				}
+				// Replayed into a fresh partition, the segment scores as the partition does.
+				p, _ := want.Lookup(fp.key)
+				got := tier.New(index.New(index.Options{}))
+				for j := range evs[i] {
+					ev := &evs[i][j]
+					if of[ev.WorkerID] != p.ID {
+						t.Fatalf("segment %d (%v): event of worker %d of partition %d", i, fp.key, ev.WorkerID, of[ev.WorkerID])
+					}
+					ev.Partition = p.ID
+					got.Apply(ev)
+				}
+				queries := paths(t, p.Tiers.Device)
+				if len(fp.workers) > 0 && len(queries) == 0 {
+					t.Fatalf("partition %v: no query paths", fp.key)
+				}
+				if g, w := scores(got.Device, queries), scores(p.Tiers.Device, queries); g != w {
+					t.Fatalf("partition %v: scores after replaying its segment differ:\ngot\n%s\nwant\n%s", fp.key, g, w)
+				}
+			}
+			for _, er := range res.Ranks {
+				if er.Rank.Partition == 1 && (er.Partition != llama || !strings.HasPrefix(er.Note(), fmt.Sprintf("rank %d/%d (llama:default): ", er.Rank.WorkerID, er.Rank.DPRank))) {
+					t.Fatalf("rank %v: partition %v, note %q", er.Rank, er.Partition, er.Note())
+				}
+			}
+
+			// A worker filter: only its partition's line.
+			out.Reset()
+			if _, err := Export(bg, &out, ExportOptions{Options: testOptions(fs), What: what, Filter: Filter{Worker: 31, HasWorker: true}}); err != nil {
+				t.Fatal(err)
+			}
+			if segs, evs := segments(t, out.Bytes()); len(segs) != 1 || segs[0].Key != llamaG2 || segs[0].BlockSize != 64 || len(evs[0]) == 0 {
+				t.Fatalf("worker 31: want one segment of llama:g2, got\n%s", out.String())
+			}
+
+			// A partition filter: no partition line, that partition's events alone.
+			out.Reset()
+			res, err = Export(bg, &out, ExportOptions{Options: testOptions(fs), What: what, Filter: Filter{Partition: llama, HasPartition: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if segs, _ := segments(t, out.Bytes()); len(segs) != 1 || segs[0].Named || len(res.Partitions) != 0 || len(res.Ranks) != 4 {
+				t.Fatalf("partition filter: %d segments, %+v\n%s", len(segs), res, out.String())
+			}
+		})
 	}
 }
 
