@@ -10,6 +10,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/store"
 	"github.com/kvindex/kvindex/wal"
@@ -35,7 +37,7 @@ type CompactResult struct {
 	Ranks        int    // ranks in the dir (removed ranks excluded)
 	Folded       int    // ranks whose log was folded into a snapshot
 	EventsFolded uint64 // log events folded (and deleted)
-	BytesBefore  uint64 // bytes of the data dir's files before
+	BytesBefore  uint64 // the data dir's size on disk before, as du counts it (diskUsage)
 	BytesAfter   uint64 // and after
 }
 
@@ -50,10 +52,12 @@ type CompactResult struct {
 // replay) and returns ctx's error; what was folded stays folded and the dir stays consistent.
 func Compact(ctx context.Context, w io.Writer, opts CompactOptions) (res CompactResult, err error) {
 	opts.defaults()
-	if res.BytesBefore, err = dirBytes(opts.FS, opts.DataDir); err != nil {
+	before, err := diskUsage(opts.FS, opts.DataDir)
+	if err != nil {
 		return res, err
 	}
-	if res.BytesBefore == 0 {
+	res.BytesBefore = before.Bytes
+	if n, _ := opts.FS.List(opts.DataDir); len(n) == 0 {
 		// Never let a read-write open initialise a store where there was none.
 		return res, fmt.Errorf("compact %s: %w", opts.DataDir, store.ErrNoData)
 	}
@@ -73,6 +77,10 @@ func Compact(ctx context.Context, w io.Writer, opts CompactOptions) (res Compact
 		return res, err
 	}
 	res.Ranks = len(ranks)
+	parts, err := partition.Open(l, 0, index.Options{})
+	if err != nil {
+		return res, err
+	}
 	var bad []string
 	for _, r := range ranks {
 		if _, _, err := l.ReadSnapshot(r); err != nil {
@@ -87,7 +95,7 @@ func Compact(ctx context.Context, w io.Writer, opts CompactOptions) (res Compact
 			wal.ErrCorruption, strings.Join(bad, "; "))
 	}
 
-	fmt.Fprintf(w, "compact %s: %d ranks\n", opts.DataDir, len(ranks))
+	fmt.Fprintf(w, "compact %s: %s, %s\n", opts.DataDir, plural(uint64(len(ranks)), "rank"), plural(uint64(len(parts.All())), "partition"))
 	pb := newBar(opts.Progress, int64(len(ranks)), "folding")
 	for _, r := range ranks {
 		if err := ctx.Err(); err != nil {
@@ -104,22 +112,22 @@ func Compact(ctx context.Context, w io.Writer, opts CompactOptions) (res Compact
 		// A snapshot at or past the newest event (an online checkpoint) over a retained log:
 		// Fold only trims the log.
 		if n == 0 {
-			fmt.Fprintf(w, "rank %v: nothing to fold (%s)\n", r, snapshotWords(meta.SnapshotID))
+			fmt.Fprintf(w, "rank %s: nothing to fold (%s)\n", rankName(parts, r), snapshotWords(meta.SnapshotID))
 			pb.add(1)
 			continue
 		}
 		if err := recovery.Fold(ctx, l, r, last); err != nil {
 			var nf *recovery.NotFoldableError
 			if !errors.As(err, &nf) {
-				return res, fmt.Errorf("compact: rank %v: %w", r, err)
+				return res, fmt.Errorf("compact: rank %s: %w", rankName(parts, r), err)
 			}
-			fmt.Fprintf(w, "rank %v: kept its log: it holds %d blocks, only %d reachable from the root (stranded under a removed block), which a snapshot cannot express\n", r, nf.Held, nf.Reachable)
+			fmt.Fprintf(w, "rank %s: kept its log: it holds %d blocks, only %d reachable from the root (stranded under a removed block), which a snapshot cannot express\n", rankName(parts, r), nf.Held, nf.Reachable)
 			pb.add(1)
 			continue
 		}
 		res.Folded++
 		res.EventsFolded += n
-		fmt.Fprintf(w, "rank %v: folded %s (ids %d-%d) into a snapshot at %d\n", r, plural(n, "event"), first, last, last)
+		fmt.Fprintf(w, "rank %s: folded %s (ids %d-%d) into a snapshot at %d\n", rankName(parts, r), plural(n, "event"), first, last, last)
 		if f := opts.Listener.Folded; f != nil {
 			f(r, last, n)
 		}
@@ -142,11 +150,13 @@ func Compact(ctx context.Context, w io.Writer, opts CompactOptions) (res Compact
 	if err := st.Close(); err != nil {
 		return res, err
 	}
-	if res.BytesAfter, err = dirBytes(opts.FS, opts.DataDir); err != nil {
+	after, err := diskUsage(opts.FS, opts.DataDir)
+	if err != nil {
 		return res, err
 	}
+	res.BytesAfter = after.Bytes
 	fmt.Fprintf(w, "folded %d of %d ranks, %d events\n", res.Folded, res.Ranks, res.EventsFolded)
-	fmt.Fprintf(w, "data dir: %d bytes before, %d bytes after\n", res.BytesBefore, res.BytesAfter)
+	fmt.Fprintf(w, "size: %d bytes on disk (du) before, %d bytes after\n", res.BytesBefore, res.BytesAfter)
 	return res, nil
 }
 
@@ -178,23 +188,5 @@ func logSpan(db *pebble.DB, r event.Rank) (n, first, last uint64, err error) {
 	return n, first, last, nil
 }
 
-// dirBytes sums the disk space of the files directly in dir (Pebble keeps a flat dir): the blocks
-// allocated, as du counts them, where the file system reports them (Pebble preallocates WAL
-// files, so their apparent size understates what they take), else the apparent size.
-func dirBytes(fs vfs.FS, dir string) (uint64, error) {
-	names, err := fs.List(dir)
-	if err != nil {
-		return 0, fmt.Errorf("listing %s: %w: %w", dir, store.ErrNoData, err)
-	}
-	var total uint64
-	for _, n := range names {
-		fi, err := fs.Stat(fs.PathJoin(dir, n))
-		if err != nil {
-			continue // removed meanwhile
-		}
-		if !fi.IsDir() {
-			total += allocatedBytes(fi)
-		}
-	}
-	return total, nil
-}
+// diskUsage is the data dir's size on disk as du counts it (store.DirUsage).
+func diskUsage(fs vfs.FS, dir string) (store.Usage, error) { return store.DirUsage(fs, dir) }

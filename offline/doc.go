@@ -38,6 +38,21 @@
 // shift is reported (ExportedRank.Shift, and on stderr by the CLI). `--what dump` writes the
 // rebuilt tree instead, synthetic ids from 0 per rank (index.DumpRank), like GET /v1/dump.
 //
+// # Partitions
+//
+// Every command knows the partitions (model_name, routing_group) of the dir, read from their
+// records (partition.Open): verify checks the ranks of every partition and names a rank outside
+// the default one with its partition ("rank 21/0 (llama:default): ..."); inspect lists each
+// partition with its block size and ranks; compact folds the ranks of every partition; export
+// carries the partition in partition lines (partition.AppendLine, see Export): fed back as it is,
+// it restores every partition with its block size.
+//
+// # Store size
+//
+// inspect's size and compact's before/after are one number: the bytes the data dir takes on
+// disk as du counts them (diskUsage: allocated blocks of every file and directory, Pebble's
+// preallocated WAL included), not Pebble's estimate of its own files.
+//
 // # What verify can and cannot compare
 //
 // Retention (recovery.Fold) writes a snapshot and deletes the prefix it folds in one batch, and

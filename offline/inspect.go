@@ -94,14 +94,16 @@ type GapReport struct {
 	At      time.Time `json:"at"`
 }
 
-// DiskReport splits the disk bytes by kind. Log, Snapshots and Metadata are Pebble's estimates
-// of the sstable bytes of their key ranges; data still only in the memtable is counted in WAL.
+// DiskReport is the store's size on disk, split by kind. Total is the one store size: the bytes the
+// data dir takes on disk as du counts them (every file, WAL preallocation included), the number
+// compact prints before and after. Log, Snapshots and Metadata are Pebble's estimates of the
+// sstable bytes of their key ranges; data still only in the memtable is counted in WAL.
 type DiskReport struct {
-	Total     uint64 `json:"total"` // every Pebble file: sstables, WAL, MANIFEST, OPTIONS
+	Total     uint64 `json:"total"` // the data dir on disk, as du counts it
 	Log       uint64 `json:"log"`
 	Snapshots uint64 `json:"snapshots"`
 	Metadata  uint64 `json:"metadata"` // cursors, gap ledger, tombstones, format version, global
-	WAL       uint64 `json:"wal"`
+	WAL       uint64 `json:"wal"`      // the WAL files on disk (du)
 }
 
 // PebbleReport summarises Pebble's metrics.
@@ -110,7 +112,7 @@ type PebbleReport struct {
 	TableBytes    int64         `json:"table_bytes"`
 	Levels        []LevelReport `json:"levels"` // non-empty levels only
 	ReadAmp       int           `json:"read_amp"`
-	WALFiles      int64         `json:"wal_files"`
+	WALFiles      int64         `json:"wal_files"` // in the data dir (a read-only open writes none)
 	MemTableBytes uint64        `json:"memtable_bytes"`
 }
 
@@ -172,7 +174,7 @@ func Inspect(ctx context.Context, w io.Writer, opts InspectOptions) (rep Report,
 	if rep.RemovedRanks, err = countKeys(st, store.PrefixTombstone); err != nil {
 		return rep, err
 	}
-	if err := diskReport(st, &rep); err != nil {
+	if err := diskReport(st, opts.Options, &rep); err != nil {
 		return rep, err
 	}
 	if opts.JSON {
@@ -244,7 +246,7 @@ func countKeys(st *store.Store, prefix byte) (int, error) {
 	return n, store.MapError("count keys", it.Close())
 }
 
-func diskReport(st *store.Store, rep *Report) error {
+func diskReport(st *store.Store, o Options, rep *Report) error {
 	db := st.DB()
 	est := func(prefixes ...byte) (uint64, error) {
 		var total uint64
@@ -268,9 +270,13 @@ func diskReport(st *store.Store, rep *Report) error {
 	if rep.Disk.Metadata, err = est(store.PrefixRankMeta, store.PrefixGap, store.PrefixTombstone, store.PrefixVersion, store.PrefixGlobal); err != nil {
 		return err
 	}
+	// The files as they are on disk: Pebble's own metrics of a read-only open count no WAL.
+	u, err := diskUsage(o.FS, o.DataDir)
+	if err != nil {
+		return err
+	}
+	rep.Disk.Total, rep.Disk.WAL = u.Bytes, u.WALBytes
 	m := st.Metrics()
-	rep.Disk.Total = m.DiskSpaceUsage()
-	rep.Disk.WAL = m.WAL.PhysicalSize
 	p := &rep.Pebble
 	p.Levels = []LevelReport{}
 	for i, lv := range m.Levels {
@@ -282,7 +288,7 @@ func diskReport(st *store.Store, rep *Report) error {
 		p.TableBytes += lv.TablesSize
 	}
 	p.ReadAmp = m.ReadAmp()
-	p.WALFiles = m.WAL.Files
+	p.WALFiles = int64(u.WALFiles)
 	p.MemTableBytes = m.MemTable.Size
 	return nil
 }
@@ -336,7 +342,7 @@ func (rep Report) Text() string {
 		}
 	}
 	d := rep.Disk
-	fmt.Fprintf(&b, "disk: %d bytes total; sstables: log %d, snapshots %d, metadata %d; WAL %d\n",
+	fmt.Fprintf(&b, "size: %d bytes on disk (du); sstables: log %d, snapshots %d, metadata %d; WAL %d\n",
 		d.Total, d.Log, d.Snapshots, d.Metadata, d.WAL)
 	p := rep.Pebble
 	levels := make([]string, 0, len(p.Levels))

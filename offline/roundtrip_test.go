@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -127,14 +128,7 @@ func TestExportRoundTrip(t *testing.T) {
 				}
 				hs := httptest.NewServer(srv.Handler())
 				defer hs.Close()
-				resp, err := http.Post(hs.URL+"/v1/events", "application/x-ndjson", &out)
-				if err != nil {
-					t.Fatal(err)
-				}
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					t.Fatalf("POST /v1/events: %s", resp.Status)
-				}
+				postExport(t, hs.URL, out.Bytes())
 				if err := srv.Engine().Flush(bg); err != nil {
 					t.Fatal(err)
 				}
@@ -159,6 +153,21 @@ func TestExportRoundTrip(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// postExport posts an export to a server the documented way: the NDJSON as it is, its
+// partition lines included (the server reads them: docs/API.md "Partition lines").
+func postExport(t testing.TB, base string, export []byte) {
+	t.Helper()
+	resp, err := http.Post(base+"/v1/events", "application/x-ndjson", bytes.NewReader(export))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /v1/events: %s %s", resp.Status, b)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/store"
 	"github.com/kvindex/kvindex/tier"
 	"github.com/kvindex/kvindex/wal"
@@ -22,11 +23,12 @@ type VerifyOptions struct {
 
 // VerifyReport is what Verify checked and found.
 type VerifyReport struct {
-	Ranks    int      // ranks checked
-	Records  uint64   // log records decoded
-	Blocks   uint64   // blocks of the rebuilt trees (device tier)
-	Problems []string // one line each; empty when the dir is clean
-	Notes    []string // facts worth knowing that are not problems (a torn WAL tail, ...)
+	Ranks      int      // ranks checked
+	Partitions int      // partitions recorded in the dir (the default one included)
+	Records    uint64   // log records decoded
+	Blocks     uint64   // blocks of the rebuilt trees (device tier)
+	Problems   []string // one line each; empty when the dir is clean
+	Notes      []string // facts worth knowing that are not problems (a torn WAL tail, ...)
 }
 
 // knownPrefixes are the key prefixes of store's layout.
@@ -69,13 +71,18 @@ func Verify(ctx context.Context, w io.Writer, opts VerifyOptions) (rep VerifyRep
 	if err != nil {
 		return rep, err
 	}
-	fmt.Fprintf(w, "verify %s: format version %d, %d ranks\n", opts.DataDir, st.Version(), len(ranks))
+	parts, err := partition.Open(l, 0, index.Options{})
+	if err != nil {
+		return rep, err
+	}
+	rep.Partitions = len(parts.All())
+	fmt.Fprintf(w, "verify %s: format version %d, %s, %s\n", opts.DataDir, st.Version(), plural(uint64(len(ranks)), "rank"), plural(uint64(rep.Partitions), "partition"))
 	pb := newBar(opts.Progress, int64(len(ranks)), "verifying")
 	for _, r := range ranks {
 		if err := ctx.Err(); err != nil {
 			return rep, fmt.Errorf("verify: %w", err)
 		}
-		v := rankVerifier{ctx: ctx, st: st, l: l, r: r}
+		v := rankVerifier{ctx: ctx, st: st, l: l, r: r, name: rankName(parts, r)}
 		if err := v.run(); err != nil {
 			return rep, fmt.Errorf("verify rank %v: %w", r, err)
 		}
@@ -125,13 +132,14 @@ type rankVerifier struct {
 	st       *store.Store
 	l        *wal.Log
 	r        event.Rank
+	name     string // rankName
 	problems []string
 	records  uint64
 	blocks   uint64
 }
 
 func (v *rankVerifier) problem(format string, args ...any) {
-	v.problems = append(v.problems, fmt.Sprintf("rank %v: ", v.r)+fmt.Sprintf(format, args...))
+	v.problems = append(v.problems, "rank "+v.name+": "+fmt.Sprintf(format, args...))
 }
 
 func (v *rankVerifier) run() error {
@@ -385,9 +393,11 @@ func (v *rankVerifier) checkTree(ix *index.Index) error {
 	return nil
 }
 
+// scoreOf is r's score for path in ix. A score names the worker and dp rank only (an index holds
+// one partition), so it is matched on those: Score.Rank() has partition 0.
 func scoreOf(ix *index.Index, r event.Rank, path []uint64) int {
 	for _, s := range ix.FindMatches(path, false) {
-		if s.Rank() == r {
+		if s.WorkerID == r.WorkerID && s.DPRank == r.DPRank {
 			return int(s.Score)
 		}
 	}
@@ -418,4 +428,17 @@ func sameDump(a, b []event.RouterEvent) (int, bool) {
 		return min(len(a), len(b)), false
 	}
 	return 0, true
+}
+
+// rankName is r for people: "worker/dp", followed by " (model_name:routing_group)" outside the
+// default partition. A partition id without a record (a damaged dir) is named by its id.
+func rankName(parts *partition.Set, r event.Rank) string {
+	p := parts.Get(r.Partition)
+	switch {
+	case p == nil:
+		return fmt.Sprintf("%d/%d (partition %d, no record)", r.WorkerID, r.DPRank, r.Partition)
+	case r.Partition == 0:
+		return fmt.Sprintf("%d/%d", r.WorkerID, r.DPRank)
+	}
+	return fmt.Sprintf("%d/%d (%s)", r.WorkerID, r.DPRank, p.Key)
 }

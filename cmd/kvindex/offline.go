@@ -57,15 +57,16 @@ func compactCommand() *cli.Command {
 
 func exportCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "export",
-		Usage: "offline, read-only: the log as RouterEvent NDJSON (events, original ids) or the rebuilt tree (dump)",
+		Name: "export",
+		Usage: "offline, read-only: the log as RouterEvent NDJSON (events, original ids) or the rebuilt tree (dump); " +
+			"each partition's events follow its partition line {\"partition\":{...}} unless --model-name/--routing-group select one",
 		Flags: []cli.Flag{
 			offlineDataDirFlag("export"),
 			&cli.StringFlag{Name: "what", Value: "events", Usage: "events: the retained log, each rank's snapshot first; dump: the rebuilt tree, ids from 0 per rank", EnvVars: env("export", "what")},
 			&cli.Uint64Flag{Name: "worker-id", Usage: "only this worker's ranks", EnvVars: env("export", "worker-id")},
 			&cli.UintFlag{Name: "dp-rank", Usage: "only this dp rank (with --worker-id)", EnvVars: env("export", "dp-rank")},
-			&cli.StringFlag{Name: "model-name", Usage: "only this partition's ranks (with --routing-group, default \"default\")", EnvVars: env("export", "model-name")},
-			&cli.StringFlag{Name: "routing-group", Usage: "only this partition's ranks (with --model-name, default \"default\")", EnvVars: env("export", "routing-group")},
+			&cli.StringFlag{Name: "model-name", Usage: "only this partition's ranks, without partition lines (with --routing-group, default \"default\")", EnvVars: env("export", "model-name")},
+			&cli.StringFlag{Name: "routing-group", Usage: "only this partition's ranks, without partition lines (with --model-name, default \"default\")", EnvVars: env("export", "routing-group")},
 			&cli.Uint64Flag{Name: "from", Usage: "events only: skip log events below this id (a snapshot at or above it is still written)", EnvVars: env("export", "from")},
 			&cli.StringFlag{Name: "out", Usage: "write to this file (replaced atomically when done) instead of stdout", EnvVars: env("export", "out")},
 		},
@@ -98,7 +99,11 @@ func exportCommand() *cli.Command {
 			for _, r := range res.Ranks {
 				fmt.Fprintln(c.App.ErrWriter, r.Note())
 			}
-			fmt.Fprintf(c.App.ErrWriter, "exported %d events of %d ranks\n", res.Events, len(res.Ranks))
+			fmt.Fprintf(c.App.ErrWriter, "exported %d events of %d ranks", res.Events, len(res.Ranks))
+			if n := len(res.Partitions); n > 0 {
+				fmt.Fprintf(c.App.ErrWriter, " in %d partition(s), each after its partition line", n)
+			}
+			fmt.Fprintln(c.App.ErrWriter)
 			return nil
 		},
 	}
@@ -142,7 +147,7 @@ func exportTo(c *cli.Context, path string, eo offline.ExportOptions) (offline.Ex
 func inspectCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "inspect",
-		Usage: "offline, read-only: format version, ranks (log span, snapshot, cursor, gap ledger), disk bytes, Pebble summary",
+		Usage: "offline, read-only: format version, partitions, ranks (log span, snapshot, cursor, gap ledger), size on disk (du), Pebble summary",
 		Flags: []cli.Flag{
 			offlineDataDirFlag("inspect"),
 			&cli.BoolFlag{Name: "json", Usage: "write the report as JSON", EnvVars: env("inspect", "json")},

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/store"
 	"github.com/kvindex/kvindex/wal"
 )
@@ -88,9 +91,91 @@ func TestOfflineCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs, err := event.DecodeNDJSON(bytes.NewReader(data))
+	segs, err := partition.Split(data)
+	if err != nil || len(segs) != 1 || segs[0].Key != partition.Default {
+		t.Fatalf("export --out after compact: %v, %+v: want the default partition's line first", err, segs)
+	}
+	evs, err := event.DecodeNDJSON(bytes.NewReader(segs[0].Body))
 	if err != nil || len(evs) != 1 || evs[0].EventID != 2 || len(evs[0].Blocks) != 2 {
 		t.Fatalf("export --out after compact: %v %+v", err, evs)
+	}
+}
+
+// TestOfflineCLIPartitions guards the seam "the offline commands know partitions" at the CLI: on
+// a real dir with a rank in the default partition and one in llama:default (block size 32),
+// verify is clean, inspect lists both partitions and their sizes on disk, export writes each
+// partition's line before its events (and none with --model-name).
+func TestOfflineCLIPartitions(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	st, err := store.Open(dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := wal.Open(st, wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := partition.Open(l, 16, index.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parts.Ensure(t.Context(), partition.Default, 16); err != nil {
+		t.Fatal(err)
+	}
+	llama, err := parts.Ensure(t.Context(), partition.Key{ModelName: "llama", RoutingGroup: "default"}, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := l.NewBatch()
+	for _, r := range []event.Rank{{WorkerID: 7}, {Partition: llama.ID, WorkerID: 21}} {
+		for i, ev := range []event.RouterEvent{
+			event.Stored(r, 1, nil, event.Block{BlockHash: 1, TokensHash: 10}),
+			event.Stored(r, 2, u64p(1), event.Block{BlockHash: 2, TokensHash: 20}),
+		} {
+			b.Append(&ev)
+			b.SetCursor(r, wal.Cursor{LastEventID: uint64(i + 1)})
+		}
+	}
+	if err := l.Commit(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cli := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(append([]string{"kvindex"}, args...), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	defLine := `{"partition":{"model_name":"default","routing_group":"default","block_size":16}}` + "\n"
+	llamaLine := `{"partition":{"model_name":"llama","routing_group":"default","block_size":32}}` + "\n"
+	for _, tc := range []struct {
+		args   []string
+		stdout []string // substrings, in this order
+		stderr string   // substring
+	}{
+		{[]string{"verify", "--data-dir", dir}, []string{"2 ranks, 2 partitions", "2 ranks, 4 log records, 4 blocks: clean"}, ""},
+		{[]string{"inspect", "--data-dir", dir}, []string{"partition 1 llama:default (block size 32): 1 rank", "rank 21/0 (llama:default)", "bytes on disk (du)"}, ""},
+		{[]string{"export", "--data-dir", dir}, []string{defLine + `{"worker_id":7,`, llamaLine + `{"worker_id":21,`}, "in 2 partition(s)"},
+		{[]string{"export", "--data-dir", dir, "--what", "dump", "--worker-id", "21"}, []string{llamaLine + `{"worker_id":21,`}, "rank 21/0 (llama:default): 1 event"},
+		{[]string{"export", "--data-dir", dir, "--model-name", "llama"}, []string{`{"worker_id":21,`}, "exported 2 events of 1 ranks\n"},
+		{[]string{"compact", "--data-dir", dir}, []string{"compact " + dir + ": 2 ranks, 2 partitions", "rank 21/0 (llama:default): folded 2 events", "bytes on disk (du) before"}, ""},
+		{[]string{"verify", "--data-dir", dir}, []string{"2 ranks, 0 log records, 4 blocks: clean"}, ""},
+	} {
+		code, stdout, stderr := cli(tc.args...)
+		rest, ok := stdout, true
+		for _, want := range tc.stdout {
+			i := strings.Index(rest, want)
+			if i < 0 {
+				ok = false
+				break
+			}
+			rest = rest[i+len(want):]
+		}
+		if code != 0 || !ok || !strings.Contains(stderr, tc.stderr) || (slices.Contains(tc.args, "--model-name") && strings.Contains(stdout, `"partition"`)) {
+			t.Errorf("kvindex %s: exit %d\nstdout %q (want %q)\nstderr %q (want %q)", strings.Join(tc.args, " "), code, stdout, tc.stdout, stderr, tc.stderr)
+		}
 	}
 }
 
