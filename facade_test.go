@@ -190,4 +190,25 @@ func TestLibraryAnswersAsHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after the DB's restart")
+
+	// The answer's shape and removals, as the routes do them.
+	b, _ := json.Marshal(map[string]any{"block_hashes": []uint64{1, 2, 3}, "model_name": model, "top_k": 2, "min_score": 1})
+	var shaped struct{ Scores []wireScore }
+	if err := json.Unmarshal(post("/v1/find_matches", b), &shaped); err != nil {
+		t.Fatal(err)
+	}
+	if lib := asWire(db.Find(nil, model, "", kvindex.Query{Hashes: []uint64{1, 2, 3}, TopK: 2, MinScore: 1})); !reflect.DeepEqual(lib, shaped.Scores) || len(lib) != 2 {
+		t.Fatalf("top_k 2, min_score 1: library %+v, HTTP %+v", lib, shaped.Scores)
+	}
+	if n, err := db.RemoveWorker(ctx, 1); err != nil || n == 0 {
+		t.Fatalf("RemoveWorker(1) = %d, %v", n, err)
+	}
+	if err := db.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range db.FindMatchesIn(nil, model, "", []uint64{1, 2, 3, 4}) {
+		if sc.WorkerID == 1 {
+			t.Fatalf("worker 1 still answers after RemoveWorker: %+v", sc)
+		}
+	}
 }

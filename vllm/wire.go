@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
@@ -487,9 +486,4 @@ func (d *Decoder) field(ev *Event, name string) error {
 		}
 	}
 	return nil
-}
-
-// mediumIsDevice reports whether a medium names the GPU cache the device tree indexes.
-func mediumIsDevice(m string) bool {
-	return m == "" || strings.EqualFold(m, "GPU") || strings.EqualFold(m, "cuda")
 }

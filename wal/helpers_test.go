@@ -4,13 +4,11 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/store"
-	"github.com/kvindex/kvindex/testutil"
 )
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -34,17 +32,6 @@ func openLog(t testing.TB, fs vfs.FS, d Durability) (*store.Store, *Log) {
 		t.Fatalf("open log: %v", err)
 	}
 	return st, l
-}
-
-// dumpRank renders a rank's whole log, one event a line.
-func dumpRank(l *Log, r event.Rank) (string, error) {
-	var b strings.Builder
-	err := l.Range(r, 0, 0, func(ev *event.RouterEvent) error {
-		b.WriteString(testutil.FormatEvent(ev))
-		b.WriteByte('\n')
-		return nil
-	})
-	return b.String(), err
 }
 
 // realisticEvent is a Stored event with 8 blocks and a parent (the benchmark and crash payload).
