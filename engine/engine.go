@@ -157,7 +157,7 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	fetcher := recovery.NewFetcher(recovery.FetcherOptions{RequestTimeout: cfg.FetchTimeout, BaseBackoff: cfg.FetchBackoff,
 		Logger: cfg.Logger, AuthToken: cfg.AuthToken, Partition: e.partitionNames})
-	trees := lanes.TreeFunc(func(id uint32) lanes.Tree { return e.parts.TiersOf(id) })
+	trees := lanes.Trees(func(id uint32) lanes.Tree { return e.parts.TiersOf(id) })
 	e.pipe = lanes.New(lg, trees, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, CheckpointRatio: cfg.CheckpointRatio,
 		Logger: cfg.Logger, Listener: cfg.Listener, Source: e.sourceOf, Fetcher: fetcher})
 	e.approx = approx.New(e.pipe, cfg.approxOptions())

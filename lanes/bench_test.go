@@ -3,6 +3,7 @@ package lanes
 import (
 	"context"
 	"fmt"
+	"github.com/kvindex/kvindex/tier"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -60,7 +61,7 @@ func benchSubmit(b *testing.B, producers, batch int, variant string) {
 	}
 	var p *Pipeline
 	if variant == "pipeline" {
-		p = New(lg, OneIndex(index.New(index.Options{})), Options{Logger: quiet()})
+		p = New(lg, Single(tier.New(index.New(index.Options{}))), Options{Logger: quiet()})
 		p.Start()
 		defer p.Close()
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/tier"
 	"github.com/kvindex/kvindex/wal"
 )
@@ -109,7 +110,7 @@ func (ln *lane) checkpoint(rs *rankState, d dumper) {
 		switch {
 		case rs.incarnation != rs.appliedInc:
 			err = fmt.Errorf("%w: a later batch replaces the rank's state", ErrCheckpointSkipped)
-		case rs.state != "live":
+		case rs.state != recovery.StateLive:
 			err = fmt.Errorf("%w: rank is %s", ErrCheckpointSkipped, rs.state)
 		default:
 			// The write goes in flight before rs.mu is released: a decision that resets or

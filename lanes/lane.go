@@ -228,8 +228,8 @@ func (ln *lane) removeRank(r event.Rank) (int, error) {
 		rs.cancel()
 		rs.cancel = nil
 	}
-	rs.last, rs.hasLast, rs.degraded, rs.logged, rs.lost, rs.recovered, rs.pending, rs.epoch = 0, false, false, 0, 0, 0, 0, 0
-	rs.removed, rs.seen, rs.state = true, false, "live"
+	rs.cursorState = cursorState{removed: true}
+	rs.pending = 0
 	rs.applied, rs.sinceSnap = 0, 0 // the pipeline is drained: the applier is idle
 	rs.incarnation = ln.p.incarnations.Add(1)
 	rs.st = ln.p.stateMachine(rs, nil)
@@ -256,12 +256,10 @@ type step struct {
 	last uint64 // stepReplace: the dump's LastEventID
 }
 
+// saved is a rank's cursor state as a batch found it, to put back if the commit fails.
 type saved struct {
-	rs                             *rankState
-	last, logged, lost, rec        uint64
-	hasLast, degraded, remvd, seen bool
-	state                          string
-	epoch                          uint32
+	rs *rankState
+	cs cursorState
 }
 
 type fetchStart struct {
@@ -282,8 +280,7 @@ type batchState struct {
 func (bs *batchState) touch(rs *rankState) {
 	if !bs.touched[rs] {
 		bs.touched[rs] = true
-		bs.undo = append(bs.undo, saved{rs: rs, last: rs.last, logged: rs.logged, lost: rs.lost, rec: rs.recovered,
-			hasLast: rs.hasLast, degraded: rs.degraded, remvd: rs.removed, seen: rs.seen, state: rs.state, epoch: rs.epoch})
+		bs.undo = append(bs.undo, saved{rs: rs, cs: rs.cursorState})
 	}
 }
 
@@ -389,11 +386,11 @@ func (ln *lane) execute(rs *rankState, d recovery.Decision, ev *event.RouterEven
 	rs.degraded = d.Degraded
 	switch {
 	case d.Recovering:
-		rs.state = "recovering"
+		rs.state = recovery.StateRecovering
 	case d.Degraded:
-		rs.state = "degraded"
+		rs.state = recovery.StateDegraded
 	default:
-		rs.state = "live"
+		rs.state = recovery.StateLive
 	}
 }
 
@@ -592,8 +589,7 @@ func (ln *lane) restoreFailed() {
 			}
 			ln.restored[rs] = true
 			rs.mu.Lock()
-			rs.last, rs.logged, rs.lost, rs.recovered, rs.hasLast, rs.degraded, rs.removed, rs.seen, rs.state, rs.epoch =
-				s.last, s.logged, s.lost, s.rec, s.hasLast, s.degraded, s.remvd, s.seen, s.state, s.epoch
+			rs.cursorState = s.cs
 			if rs.cancel != nil {
 				rs.cancel()
 				rs.cancel = nil

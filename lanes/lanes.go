@@ -14,7 +14,6 @@ import (
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/recovery"
-	"github.com/kvindex/kvindex/tier"
 	"github.com/kvindex/kvindex/wal"
 )
 
@@ -42,30 +41,14 @@ type Tree interface {
 	RegisterRanks(ranks []event.Rank)
 }
 
-// Indexes gives the Tree of each partition.
-type Indexes interface {
-	TreeOf(partition uint32) Tree
-}
+// Trees gives the Tree of each partition (the engine passes its partition set's TiersOf).
+type Trees func(partition uint32) Tree
 
-// TreeFunc adapts a function to Indexes (the server passes its partition set's TiersOf).
-type TreeFunc func(partition uint32) Tree
-
-// TreeOf returns f(partition).
-func (f TreeFunc) TreeOf(partition uint32) Tree { return f(partition) }
-
-// OneIndex is an Indexes with one partition state for every partition: the tree ix and lower
-// tiers of its own (tests, single-partition tools).
-func OneIndex(ix *index.Index) Indexes { return oneTree{tier.New(ix)} }
-
-// OneTree is an Indexes with one Tree for every partition.
-func OneTree(t Tree) Indexes { return oneTree{t} }
-
-type oneTree struct{ t Tree }
-
-func (o oneTree) TreeOf(uint32) Tree { return o.t }
+// Single is Trees with one Tree for every partition (tests, single-partition tools).
+func Single(t Tree) Trees { return func(uint32) Tree { return t } }
 
 // ix is the state of r's partition.
-func (p *Pipeline) ix(r event.Rank) Tree { return p.ixs.TreeOf(r.Partition) }
+func (p *Pipeline) ix(r event.Rank) Tree { return p.trees(r.Partition) }
 
 // Fetcher fetches a range of a rank's events from a recovery source (recovery.Fetcher; tests
 // pass a fake). start nil asks for a TreeDump.
@@ -143,7 +126,7 @@ type RankStatus struct {
 	Last      uint64 // newest logged event id (0 with HasLast false when none)
 	HasLast   bool
 	Degraded  bool
-	State     string // live, recovering or degraded
+	State     recovery.State
 	Lost      uint64 // gaps recorded lost
 	Recovered uint64 // gaps recorded recovered
 	Pending   int    // live events buffered (durably) while a recovery is in flight
@@ -165,18 +148,9 @@ type rankState struct {
 	st     *recovery.RankState
 	cancel context.CancelFunc // the recovery fetch in flight, if any; lane only
 
-	mu          sync.Mutex // guards the fields below against readers of Status; written only by the lane
-	last        uint64
-	hasLast     bool
-	degraded    bool
-	state       string
-	lost        uint64
-	recovered   uint64
-	logged      uint64 // events logged since the last snapshot or reset (retention trigger)
-	seen        bool   // an event was accepted since the rank was created or removed: it is listed
-	removed     bool
+	mu sync.Mutex // guards the fields below against readers of Status; written only by the lane
+	cursorState
 	pending     int
-	epoch       uint32
 	incarnation uint64
 
 	// The applier's view, for online checkpoints (checkpoint.go); only the lane's applier (or the
@@ -184,6 +158,22 @@ type rankState struct {
 	applied    uint64 // id of the newest event applied to the tree
 	appliedInc uint64 // the incarnation the newest applied step was decided in
 	sinceSnap  uint64 // block operations applied since the rank's last snapshot (recovery.OpBlocks)
+}
+
+// cursorState is what a lane commit changes of a rank beside its log: its cursor, ledger and
+// listing. A batch saves it whole before its first decision on the rank and a failed commit puts
+// it back whole (lane.restoreFailed), so a field added here is rolled back with the others.
+type cursorState struct {
+	last      uint64
+	hasLast   bool
+	degraded  bool
+	state     recovery.State
+	lost      uint64
+	recovered uint64
+	logged    uint64 // events logged since the last snapshot or reset (retention trigger)
+	seen      bool   // an event was accepted since the rank was created or removed: it is listed
+	removed   bool
+	epoch     uint32
 }
 
 func (rs *rankState) status() RankStatus {
@@ -254,10 +244,10 @@ func (w *waiter) finish(res Result, removed int, err error) {
 
 // Pipeline is the set of lanes over one log and one index.
 type Pipeline struct {
-	opts Options
-	log  *wal.Log
-	ixs  Indexes
-	lg   *slog.Logger
+	opts  Options
+	log   *wal.Log
+	trees Trees
+	lg    *slog.Logger
 
 	mu    sync.RWMutex // guards ranks and next
 	ranks map[event.Rank]*rankState
@@ -302,7 +292,7 @@ type lane struct {
 }
 
 // New builds a pipeline; call Replay (optional) and then Start.
-func New(log *wal.Log, ixs Indexes, opts Options) *Pipeline {
+func New(log *wal.Log, trees Trees, opts Options) *Pipeline {
 	if opts.Lanes <= 0 {
 		opts.Lanes = runtime.GOMAXPROCS(0)
 	}
@@ -324,7 +314,7 @@ func New(log *wal.Log, ixs Indexes, opts Options) *Pipeline {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	p := &Pipeline{opts: opts, log: log, ixs: ixs, lg: opts.Logger, ranks: map[event.Rank]*rankState{},
+	p := &Pipeline{opts: opts, log: log, trees: trees, lg: opts.Logger, ranks: map[event.Rank]*rankState{},
 		stop: make(chan struct{}), closing: make(chan struct{})}
 	p.fetchCtx, p.fetchCancel = context.WithCancel(context.Background())
 	for i := range opts.Lanes {
@@ -408,7 +398,7 @@ func (p *Pipeline) register(r event.Rank) *rankState {
 	defer p.mu.Unlock()
 	rs := p.ranks[r]
 	if rs == nil {
-		rs = &rankState{rank: r, lane: p.next % len(p.lanes), state: "live", incarnation: p.incarnations.Add(1)}
+		rs = &rankState{rank: r, lane: p.next % len(p.lanes), incarnation: p.incarnations.Add(1)}
 		rs.st = p.stateMachine(rs, nil)
 		p.next++
 		p.ranks[r] = rs
@@ -662,7 +652,7 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 		byPart[r.Partition] = append(byPart[r.Partition], r)
 	}
 	for part, rs := range byPart {
-		p.ixs.TreeOf(part).RegisterRanks(rs)
+		p.trees(part).RegisterRanks(rs)
 	}
 	perLane := make([][]*rankState, len(p.lanes))
 	for _, r := range ranks {

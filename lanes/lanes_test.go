@@ -55,7 +55,7 @@ func openWithProgress(t *testing.T, fs vfs.FS, opts Options, progress func(done,
 		opts.Logger = quiet()
 	}
 	ts := tier.New(ix)
-	p := New(lg, OneTree(ts), opts)
+	p := New(lg, Single(ts), opts)
 	if err := p.Replay(context.Background(), progress); err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +451,7 @@ func TestReplayIsCancellable(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	p := New(lg, OneIndex(index.New(index.Options{})), Options{Lanes: 2, Logger: quiet()})
+	p := New(lg, Single(tier.New(index.New(index.Options{}))), Options{Lanes: 2, Logger: quiet()})
 	defer p.Close()
 	if err := p.Replay(ctx, nil); !errorsIs(err, context.Canceled) {
 		t.Fatalf("replay with a cancelled context: %v", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kvindex/kvindex/tier"
 	"slices"
 	"strconv"
 	"strings"
@@ -132,7 +133,7 @@ func (g *lifecycleRig) open() {
 		t.Fatal(err)
 	}
 	g.st, g.log, g.ix, g.fetcher = st, lg, index.New(index.Options{}), &fakeFetcher{}
-	g.p = New(lg, OneIndex(g.ix), Options{Lanes: 2, Logger: quiet(), Fetcher: g.fetcher,
+	g.p = New(lg, Single(tier.New(g.ix)), Options{Lanes: 2, Logger: quiet(), Fetcher: g.fetcher,
 		Now: func() time.Time { return g.now },
 		Source: func(w uint64) string {
 			g.srcMu.Lock()
@@ -312,7 +313,7 @@ func waitFetchesSettled(g *lifecycleRig) {
 	for time.Now().Before(deadline) {
 		recovering := 0
 		for _, s := range g.p.Status() {
-			if s.State == "recovering" {
+			if s.State == recovery.StateRecovering {
 				recovering++
 			}
 		}

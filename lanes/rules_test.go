@@ -47,7 +47,7 @@ func TestRule6DamagedSnapshotIsARecordedLoss(t *testing.T) {
 	f2 := open(t, fs, Options{Lanes: 1})
 	defer f2.close()
 	st, ok := f2.p.RankStatus(r)
-	if !ok || st.State != "degraded" || !st.Degraded || st.Lost != 1 || st.Last != 3 {
+	if !ok || st.State != recovery.StateDegraded || !st.Degraded || st.Lost != 1 || st.Last != 3 {
 		t.Fatalf("after a damaged snapshot: %+v (listed %v), want degraded, last 3, one lost gap", st, ok)
 	}
 	meta, err := f2.log.RankMeta(r)
@@ -191,7 +191,7 @@ func TestRule4LateAnswerOfARemovedIncarnationIsDiscarded(t *testing.T) {
 	if err := f.p.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := f.p.RankStatus(r); st.State != "recovering" {
+	if st, _ := f.p.RankStatus(r); st.State != recovery.StateRecovering {
 		t.Fatalf("the old incarnation's answer ended the new restore: %+v", st)
 	}
 	select {
@@ -202,7 +202,7 @@ func TestRule4LateAnswerOfARemovedIncarnationIsDiscarded(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		st, _ := f.p.RankStatus(r)
-		if st.State == "live" && st.Last == 20 {
+		if st.State == recovery.StateLive && st.Last == 20 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -112,8 +112,8 @@ func publishChunk(js jetstream.JetStream, stream string, evs []event.RouterEvent
 
 // replica is one in-process kvindex with its HTTP API.
 type replica struct {
-	t   *testing.T
-	fs  vfs.FS
+	t    *testing.T
+	fs   vfs.FS
 	srv  *server.Server
 	hs   *httptest.Server
 	part string // the query naming the partition checkScores asks ("" the default)

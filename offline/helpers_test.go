@@ -3,6 +3,7 @@ package offline
 import (
 	"context"
 	"fmt"
+	"github.com/kvindex/kvindex/tier"
 	"io"
 	"log/slog"
 	"strings"
@@ -52,7 +53,7 @@ func openRWWith(t testing.TB, fs vfs.FS, opts lanes.Options) *rw {
 		t.Fatalf("open log: %v", err)
 	}
 	s := &rw{st: st, log: l, ix: index.New(index.Options{})}
-	s.pipe = lanes.New(l, lanes.OneIndex(s.ix), opts)
+	s.pipe = lanes.New(l, lanes.Single(tier.New(s.ix)), opts)
 	if err := s.pipe.Replay(bg, nil); err != nil {
 		t.Fatalf("replay: %v", err)
 	}

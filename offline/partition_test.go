@@ -42,7 +42,7 @@ func openParts(t testing.TB, fs vfs.FS) *partRW {
 		t.Fatal(err)
 	}
 	s := &partRW{st: st, log: l, parts: parts}
-	s.pipe = lanes.New(l, lanes.TreeFunc(func(id uint32) lanes.Tree { return parts.TiersOf(id) }), lanes.Options{Lanes: 1, Logger: quiet()})
+	s.pipe = lanes.New(l, lanes.Trees(func(id uint32) lanes.Tree { return parts.TiersOf(id) }), lanes.Options{Lanes: 1, Logger: quiet()})
 	if err := s.pipe.Replay(bg, nil); err != nil {
 		t.Fatalf("replay: %v", err)
 	}

@@ -64,7 +64,7 @@ func (r *lifecycleDriver) exec(t *rapid.T, s *RankState, before Cursor, ev *even
 		f := *d.Fetch
 		r.inflight = &f
 	}
-	if s.State() == "recovering" && r.inflight == nil {
+	if s.State() == StateRecovering && r.inflight == nil {
 		t.Fatalf("rule 3: recovering with no fetch in flight: %s", describe(s))
 	}
 	// The durable copy holds exactly the buffered events (the driver persists what it is told).

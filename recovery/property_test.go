@@ -220,7 +220,7 @@ func TestRecoveryConverges(t *testing.T) {
 		if s.Recovering() || s.Degraded() {
 			t.Fatalf("did not settle: %s", describe(s))
 		}
-		if s.Cursor() != LiveCursor(up.newest()) || s.Pending() != 0 || s.State() != "live" {
+		if s.Cursor() != LiveCursor(up.newest()) || s.Pending() != 0 || s.State() != StateLive {
 			t.Fatalf("rank %s, upstream newest %d", describe(s), up.newest())
 		}
 		if !maps.Equal(r.held, up.held) {

@@ -331,15 +331,43 @@ func (s *RankState) Degraded() bool { return s.trust != trustExact }
 
 // State is the rank's state as GET /v1/ranks shows it: "recovering" while a recovery is in
 // flight, else "degraded" while a loss is unrepaired, else "live".
-func (s *RankState) State() string {
+func (s *RankState) State() State {
 	switch {
 	case s.inflight:
-		return "recovering"
+		return StateRecovering
 	case s.trust != trustExact:
+		return StateDegraded
+	}
+	return StateLive
+}
+
+// State is a rank's condition as /v1/ranks, the metrics and the status page show it.
+type State uint8
+
+// The states. The zero value is live.
+const (
+	StateLive       State = iota // every event is applied exactly, no recovery in flight
+	StateRecovering              // a recovery fetch is in flight; live events wait, durably
+	StateDegraded                // a gap was recorded lost: the rank serves what it was told
+)
+
+// States lists every state in display order.
+var States = []State{StateLive, StateRecovering, StateDegraded}
+
+func (s State) String() string {
+	switch s {
+	case StateLive:
+		return "live"
+	case StateRecovering:
+		return "recovering"
+	case StateDegraded:
 		return "degraded"
 	}
-	return "live"
+	return "unknown"
 }
+
+// MarshalText writes the state's name (JSON answers carry it as a string).
+func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // LastToken is the last fetch token issued (Options.TokenBase when none was).
 func (s *RankState) LastToken() uint64 { return s.lastToken }

@@ -468,7 +468,7 @@ func (s *Server) listRanks(w http.ResponseWriter, r *http.Request) {
 			s.submitError(w, err)
 			return
 		}
-		state := st.State
+		state := st.State.String()
 		if state == "" {
 			state = "live"
 		}

@@ -232,7 +232,7 @@ func (c *indexCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	for _, st := range c.s.e.Status() {
-		byState[partState{st.Rank.Partition, st.State}]++
+		byState[partState{st.Rank.Partition, st.State.String()}]++
 	}
 	for _, p := range c.s.parts.All() {
 		model, group := p.Key.ModelName, p.Key.RoutingGroup

@@ -113,7 +113,7 @@ func waitState(t *testing.T, s *Server, r event.Rank, want string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if st, ok := s.e.RankStatus(r); ok && st.State == want && st.Pending == 0 {
+		if st, ok := s.e.RankStatus(r); ok && st.State.String() == want && st.Pending == 0 {
 			return
 		}
 		if time.Now().After(deadline) {

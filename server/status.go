@@ -167,10 +167,7 @@ func (s *Server) statusData(refresh int) statusData {
 
 // stateOf is the rank's state as /v1/ranks shows it.
 func stateOf(st engine.RankStatus) string {
-	if st.State == "" {
-		return "live"
-	}
-	return st.State
+	return st.State.String()
 }
 
 func (s *Server) rankGroups(ranks []engine.RankStatus) ([]*stateGroup, []partitionRow) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/kvindex/kvindex/tier"
 	"io"
 	"log/slog"
 	"reflect"
@@ -51,7 +52,7 @@ func openNode(t testing.TB, fs vfs.FS) *node {
 		t.Fatal(err)
 	}
 	n := &node{t: t, st: st, log: lg, ix: index.New(index.Options{})}
-	n.p = lanes.New(lg, lanes.OneIndex(n.ix), lanes.Options{Lanes: 2, Logger: quiet()})
+	n.p = lanes.New(lg, lanes.Single(tier.New(n.ix)), lanes.Options{Lanes: 2, Logger: quiet()})
 	if err := n.p.Replay(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
