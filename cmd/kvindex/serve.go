@@ -26,7 +26,7 @@ func offlineDataDirFlag(cmd string) cli.Flag {
 
 // authTokenFlag is --auth-token-file, of serve and loadgen.
 func authTokenFlag(cmd string, env []string) cli.Flag {
-	usage := "require Authorization: Bearer <token> on every mutating route (events, deletes, sources, flush); the token is the file's content, trimmed; also sent to --upstream"
+	usage := "require Authorization: Bearer <token> on every mutating route (events, deletes, sources, a worker's source, flush, routing decisions, Dynamo's /register, /unregister, /register_peer, /deregister_peer) and /debug/pprof; the token is the file's content, trimmed; also sent to --upstream"
 	if cmd == "loadgen" {
 		usage = "send Authorization: Bearer <token> (the file's content, trimmed), for a server started with --auth-token-file"
 	}
@@ -88,7 +88,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "upstream", Usage: "default recovery source of every worker: base URL of a kvindex serving /v1/ranks/{w}/{r}/events (e.g. the one beside the workers); gaps are fetched from it instead of being lost", EnvVars: serveEnv("upstream")},
 			&cli.DurationFlag{Name: "fetch-timeout", Value: 10 * time.Second, Usage: "per-request timeout of recovery fetches (8 tries, backoff 200ms·2^n)", EnvVars: serveEnv("fetch-timeout")},
 			&cli.DurationFlag{Name: "fetch-backoff", Value: 200 * time.Millisecond, Usage: "first retry backoff of a recovery fetch; doubles each try", EnvVars: serveEnv("fetch-backoff")},
-			&cli.StringSliceFlag{Name: "zmq", Usage: "vLLM KV-events publishers to subscribe to, comma separated: ENDPOINT[?replay=ENDPOINT&worker_id=N], e.g. tcp://vllm-0:5557?replay=tcp://vllm-0:5558 (worker id default: derived from the topic kv@<pod>@<model>)", EnvVars: serveEnv("zmq")},
+			&cli.StringSliceFlag{Name: "zmq", Usage: "vLLM KV-events publishers to subscribe to, comma separated: ENDPOINT[?replay=ENDPOINT&worker_id=N&model_name=M&routing_group=G], e.g. tcp://vllm-0:5557?replay=tcp://vllm-0:5558 (worker id default: derived from the topic kv@<pod>@<model>; partition default: the topic's <model>, routing group default)", EnvVars: serveEnv("zmq")},
 			&cli.StringSliceFlag{Name: "peers", Usage: "kvindex or Dynamo standalone indexers, comma separated base URLs: at start, each partition that is empty is filled from the first one whose GET /dump answers, before /readyz turns 200", EnvVars: serveEnv("peers")},
 			&cli.StringSliceFlag{Name: "nats", Usage: "NATS Core subjects of Dynamo's event plane (msgpack EventEnvelope), comma separated: URL?subject=SUBJECT[&model_name=M&routing_group=G], e.g. nats://nats-0:4222?subject=namespace.dynamo.component.backend.kv-events", EnvVars: serveEnv("nats")},
 			&cli.StringSliceFlag{Name: "jetstream", Usage: "JetStream streams of JSON RouterEvents, one durable consumer per replica, comma separated: URL?stream=NAME&durable=REPLICA[&create=true&peers=http://peer:7070&model_name=M&routing_group=G]", EnvVars: serveEnv("jetstream")},
