@@ -5,9 +5,11 @@
 //
 //	db, err := kvindex.Open(ctx, "/var/lib/kvindex", kvindex.Options{})
 //	...
-//	res, err := db.Ingest(ctx, events)         // durable and applied when it returns
-//	scores := db.FindMatches(localHashes)      // default partition
+//	accepted, ignored, err := db.Ingest(ctx, events) // []event.RouterEvent; durable and applied when it returns
+//	scores := db.FindMatches(localHashes)            // default partition
 //	err = db.Close()
+//
+// Example (example_test.go) builds the events and runs all of it.
 //
 // One process owns a data dir: Open fails with an error wrapping store.ErrLocked while another
 // (a server, or another DB) holds it. A DB is safe for concurrent use.
@@ -36,7 +38,10 @@ type Options struct {
 	BlockSize    int    // tokens per block of new partitions; default 16
 	Lanes        int    // default GOMAXPROCS
 	NoSync       bool   // acknowledge from the memtable instead of after fsync (a crash may lose the tail)
-	RetainEvents uint64 // online retention per rank; default 100,000
+	RetainEvents uint64 // online retention: log events kept per rank; 0 takes the default, 100,000
+	// KeepAllEvents turns online retention off: every event stays in the log (what serve's
+	// --retain-events 0 does; RetainEvents 0 here means the default).
+	KeepAllEvents bool
 	// CheckpointRatio: online checkpoints (server.Config.CheckpointRatio); default
 	// server.DefaultCheckpointRatio, negative is off.
 	CheckpointRatio float64
@@ -71,7 +76,10 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	case opts.CheckpointRatio > 0:
 		cfg.CheckpointRatio = opts.CheckpointRatio
 	}
-	if cfg.RetainEvents == 0 {
+	switch {
+	case opts.KeepAllEvents:
+		cfg.RetainEvents = 0 // server.Config's 0 keeps everything
+	case cfg.RetainEvents == 0:
 		cfg.RetainEvents = server.DefaultRetainEvents
 	}
 	s, err := server.Open(cfg)
