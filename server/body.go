@@ -120,6 +120,9 @@ func (s *Server) decodeEvents(body []byte, kind bodyKind) ([]event.RouterEvent, 
 	default:
 		if evs, err = event.DecodeJSONBatch(body); err == nil {
 			err = event.CheckKeys(body, true, 0, s.unknownField)
+		} else if strings.Contains(err.Error(), "after top-level value") {
+			// Most often NDJSON posted with curl -d, which strips the newlines between the lines.
+			err = fmt.Errorf("%w (the body is several JSON values: post NDJSON with Content-Type: application/x-ndjson and, with curl, --data-binary, since -d strips newlines)", err)
 		}
 	}
 	if err != nil {

@@ -388,7 +388,7 @@ func (s *Server) logSettings(addr string, tlsOn bool) {
 		"block_size", c.BlockSize, "lanes", lanesN, "durability", c.Durability.String(), "retain_events", c.RetainEvents, "checkpoint_ratio", c.CheckpointRatio,
 		"max_body_bytes", c.MaxBodyBytes, "submit_timeout_ms", c.SubmitTimeout.Milliseconds(), "upstream", c.Upstream,
 		"fetch_timeout_ms", c.FetchTimeout.Milliseconds(), "fetch_backoff_ms", c.FetchBackoff.Milliseconds(),
-		"zmq_sources", len(c.ZMQ), "peers", len(c.Peers), "auth", c.AuthToken != "", "strict", c.Strict)
+		"zmq_flag_sources", len(c.ZMQ), "peers", len(c.Peers), "auth", c.AuthToken != "", "strict", c.Strict) // saved sources start after the replay
 	if c.AuthToken == "" && !isLoopbackListen(c.Listen) {
 		s.lg.Warn("listening beyond loopback without an auth token: anyone who reaches the port can post events and delete workers (use --auth-token-file)",
 			"addr", addr)

@@ -112,7 +112,7 @@ func (s *Server) putSource(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.lg.Info("recovery source set", "worker_id", wid, "url", u)
-	writeJSON(w, http.StatusOK, struct{}{})
+	writeJSON(w, http.StatusOK, map[string]any{"worker_id": wid, "url": u}) // the source as set
 }
 
 func (s *Server) deleteSource(w http.ResponseWriter, r *http.Request) {

@@ -63,7 +63,7 @@ func TestOfflineCLI(t *testing.T) {
 		{[]string{"verify", "--data-dir", dir}, 0, "1 ranks, 2 log records, 2 blocks: clean", ""},
 		{[]string{"inspect", "--data-dir", dir}, 0, "log: 2 events, ids 1-2", ""},
 		{[]string{"inspect", "--data-dir", dir, "--json"}, 0, `"events_retained": 2`, ""},
-		{[]string{"export", "--data-dir", dir}, 0, `"event_id":2`, "exported 2 events of 1 ranks"},
+		{[]string{"export", "--data-dir", dir}, 0, `"event_id":2`, "exported 2 events of 1 rank"},
 		{[]string{"export", "--data-dir", dir, "--what", "dump", "--worker-id", "7", "--dp-rank", "0"}, 0, `"blocks":[{"block_hash":1,"tokens_hash":10},{"block_hash":2,"tokens_hash":20}]`, "rank 7/0: 1 event"},
 		{[]string{"export", "--data-dir", dir, "--what", "tree"}, 2, "", "usage: --what"},
 		{[]string{"export", "--data-dir", dir, "--dp-rank", "1"}, 2, "", "usage: --dp-rank needs --worker-id"},
