@@ -137,6 +137,7 @@ func newMetrics(s *Server) *metrics {
 	f(&storeCollector{s: s})
 	f(&s.dumps)
 	f(&memoryCollector{s: s})
+	f(&s.conns)
 	return m
 }
 

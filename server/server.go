@@ -70,6 +70,8 @@ type Config struct {
 	MemTableSize int64
 	CacheSize    int64
 	Version      string // reported in the start log line; default the module version from the build info
+	// Conns bounds what one HTTP client can hold (conns.go; Run only).
+	Conns ConnOptions
 }
 
 // DefaultRetainEvents is the default of Config.RetainEvents (docs/API.md).
@@ -103,6 +105,7 @@ func (c *Config) defaults() {
 	if c.Version == "" {
 		c.Version = BuildVersion()
 	}
+	c.Conns.defaults()
 }
 
 // Server is one kvindex service over one data dir.
@@ -122,6 +125,7 @@ type Server struct {
 	status     atomic.Value // string: what the replay is doing, for /readyz
 	srcs       *sources
 	dumps      dumpCache       // TreeDump cache of the range route (dumpcache.go)
+	conns      connStats       // HTTP connections and slow bodies (conns.go)
 	zmq        *vllm.Manager   // vLLM ZMQ sources (sources_zmq.go), started by Recover
 	reg        *registry       // Dynamo registrations and peers (dynamo.go)
 	peerM      *peerMetrics    // peer bootstrap progress (peers.go)
@@ -322,9 +326,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if tlsCfg != nil {
 		ln = tls.NewListener(ln, tlsCfg)
 	}
-	// The HTTP server's own complaints (TLS handshakes, broken clients) are debug lines.
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(s.lg.Handler(), slog.LevelDebug)}
+	ln = s.limitConns(ln)
+	srv := s.httpServer()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	if err := s.Recover(ctx); err != nil {

@@ -93,6 +93,9 @@ func serveCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "nats", Usage: "NATS Core subjects of Dynamo's event plane (msgpack EventEnvelope), comma separated: URL?subject=SUBJECT[&model_name=M&routing_group=G], e.g. nats://nats-0:4222?subject=namespace.dynamo.component.backend.kv-events", EnvVars: serveEnv("nats")},
 			&cli.StringSliceFlag{Name: "jetstream", Usage: "JetStream streams of JSON RouterEvents, one durable consumer per replica, comma separated: URL?stream=NAME&durable=REPLICA[&create=true&peers=http://peer:7070&model_name=M&routing_group=G]", EnvVars: serveEnv("jetstream")},
 			&cli.Int64Flag{Name: "max-body-bytes", Value: 64 << 20, Usage: "request body limit (of the decoded body when gzip-encoded)", EnvVars: serveEnv("max-body-bytes")},
+			&cli.DurationFlag{Name: "body-timeout", Value: 10 * time.Second, Usage: "a request body must arrive at 64 KiB per this long at least (the whole body when smaller), else it is answered 408 and its connection closed", EnvVars: serveEnv("body-timeout")},
+			&cli.IntFlag{Name: "max-conns", Value: 4096, Usage: "open HTTP connections at most; at the cap new ones wait in the listen backlog (logged, kvindex_http_conn_cap_waits_total); 0 = no cap", EnvVars: serveEnv("max-conns")},
+			&cli.DurationFlag{Name: "idle-timeout", Value: 2 * time.Minute, Usage: "close a keep-alive HTTP connection idle this long", EnvVars: serveEnv("idle-timeout")},
 			authTokenFlag("serve", serveEnv("auth-token-file")),
 			&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS with this PEM certificate (with --tls-key)", EnvVars: serveEnv("tls-cert")},
 			&cli.StringFlag{Name: "tls-key", Usage: "the PEM private key of --tls-cert", EnvVars: serveEnv("tls-key")},
@@ -123,6 +126,13 @@ func serveCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			if c.Duration("body-timeout") <= 0 || c.Duration("idle-timeout") <= 0 || c.Int("max-conns") < 0 {
+				return usagef("--body-timeout and --idle-timeout must be > 0, --max-conns ≥ 0")
+			}
+			maxConns := c.Int("max-conns")
+			if maxConns == 0 {
+				maxConns = -1 // server.ConnOptions: negative is no cap
+			}
 			if c.Duration("approx-ttl") < 0 || c.Int("approx-max-blocks") < 0 {
 				return usagef("--approx-ttl and --approx-max-blocks must not be negative")
 			}
@@ -145,6 +155,7 @@ func serveCommand() *cli.Command {
 				RetainEvents:    c.Uint64("retain-events"),
 				CheckpointRatio: c.Float64("checkpoint-ratio"),
 				MaxBodyBytes:    c.Int64("max-body-bytes"),
+				Conns:           server.ConnOptions{BodyTimeout: c.Duration("body-timeout"), MaxConns: maxConns, IdleTimeout: c.Duration("idle-timeout")},
 				Upstream:        c.String("upstream"),
 				FetchTimeout:    c.Duration("fetch-timeout"),
 				FetchBackoff:    c.Duration("fetch-backoff"),
