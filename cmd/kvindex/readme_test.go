@@ -106,6 +106,7 @@ func TestReadmeListsEveryFlag(t *testing.T) {
 //	                           (a trailing "2>FILE" and "&" are dropped: the test keeps the log)
 //	kill %N ...                nothing: the test stops its servers when it ends
 //	curl [-s] [-X M] [-d DATA | --data-binary DATA] [-H H] URL [| grep RE]
+//	until curl -sf URL; do sleep N; done    the GET, retried until it answers 200
 //	# ...                      a comment; after a command, a comment line that starts with "{",
 //	                           "[" or "kvindex_" (or continues one with "#  ") is its expected
 //	                           answer: exact, but "..." matches anything and a timestamp any
@@ -303,6 +304,7 @@ type readmeCmd struct {
 	r    *readmeRun
 	line string
 	do   func() (answer string, retry bool)
+	code int // a curl's last status
 	want []string
 }
 
@@ -353,6 +355,8 @@ func answerMatches(want, got string) bool {
 	return strings.HasSuffix(got, parts[len(parts)-1])
 }
 
+var untilRe = regexp.MustCompile(`^until (curl -sf [^;]+); do sleep [0-9.]+; done$`)
+
 var assignTempRe = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*)=\$\(mktemp -d\)$`)
 
 // command parses one README command line into something to run.
@@ -363,6 +367,20 @@ func (r *readmeRun) command(line string) *readmeCmd {
 	if m := assignTempRe.FindStringSubmatch(strings.TrimSpace(stripComment(line))); m != nil {
 		r.vars[m[1]] = t.TempDir()
 		c.do = func() (string, bool) { return "", false }
+		return c
+	}
+	if m := untilRe.FindStringSubmatch(strings.TrimSpace(stripComment(line))); m != nil {
+		get := r.command(m[1])
+		c.do = func() (string, bool) {
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				if out, _ := get.do(); get.code == http.StatusOK {
+					return out, false
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("README: %q: no 200 in 30 s", line)
+				}
+			}
+		}
 		return c
 	}
 	w := r.words(line)
@@ -415,7 +433,7 @@ func (r *readmeRun) command(line string) *readmeCmd {
 		method, url, body, ctype := "", "", "", ""
 		for i := 1; i < len(w); i++ {
 			switch w[i] {
-			case "-s":
+			case "-s", "-sf", "-f":
 			case "-X":
 				i++
 				method = w[i]
@@ -463,6 +481,7 @@ func (r *readmeRun) command(line string) *readmeCmd {
 			}
 			defer resp.Body.Close()
 			b, _ := io.ReadAll(resp.Body)
+			c.code = resp.StatusCode
 			out := string(b)
 			if grep != nil {
 				var keep []string
