@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex"
+	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/server"
 )
@@ -58,13 +59,13 @@ type wireScore struct {
 func asWire(sc []kvindex.Score) []wireScore {
 	out := []wireScore{}
 	for _, s := range sc {
-		w := wireScore{WorkerID: s.WorkerID, DPRank: s.DPRank, Score: s.Score.Score, TreeSize: s.TreeSize}
+		w := wireScore{WorkerID: s.WorkerID, DPRank: s.DPRank, Score: s.Score, TreeSize: s.TreeSize}
 		for i, name := range []string{"host_pinned", "disk", "external"} {
-			if s.Ext[i] > 0 {
+			if s.Tiers[i] > 0 {
 				if w.Tiers == nil {
 					w.Tiers = map[string]uint32{}
 				}
-				w.Tiers[name] = s.Ext[i]
+				w.Tiers[name] = s.Tiers[i]
 			}
 		}
 		out = append(out, w)
@@ -177,7 +178,7 @@ func TestLibraryAnswersAsHTTP(t *testing.T) {
 	extended := false
 	for _, q := range queries {
 		for _, sc := range db.FindMatchesIn(nil, model, "", q) {
-			extended = extended || sc.HasExt()
+			extended = extended || sc.Tiers != (engine.Ext{})
 		}
 	}
 	if !extended {

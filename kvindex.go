@@ -6,14 +6,15 @@
 //
 //	db, err := kvindex.Open(ctx, "/var/lib/kvindex", kvindex.Options{})
 //	...
-//	accepted, ignored, err := db.Ingest(ctx, events) // durable and applied when it returns
+//	accepted, ignored, err := db.Ingest(ctx, events) // []event.RouterEvent; durable and applied when it returns
 //	scores := db.FindMatches(localHashes)            // default partition
 //	err = db.Close()
 //
-// FindMatches answers exactly as POST /v1/find_matches does (device tree, side entries of
-// routing decisions by the max rule, lower-tier extensions). One process owns a data dir: Open
-// fails with an error wrapping store.ErrLocked while another (a server, or another DB) holds
-// it. A DB is safe for concurrent use.
+// Example (example_test.go) builds the events and runs all of it. FindMatches answers exactly as
+// POST /v1/find_matches does (device tree, side entries of routing decisions by the max rule,
+// lower-tier extensions). One process owns a data dir: Open fails with an error wrapping
+// store.ErrLocked while another (a server, or another DB) holds it. A DB is safe for concurrent
+// use.
 package kvindex
 
 import (
@@ -35,12 +36,13 @@ const DefaultRetainEvents = 100_000
 
 // Options configure Open. Zero values take the documented defaults (those of `kvindex serve`).
 type Options struct {
-	BlockSize int  // tokens per block of new partitions; default 16
-	Lanes     int  // default GOMAXPROCS
-	NoSync    bool // acknowledge from the memtable instead of after fsync (a crash may lose the tail)
-	// RetainEvents: online retention per rank; 0 takes DefaultRetainEvents, KeepAllEvents keeps
-	// every event (serve's --retain-events 0).
-	RetainEvents uint64
+	BlockSize    int    // tokens per block of new partitions; default 16
+	Lanes        int    // default GOMAXPROCS
+	NoSync       bool   // acknowledge from the memtable instead of after fsync (a crash may lose the tail)
+	RetainEvents uint64 // online retention: log events kept per rank; 0 takes DefaultRetainEvents
+	// KeepAllEvents turns online retention off: every event stays in the log (what serve's
+	// --retain-events 0 does; RetainEvents 0 here means the default).
+	KeepAllEvents bool
 	// CheckpointRatio: online checkpoints (serve's --checkpoint-ratio); 0 or negative is off.
 	CheckpointRatio float64
 	ApproxTTL       time.Duration // approximate mode's TTL; default 120 s
@@ -54,9 +56,6 @@ type Options struct {
 	// is a process-global setting, so off unless asked for.
 	TuneGC bool
 }
-
-// KeepAllEvents as Options.RetainEvents keeps every event (no online retention).
-const KeepAllEvents = ^uint64(0)
 
 // Score is one rank's answer: leading query blocks it holds (device, raised to its side score),
 // its device blocks, and the blocks each lower tier extends the match by (Ext).
@@ -79,11 +78,11 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	if opts.CheckpointRatio > 0 {
 		cfg.CheckpointRatio = opts.CheckpointRatio
 	}
-	switch cfg.RetainEvents {
-	case 0:
+	switch {
+	case opts.KeepAllEvents:
+		cfg.RetainEvents = 0 // the engine's 0 keeps everything
+	case cfg.RetainEvents == 0:
 		cfg.RetainEvents = DefaultRetainEvents
-	case KeepAllEvents:
-		cfg.RetainEvents = 0
 	}
 	e, err := engine.Open(cfg)
 	if err != nil {

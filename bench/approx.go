@@ -73,11 +73,11 @@ func (r *run) approxStages(ctx context.Context) error {
 		dst = s.Find(dst, key, engine.Query{Hashes: q.BlockHashes})
 		lat = append(lat, time.Since(t))
 		if len(dst) > 0 {
-			best += int(dst[0].Score.Score)
+			best += int(dst[0].Score)
 		}
 		for _, sc := range dst {
 			if sc.WorkerID == uint64(q.Worker) && sc.DPRank == 0 {
-				chosen += int(sc.Score.Score)
+				chosen += int(sc.Score)
 				break
 			}
 		}

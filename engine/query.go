@@ -11,9 +11,16 @@ import (
 	"github.com/kvindex/kvindex/tier"
 )
 
-// Score is one rank's answer: leading query blocks held on the device (raised to its side
-// score), the rank's device blocks, and the blocks each lower tier extends the match by.
-type Score = tier.Score
+// Score is one rank's answer as the library gives it: the leading query blocks it holds on the
+// device (raised to its side score), its device blocks (tree_size), and the blocks each lower
+// tier (host_pinned, disk, external) extends the match by.
+type Score struct {
+	WorkerID uint64
+	DPRank   uint32
+	Score    uint32
+	TreeSize uint64
+	Tiers    Ext
+}
 
 // Query is one find_matches: the request's local block hashes and the answer's shape.
 type Query struct {
@@ -62,7 +69,8 @@ func (e *Engine) Find(dst []Score, key partition.Key, q Query) []Score {
 	e.FindInto(a, p, q)
 	dst = slices.Grow(dst[:0], len(a.Scores))[:len(a.Scores)]
 	for i := range a.Scores {
-		dst[i] = tier.Score{Score: a.Scores[i], Ext: a.ExtOf(i)}
+		x := &a.Scores[i]
+		dst[i] = Score{WorkerID: x.WorkerID, DPRank: x.DPRank, Score: x.Score, TreeSize: x.TreeSize, Tiers: a.ExtOf(i)}
 	}
 	return dst
 }

@@ -113,7 +113,7 @@ func (s *coreSource) run(ctx context.Context) {
 	prefix := "nats/" + s.cfg.ID + "/pub/"
 	if m, err := s.m.md.Metas(prefix); err != nil {
 		s.setErr(err)
-		s.lg.Error("reading the publishers' sequences; starting without them", "source", s.cfg.ID, "err", err)
+		s.lg.Error("reading the publishers' sequences; starting without them", "err", err)
 	} else {
 		for k, v := range m {
 			if p, err := strconv.ParseUint(strings.TrimPrefix(k, prefix), 10, 64); err == nil && len(v) == 8 {
@@ -148,7 +148,7 @@ func (s *coreSource) session(ctx context.Context) (progressed bool, err error) {
 		return false, fmt.Errorf("%w: subscribing to %s: %v", ErrConnect, s.cfg.Subject, err)
 	}
 	s.setState(StateConnected)
-	s.lg.Info("nats source subscribed", "source", s.cfg.ID, "url", s.cfg.URL, "subject", s.cfg.Subject)
+	s.lg.Info("nats source subscribed", "url", s.cfg.URL, "subject", s.cfg.Subject)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	msgs := make([]*nats.Msg, 0, s.cfg.Batch)
@@ -192,14 +192,14 @@ func (s *coreSource) burst(ctx context.Context, msgs []*nats.Msg) error {
 		env, evs, err := DecodeEnvelope(m.Data)
 		if err != nil {
 			s.ctr.decodeErrs.Add(1)
-			s.lg.Warn("nats message skipped", "source", s.cfg.ID, "subject", m.Subject, "err", err)
+			s.lg.Warn("nats message skipped", "subject", m.Subject, "err", err)
 			continue
 		}
 		last, known := s.pubs[env.PublisherID]
 		switch {
 		case known && env.Sequence <= last && env.Sequence <= 1 && env.Sequence < last:
 			s.ctr.epochs.Add(1)
-			s.lg.Warn("nats publisher restarted (sequence back to the start)", "source", s.cfg.ID, "publisher_id", env.PublisherID,
+			s.lg.Warn("nats publisher restarted (sequence back to the start)", "publisher_id", env.PublisherID,
 				"sequence", env.Sequence, "last_sequence", last)
 		case known && env.Sequence <= last:
 			s.ctr.duplicates.Add(1)
@@ -207,7 +207,7 @@ func (s *coreSource) burst(ctx context.Context, msgs []*nats.Msg) error {
 		case known && env.Sequence > last+1:
 			s.ctr.gaps.Add(1)
 			s.ctr.lost.Add(env.Sequence - last - 1)
-			s.lg.Warn("nats messages lost: the publisher's sequence skipped", "source", s.cfg.ID, "publisher_id", env.PublisherID,
+			s.lg.Warn("nats messages lost: the publisher's sequence skipped", "publisher_id", env.PublisherID,
 				"from_sequence", last+1, "to_sequence", env.Sequence-1)
 		}
 		s.pubs[env.PublisherID] = env.Sequence

@@ -98,14 +98,14 @@ func (s *jsSource) run(ctx context.Context) {
 			break
 		}
 		s.setErr(err)
-		s.lg.Error("reading the jetstream position; retrying", "source", s.cfg.ID, "err", err)
+		s.lg.Error("reading the jetstream position; retrying", "err", err)
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(s.m.opts.BackoffMax):
 		}
 	}
-	s.lg.Info("jetstream source starts", "source", s.cfg.ID, "stream", s.cfg.Stream, "durable", s.cfg.Durable, "stream_seq", s.applied)
+	s.lg.Info("jetstream source starts", "stream", s.cfg.Stream, "durable", s.cfg.Durable, "stream_seq", s.applied)
 	s.backoffLoop(ctx, s.session)
 }
 
@@ -145,7 +145,7 @@ func (s *jsSource) session(ctx context.Context) (progressed bool, err error) {
 		return false, err
 	}
 	s.setState(StateConnected)
-	s.lg.Info("jetstream source consuming", "source", s.cfg.ID, "stream", s.cfg.Stream, "durable", s.cfg.Durable,
+	s.lg.Info("jetstream source consuming", "stream", s.cfg.Stream, "durable", s.cfg.Durable,
 		"from_seq", s.applied+1, "stream_first_seq", first, "stream_last_seq", info.State.LastSeq)
 	for {
 		if ctx.Err() != nil {
@@ -192,7 +192,7 @@ func (s *jsSource) stream(ctx context.Context, js jetstream.JetStream) (jetstrea
 	if err != nil {
 		return nil, fmt.Errorf("%w: creating stream %s: %v", ErrConnect, s.cfg.Stream, err)
 	}
-	s.lg.Info("jetstream stream created", "source", s.cfg.ID, "stream", s.cfg.Stream, "subjects", s.cfg.Stream+".*", "max_age_s", age)
+	s.lg.Info("jetstream stream created", "stream", s.cfg.Stream, "subjects", s.cfg.Stream+".*", "max_age_s", age)
 	return st, nil
 }
 
@@ -272,7 +272,7 @@ func (s *jsSource) burst(ctx context.Context, msgs []jetstream.Msg) error {
 		md, err := m.Metadata()
 		if err != nil {
 			s.ctr.decodeErrs.Add(1)
-			s.lg.Warn("jetstream message without metadata skipped", "source", s.cfg.ID, "err", err)
+			s.lg.Warn("jetstream message without metadata skipped", "err", err)
 			continue
 		}
 		seq := md.Sequence.Stream
@@ -293,13 +293,13 @@ func (s *jsSource) burst(ctx context.Context, msgs []jetstream.Msg) error {
 			}
 			s.ctr.gaps.Add(1)
 			s.ctr.lost.Add(seq - last - 1)
-			s.lg.Warn("jetstream messages missing from the stream: lost", "source", s.cfg.ID, "from_seq", last+1, "to_seq", seq-1)
+			s.lg.Warn("jetstream messages missing from the stream: lost", "from_seq", last+1, "to_seq", seq-1)
 		}
 		last = seq
 		ev, err := event.UnmarshalEvent(m.Data())
 		if err != nil {
 			s.ctr.decodeErrs.Add(1)
-			s.lg.Warn("jetstream message skipped: not a RouterEvent", "source", s.cfg.ID, "stream_seq", seq, "err", err)
+			s.lg.Warn("jetstream message skipped: not a RouterEvent", "stream_seq", seq, "err", err)
 			continue
 		}
 		evs := []event.RouterEvent{ev}
@@ -356,7 +356,7 @@ func (s *jsSource) ack(ctx context.Context, msgs []jetstream.Msg) {
 	defer cancel()
 	if err := msgs[len(msgs)-1].DoubleAck(actx); err != nil {
 		s.ctr.ackErrs.Add(1)
-		s.lg.Debug("jetstream ack not confirmed", "source", s.cfg.ID, "err", err)
+		s.lg.Debug("jetstream ack not confirmed", "err", err)
 	}
 }
 
@@ -380,20 +380,20 @@ func (s *jsSource) catchUp(ctx context.Context, first uint64) error {
 			seq, err := s.bootstrap(ctx, peer, first)
 			if err == nil {
 				s.ctr.bootstraps.Add(1)
-				s.lg.Info("jetstream replica bootstrapped from a peer", "source", s.cfg.ID, "peer", peer, "stream_seq", seq, "stream_first_seq", first)
+				s.lg.Info("jetstream replica bootstrapped from a peer", "peer", peer, "stream_seq", seq, "stream_first_seq", first)
 				return nil
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			s.lg.Warn("jetstream bootstrap from a peer failed", "source", s.cfg.ID, "peer", peer, "err", err)
+			s.lg.Warn("jetstream bootstrap from a peer failed", "peer", peer, "err", err)
 			errs = append(errs, fmt.Errorf("%s: %w", peer, err))
 		}
 		s.setErr(fmt.Errorf("%w: %v", ErrBootstrap, errors.Join(errs...)))
 	}
 	lost := first - 1 - s.applied
 	s.ctr.lost.Add(lost)
-	s.lg.Warn("jetstream messages lost: purged before this replica applied them", "source", s.cfg.ID,
+	s.lg.Warn("jetstream messages lost: purged before this replica applied them",
 		"from_seq", s.applied+1, "to_seq", first-1, "messages", lost)
 	if err := s.m.md.SetMeta(ctx, PositionMeta(s.cfg.ID), u64(first-1)); err != nil {
 		return fmt.Errorf("storing the stream position: %w", err)

@@ -131,6 +131,8 @@ type base struct {
 	lg  *slog.Logger
 	ctr counters
 
+	report retry.Reporter // the reconnect log line (the source's goroutine only)
+
 	mu         sync.Mutex
 	state      string
 	lastErr    string
@@ -186,7 +188,7 @@ func (b *base) partition(ctx context.Context, evs []event.RouterEvent) bool {
 		id, err = b.m.opts.Partition(ctx, b.cfg.ModelName, b.cfg.RoutingGroup, w)
 		if err != nil {
 			b.ctr.rejected.Add(uint64(len(evs)))
-			b.lg.Warn("nats events refused", "source", b.cfg.ID, "worker_id", w, "err", err)
+			b.lg.Warn("nats events refused", "worker_id", w, "err", err)
 			return false
 		}
 		b.parts[w] = id
@@ -241,7 +243,12 @@ func (b *base) backoffLoop(ctx context.Context, session func(ctx context.Context
 		b.ctr.reconnects.Add(1)
 		b.setErr(err)
 		b.setState(StateBackoff)
-		b.lg.Warn("nats source session ended; retrying", "source", b.cfg.ID, "url", b.cfg.URL, "err", err, "backoff_ms", wait.Milliseconds())
+		if ok, notLogged := b.report.Report(time.Now(), err); ok {
+			b.lg.Warn("nats source session ended; retrying", "url", b.cfg.URL, "err", err, "backoff_ms", wait.Milliseconds(),
+				"retries_not_logged", notLogged)
+		} else {
+			b.lg.Debug("nats source session ended; retrying", "url", b.cfg.URL, "err", err, "backoff_ms", wait.Milliseconds())
+		}
 	})
 }
 

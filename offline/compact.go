@@ -157,6 +157,10 @@ func Compact(ctx context.Context, w io.Writer, opts CompactOptions) (res Compact
 	res.BytesAfter = after.Bytes
 	fmt.Fprintf(w, "folded %d of %d ranks, %d events\n", res.Folded, res.Ranks, res.EventsFolded)
 	fmt.Fprintf(w, "size: %d bytes on disk (du) before, %d bytes after\n", res.BytesBefore, res.BytesAfter)
+	if res.BytesAfter > res.BytesBefore {
+		// A small dir grows: the new WAL files are allocated whole, not written.
+		fmt.Fprintf(w, "(larger after: Pebble preallocates each new WAL file to the memtable size, which du counts as used while ls -l shows a few KB; it is reused, not grown, by the next writes)\n")
+	}
 	return res, nil
 }
 

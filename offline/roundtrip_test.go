@@ -9,10 +9,14 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"sort"
+	"strings"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/server"
 	"github.com/kvindex/kvindex/store"
@@ -135,6 +139,11 @@ func TestExportRoundTrip(t *testing.T) {
 				if got, exp := scores(srv.Engine().Partitions().IndexOf(0), queries), scores(want, queries); got != exp {
 					t.Fatalf("seed %d: scores after replaying the %v export differ:\ngot\n%s\nwant\n%s", seed, what, got, exp)
 				}
+				// The queries walk the original's paths only: a block the replay added (or lost)
+				// off them shows in the trees, compared whole.
+				if got, exp := reachable(t, srv.Engine().Partitions().IndexOf(0)), reachable(t, want); got != exp {
+					t.Fatalf("seed %d: trees after replaying the %v export differ:\ngot\n%s\nwant\n%s", seed, what, got, exp)
+				}
 				if what != WhatEvents {
 					return
 				}
@@ -176,18 +185,24 @@ func postExport(t testing.TB, base string, export []byte) {
 func TestReadOnlyCommandsNeverWrite(t *testing.T) {
 	fs := vfs.NewMem()
 	randomDir(t, fs, 7)
+	snap := firstKey(t, fs, store.PrefixSnapshot)
+	if snap == nil {
+		t.Fatal("seed 7 folded no rank: no snapshot to corrupt")
+	}
+	if got := corrupt(t, fs, snap); !strings.HasPrefix(got, "flipped") {
+		t.Fatalf("corrupting the snapshot: %s", got)
+	}
 	before := dirKeys(t, fs)
 	var sink bytes.Buffer
 	if _, err := Inspect(bg, &sink, InspectOptions{Options: testOptions(fs)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Verify(bg, &sink, VerifyOptions{Options: testOptions(fs)}); err != nil {
-		t.Fatal(err)
+	// The precondition: verify sees the corruption.
+	if _, err := Verify(bg, &sink, VerifyOptions{Options: testOptions(fs)}); !errors.Is(err, ErrProblems) {
+		t.Fatalf("verify on a corrupt snapshot: %v, want ErrProblems\n%s", err, sink.String())
 	}
 	for _, w := range []What{WhatEvents, WhatDump} {
-		if _, err := Export(bg, &sink, ExportOptions{Options: testOptions(fs), What: w}); err != nil {
-			t.Fatal(err)
-		}
+		_, _ = Export(bg, &sink, ExportOptions{Options: testOptions(fs), What: w}) // may refuse: it must not write
 	}
 	if after := dirKeys(t, fs); after != before {
 		t.Fatalf("read-only commands changed the dir:\nbefore %s\nafter %s", before, after)
@@ -213,4 +228,53 @@ func dirKeys(t testing.TB, fs vfs.FS) string {
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+// firstKey returns the dir's first key with the prefix (nil when none).
+func firstKey(t testing.TB, fs vfs.FS, prefix byte) []byte {
+	st, err := store.Open(testDir, store.Options{FS: fs, Logger: quiet(), ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	it, err := st.DB().NewIter(&pebble.IterOptions{LowerBound: []byte{prefix}, UpperBound: []byte{prefix + 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	if !it.First() {
+		return nil
+	}
+	return bytes.Clone(it.Key())
+}
+
+// reachable renders each rank's tree as its dump carries it (blocks reachable from the root,
+// with parents and tokens hashes; ids left out, which an export may shift), ranks without blocks
+// left out.
+func reachable(t testing.TB, ix *index.Index) string {
+	t.Helper()
+	var ranks []string
+	for _, ri := range ix.Ranks() {
+		var edges []string
+		err := ix.DumpRank(ri.Rank, func(ev *event.RouterEvent) error {
+			parent := "root"
+			if ev.HasParent {
+				parent = fmt.Sprint(ev.ParentHash)
+			}
+			for _, b := range ev.Blocks {
+				edges = append(edges, fmt.Sprintf("%s>%d(%d)", parent, b.BlockHash, b.TokensHash))
+				parent = fmt.Sprint(b.BlockHash)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(edges) > 0 {
+			sort.Strings(edges)
+			ranks = append(ranks, fmt.Sprintf("%v: %s", ri.Rank, strings.Join(edges, " ")))
+		}
+	}
+	sort.Strings(ranks)
+	return strings.Join(ranks, "\n")
 }

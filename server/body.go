@@ -66,6 +66,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, allowed ...bod
 		return nil, 0, false
 	}
 	var src io.Reader = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	src = s.paceBody(w, src)
 	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
 	case "", "identity":
 	case "gzip", "x-gzip":
@@ -93,6 +94,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, allowed ...bod
 func (s *Server) bodyError(w http.ResponseWriter, err error) {
 	var mbe *http.MaxBytesError
 	switch {
+	case slowBody(err):
+		s.conns.slow.Add(1)
+		writeError(w, http.StatusRequestTimeout, fmt.Sprintf("the body arrived slower than %d KiB per %v (--body-timeout)", BodyChunk>>10, s.cfg.Conns.BodyTimeout))
 	case errors.As(err, &mbe):
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds the limit of %d bytes", s.cfg.MaxBodyBytes))
 	case errors.Is(err, gzip.ErrHeader), errors.Is(err, gzip.ErrChecksum), errors.Is(err, io.ErrUnexpectedEOF):
@@ -122,6 +126,9 @@ func (s *Server) decodeEvents(body []byte, kind bodyKind) ([]event.RouterEvent, 
 	default:
 		if evs, err = event.DecodeJSONBatch(body); err == nil {
 			err = event.CheckKeys(body, true, 0, s.unknownField)
+		} else if strings.Contains(err.Error(), "after top-level value") {
+			// Most often NDJSON posted with curl -d, which strips the newlines between the lines.
+			err = fmt.Errorf("%w (the body is several JSON values: post NDJSON with Content-Type: application/x-ndjson and, with curl, --data-binary, since -d strips newlines)", err)
 		}
 	}
 	if err != nil {

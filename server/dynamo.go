@@ -376,7 +376,7 @@ func (s *Server) postUnregister(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.lg.Info("instance unregistered", "instance_id", inst, "model_name", have.ModelName, "routing_group", have.RoutingGroup,
-		"registrations", len(regs))
+		"removed_registrations", len(regs))
 	writeJSON(w, http.StatusOK, statusOK)
 }
 

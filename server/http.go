@@ -185,7 +185,9 @@ func (s *Server) wrap(rt route) http.Handler {
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // an API, not HTML: "Bearer <token>", not "Bearer \u003ctoken\u003e"
+	_ = enc.Encode(v)
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {

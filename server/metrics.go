@@ -107,6 +107,13 @@ func newMetrics(s *Server) *metrics {
 	m.epochs = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvindex_publisher_restarts_total", Help: "Publisher restarts (new epochs) seen."})
 	m.snapshots = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_retention_snapshots_total", Help: "Online retention snapshots by result."}, []string{"result"})
 	m.checkpoints = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_checkpoints_total", Help: "Online checkpoints (a rank's snapshot rewritten without cutting its log) by result: ok, skipped (recovering, degraded, replaced by a later batch, or holding blocks a snapshot cannot express) or error."}, []string{"result"})
+	// Every result exported from the start, at 0, so that an alert on increase() sees the first
+	// error (the commits' mode label is known in listener).
+	for _, res := range []string{"ok", "error"} {
+		m.snapshots.WithLabelValues(res)
+		m.checkpoints.WithLabelValues(res)
+	}
+	m.checkpoints.WithLabelValues("skipped")
 	m.findSec = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvindex_find_matches_seconds",
 		Help: "find_matches latency inside the index (excluding HTTP).", Buckets: prometheus.ExponentialBuckets(250e-9, 2, 18)})
 	m.httpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_http_requests_total", Help: "HTTP requests by route and status code."}, []string{"route", "code"})
@@ -129,6 +136,7 @@ func newMetrics(s *Server) *metrics {
 	f(&indexCollector{s: s})
 	f(&storeCollector{s: s})
 	f(&memoryCollector{s: s})
+	f(&s.conns)
 	return m
 }
 
@@ -149,6 +157,8 @@ func (m *metrics) observeHTTP(route string, code int, start time.Time) {
 }
 
 func (m *metrics) listener(mode string) engine.Listener {
+	m.commits.WithLabelValues(mode, "ok") // both results exported from the start, at 0
+	m.commits.WithLabelValues(mode, "error")
 	return engine.Listener{
 		Committed: func(lane, events int, d time.Duration, err error) {
 			if err != nil {

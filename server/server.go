@@ -64,6 +64,8 @@ type Config struct {
 	MemTableSize int64
 	CacheSize    int64
 	Version      string // reported in the start log line; default the module version from the build info
+	// Conns bounds what one HTTP client can hold (conns.go; Run only).
+	Conns ConnOptions
 }
 
 // DefaultRetainEvents is the default of Config.RetainEvents (docs/API.md).
@@ -94,6 +96,7 @@ func (c *Config) defaults() {
 	if c.Version == "" {
 		c.Version = BuildVersion()
 	}
+	c.Conns.defaults()
 }
 
 // Server is one kvindex service over one data dir: the HTTP doors of one engine.
@@ -107,6 +110,7 @@ type Server struct {
 	m      *metrics
 	ready  atomic.Bool
 	status atomic.Value    // string: what the replay is doing, for /readyz
+	conns  connStats       // HTTP connections and slow bodies (conns.go)
 	zmq    *vllm.Manager   // vLLM ZMQ sources (sources_zmq.go), started by Recover
 	reg    *registry       // Dynamo registrations and peers (dynamo.go)
 	peerM  *peerMetrics    // peer bootstrap progress (peers.go)
@@ -239,9 +243,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if tlsCfg != nil {
 		ln = tls.NewListener(ln, tlsCfg)
 	}
-	// The HTTP server's own complaints (TLS handshakes, broken clients) are debug lines.
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(s.lg.Handler(), slog.LevelDebug)}
+	ln = s.limitConns(ln)
+	srv := s.httpServer()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	if err := s.Recover(ctx); err != nil {
@@ -305,7 +308,7 @@ func (s *Server) logSettings(addr string, tlsOn bool) {
 		"block_size", c.BlockSize, "lanes", lanesN, "durability", c.Durability.String(), "retain_events", c.RetainEvents, "checkpoint_ratio", c.CheckpointRatio,
 		"max_body_bytes", c.MaxBodyBytes, "submit_timeout_ms", c.SubmitTimeout.Milliseconds(), "upstream", c.Upstream,
 		"fetch_timeout_ms", c.FetchTimeout.Milliseconds(), "fetch_backoff_ms", c.FetchBackoff.Milliseconds(),
-		"zmq_sources", len(c.ZMQ), "peers", len(c.Peers), "auth", c.AuthToken != "", "strict", c.Strict)
+		"zmq_flag_sources", len(c.ZMQ), "peers", len(c.Peers), "auth", c.AuthToken != "", "strict", c.Strict) // saved sources start after the replay
 	if c.AuthToken == "" && !isLoopbackListen(c.Listen) {
 		s.lg.Warn("listening beyond loopback without an auth token: anyone who reaches the port can post events and delete workers (use --auth-token-file)",
 			"addr", addr)

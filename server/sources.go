@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/kvindex/kvindex/engine"
 )
@@ -42,7 +43,7 @@ func (s *Server) putSource(w http.ResponseWriter, r *http.Request) {
 		s.submitError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, struct{}{})
+	writeJSON(w, http.StatusOK, map[string]any{"worker_id": wid, "url": trimmedURL(*req.URL)}) // the source as set
 }
 
 func (s *Server) deleteSource(w http.ResponseWriter, r *http.Request) {
@@ -60,3 +61,6 @@ func (s *Server) deleteSource(w http.ResponseWriter, r *http.Request) {
 
 // checkSourceURL refuses a URL that is not an absolute http(s) URL.
 func checkSourceURL(raw string) error { return engine.CheckSourceURL(raw) }
+
+// trimmedURL is a source URL as the engine keeps it.
+func trimmedURL(u string) string { return strings.TrimRight(strings.TrimSpace(u), "/") }

@@ -55,8 +55,17 @@ func keepScreenshot(t *testing.T, png []byte) {
 		t.Errorf("writing the screenshot: %v", err)
 		return
 	}
-	t.Logf("screenshot: %s", path)
-	if f := flag.Lookup("test.artifacts"); os.Getenv("KVINDEX_ARTIFACTS") == "" && t.Failed() && (f == nil || f.Value.String() != "true") {
+	kept := os.Getenv("KVINDEX_ARTIFACTS") != ""
+	if f := flag.Lookup("test.artifacts"); f != nil && f.Value.String() == "true" {
+		kept = true
+	}
+	if kept {
+		t.Logf("screenshot: %s", path)
+	} else if !t.Failed() {
+		// Do not name a path the test is about to delete.
+		t.Logf("screenshot taken (not kept: set KVINDEX_ARTIFACTS=DIR or run go test -artifacts to keep it)")
+	}
+	if !kept && t.Failed() {
 		keep, err := os.MkdirTemp("", "kvindex-artifacts-")
 		if err == nil {
 			path = filepath.Join(keep, t.Name()+".png")

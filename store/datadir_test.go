@@ -38,7 +38,8 @@ func TestPIDFileRemovedAtClose(t *testing.T) {
 // write is reported as permission denied (ErrPermission), never as locked by another process".
 func TestUnwritableDirIsPermissionDenied(t *testing.T) {
 	if os.Geteuid() == 0 {
-		t.Skip("root ignores file permissions")
+		rerunAsNobody(t) // root ignores file permissions: the rule is checked as the user nobody
+		return
 	}
 	parent := t.TempDir()
 	existing := filepath.Join(parent, "existing")

@@ -83,6 +83,15 @@ func (s *Store) eventListener(ln Listener) *pebble.EventListener {
 	}
 }
 
+// oneLineErr is err's message without the stack trace that cockroachdb/errors attach and a log
+// handler would print with it.
+func oneLineErr(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
 // scanWALTail reads the newest WAL the way Pebble's recovery does and reports a torn tail (an
 // unfinished record at the end), which Pebble's Open drops with only an info line. Older WALs
 // are not scanned: Pebble treats an unclean end there as corruption and fails Open itself.

@@ -169,8 +169,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.log.Warn("store: could not pre-scan the WAL", "dir", dir, "err", err)
 	}
 	for _, t := range torn {
-		s.log.Warn("store: the newest WAL ends in a torn record; Pebble drops it (an unacknowledged commit)",
-			"wal", t.WAL, "offset", t.Offset, "err", t.Err)
+		// Routine after a crash or kill -9: one line says so, the reader's error goes to debug.
+		s.log.Info("store: the log ended in a torn write, as after any crash: the unfinished commit was never acknowledged and is dropped; every acknowledged event is replayed",
+			"wal", t.WAL, "offset", t.Offset)
+		s.log.Debug("store: torn WAL tail", "wal", t.WAL, "offset", t.Offset, "err", oneLineErr(t.Err))
 		if opts.Listener.TornWALTail != nil {
 			opts.Listener.TornWALTail(t)
 		}

@@ -279,13 +279,25 @@ func TestTornWALTailIsReported(t *testing.T) {
 	_ = w.Close()
 
 	var torn []TornTail
-	s2, err := openMem(t, crashed, Options{Listener: Listener{TornWALTail: func(tt TornTail) { torn = append(torn, tt) }}})
+	var logged bytes.Buffer // what an operator reads at the default level
+	s2, err := openMem(t, crashed, Options{Logger: slog.New(slog.NewTextHandler(&logged, nil)),
+		Listener: Listener{TornWALTail: func(tt TornTail) { torn = append(torn, tt) }}})
 	if err != nil {
 		t.Fatalf("open with a torn tail: %v", err)
 	}
 	defer s2.Close()
 	if len(torn) != 1 || torn[0].WAL != path || len(s2.TornTails()) != 1 {
 		t.Fatalf("torn tails reported: %+v", torn)
+	}
+	// Routine after a kill -9: one INFO line that says so, no warning, no stack trace.
+	var tornLines []string
+	for _, l := range strings.Split(logged.String(), "\n") {
+		if strings.Contains(l, "torn") {
+			tornLines = append(tornLines, l)
+		}
+	}
+	if len(tornLines) != 1 || !strings.Contains(tornLines[0], "level=INFO") || strings.Contains(logged.String(), "stack") {
+		t.Fatalf("log at info, want one INFO line about the torn write and no stack trace:\n%s", logged.String())
 	}
 	for i := range n {
 		_, closer, err := s2.DB().Get(LogKey(event.Rank{WorkerID: 1}, uint64(i)))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -191,7 +192,18 @@ func checkTiered(t tb, ts *tier.Tiers, m *testutil.Model, q []uint64, early bool
 			}
 		}
 	}
-	want := m.Extensions(q, device, func(d int) uint64 { return path[d-1] })
+	want := m.Extensions(q, device, func(d int) uint64 {
+		// The anchor of the tier walk after d device blocks, from the model's own blocks (the
+		// block its ranks hold at q[:d]), checked against the implementation's walk.
+		h, ok := modelAnchor(m, q[:d])
+		if !ok {
+			t.Fatalf("query %v: no rank of the model holds a device block at %v (a score of %d)", q, q[:d], d)
+		}
+		if path[d-1] != h {
+			t.Fatalf("query %v: the device walk's block at %d is %d, the model's %d", q, d, path[d-1], h)
+		}
+		return h
+	})
 	seen := map[event.Rank]bool{}
 	for i, s := range got {
 		r := event.Rank{WorkerID: s.WorkerID, DPRank: s.DPRank}
@@ -251,4 +263,18 @@ type tb interface {
 	Helper()
 	Fatal(args ...any)
 	Fatalf(format string, args ...any)
+}
+
+// modelAnchor is the block hash the model's ranks hold at the device path prefix (false when none
+// does). Ranks that hold different hashes there would make the anchor ambiguous: the first found
+// in rank order wins, which the implementation's walk is then checked against.
+func modelAnchor(m *testutil.Model, prefix []uint64) (uint64, bool) {
+	for _, r := range m.Ranks() {
+		for _, h := range m.HeldBlocks(r) {
+			if b, ok := m.Block(r, h); ok && slices.Equal(b.Path, prefix) {
+				return h, true
+			}
+		}
+	}
+	return 0, false
 }

@@ -464,7 +464,8 @@ func BenchmarkIngest(b *testing.B) {
 
 // TestEventAgeAndLastEvent: a batch stamped ts is observed in kvindex_event_age_seconds as its
 // age at apply, the source reports when its last batch was applied (Status and
-// kvindex_zmq_seconds_since_last_event), and Remove drops the source's age series.
+// kvindex_zmq_seconds_since_last_event, which counts from the source's start before its first
+// batch), and Remove drops the source's age series.
 func TestEventAgeAndLastEvent(t *testing.T) {
 	pub := startPub(t, topic, "", "", false)
 	defer pub.close()
@@ -476,6 +477,17 @@ func TestEventAgeAndLastEvent(t *testing.T) {
 	pub.waitSubscribed()
 	if st := n.status(id); st.LastEventAt != nil {
 		t.Fatalf("last event before any batch: %v", st.LastEventAt)
+	}
+	// Before its first event the source is silent since it started: the series exists (an alert
+	// on it fires for a source that never delivers, e.g. a wrong topic or port).
+	silentBefore := -1.0
+	for _, f := range gather(t, reg) {
+		if f.GetName() == "kvindex_zmq_seconds_since_last_event" {
+			silentBefore = f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	if silentBefore < 0 || silentBefore > 60 {
+		t.Fatalf("seconds since last event before the first: %v, want the seconds since the source started", silentBefore)
 	}
 	ts := float64(time.Now().Add(-3*time.Second).UnixNano()) / 1e9
 	before := time.Now()

@@ -172,6 +172,8 @@ type Status struct {
 	// LastBatchTS is that batch's publisher timestamp (unix seconds; 0 when it carried none).
 	LastEventAt *time.Time `json:"last_event_at,omitempty"`
 	LastBatchTS float64    `json:"last_batch_ts,omitempty"`
+
+	silentSince time.Time // LastEventAt, or when the source started before its first event
 }
 
 // Manager owns the running sources: one goroutine per source, stopped by Remove or Close.
@@ -232,8 +234,9 @@ func (m *Manager) Add(cfg Config) (string, error) {
 	}
 	ctx, cancel := context.WithCancel(m.ctx)
 	s := &subscriber{cfg: cfg, m: m, lg: m.opts.Logger.With("source", cfg.ID), meta: CursorMeta(cfg.ID),
-		state: StateConnecting, cancel: cancel, done: make(chan struct{})}
+		state: StateConnecting, cancel: cancel, done: make(chan struct{}), started: time.Now()}
 	m.subs[cfg.ID] = s
+	m.age.WithLabelValues(cfg.ID) // exported from the start (no observation yet), as the other series
 	go s.run(ctx)
 	return cfg.ID, nil
 }
@@ -305,7 +308,7 @@ var (
 	descConnected = prometheus.NewDesc("kvindex_zmq_connected", "1 while the source's SUB socket is connected.", []string{"source"}, nil)
 	descSeq       = prometheus.NewDesc("kvindex_zmq_seq", "Newest publisher seq applied by the source.", []string{"source"}, nil)
 	descSilent    = prometheus.NewDesc("kvindex_zmq_seconds_since_last_event",
-		"Seconds since the source's newest batch with events was applied (absent before its first).", []string{"source"}, nil)
+		"Seconds since the source's newest batch with events was applied, or since it started (was added, or loaded at start) before its first: a source that never delivers is as silent as one that stopped.", []string{"source"}, nil)
 	descCounters = []struct {
 		d   *prometheus.Desc
 		get func(*Status) uint64
@@ -344,9 +347,7 @@ func (m *Manager) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descConnected, prometheus.GaugeValue, conn, st.ID)
 		ch <- prometheus.MustNewConstMetric(descSeq, prometheus.GaugeValue, float64(st.Seq), st.ID)
-		if st.LastEventAt != nil {
-			ch <- prometheus.MustNewConstMetric(descSilent, prometheus.GaugeValue, time.Since(*st.LastEventAt).Seconds(), st.ID)
-		}
+		ch <- prometheus.MustNewConstMetric(descSilent, prometheus.GaugeValue, time.Since(st.silentSince).Seconds(), st.ID)
 		for _, c := range descCounters {
 			ch <- prometheus.MustNewConstMetric(c.d, prometheus.CounterValue, float64(c.get(&st)), st.ID)
 		}

@@ -69,6 +69,9 @@ type subscriber struct {
 	hasSeq    bool
 	lastEvent time.Time // when the newest batch with events was applied (zero before)
 	lastTS    float64   // that batch's ts
+	started   time.Time // when Add started the source (the silence before its first event counts from here)
+
+	report retry.Reporter // the reconnect log line (run's goroutine only)
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -100,18 +103,23 @@ func (s *subscriber) run(ctx context.Context) {
 	defer s.setState(StateStopped)
 	s.fresh = true
 	if v, ok, err := s.m.cursors.Meta(s.meta); err != nil {
-		s.lg.Error("reading the zmq seq cursor; starting without one", "source", s.cfg.ID, "err", err)
+		s.lg.Error("reading the zmq seq cursor; starting without one", "err", err)
 		s.setErr(err)
 	} else if ok && len(v) == 8 {
 		s.setCursor(binary.BigEndian.Uint64(v))
 		s.fresh = false
-		s.lg.Info("zmq source resumes", "source", s.cfg.ID, "seq", s.cursor)
+		s.lg.Info("zmq source resumes", "seq", s.cursor)
 	}
 	retry.Loop(ctx, s.m.opts.BackoffMin, s.m.opts.BackoffMax, s.session, func(err error, wait time.Duration) {
 		s.ctr.reconnects.Add(1)
 		s.setErr(err)
 		s.setState(StateBackoff)
-		s.lg.Warn("zmq source disconnected; retrying", "source", s.cfg.ID, "endpoint", s.cfg.Endpoint, "err", err, "backoff_ms", wait.Milliseconds())
+		if ok, notLogged := s.report.Report(time.Now(), err); ok {
+			s.lg.Warn("zmq source disconnected; retrying", "endpoint", s.cfg.Endpoint, "err", err, "backoff_ms", wait.Milliseconds(),
+				"retries_not_logged", notLogged)
+		} else {
+			s.lg.Debug("zmq source disconnected; retrying", "endpoint", s.cfg.Endpoint, "err", err, "backoff_ms", wait.Milliseconds())
+		}
 	})
 }
 
@@ -129,7 +137,7 @@ func (s *subscriber) session(ctx context.Context) (delivered bool, err error) {
 		return false, fmt.Errorf("%w: %s: %v", ErrDial, s.cfg.Endpoint, err)
 	}
 	s.setState(StateConnected)
-	s.lg.Info("zmq source connected", "source", s.cfg.ID, "endpoint", s.cfg.Endpoint)
+	s.lg.Info("zmq source connected", "endpoint", s.cfg.Endpoint)
 	for {
 		msg, err := sub.Recv()
 		if err != nil {
@@ -163,7 +171,7 @@ func (s *subscriber) workerOf(topic []byte) uint64 {
 func (s *subscriber) onLive(ctx context.Context, frames [][]byte) error {
 	if len(frames) != 3 || len(frames[1]) != 8 {
 		s.ctr.decodeErrs.Add(1)
-		s.lg.Warn("zmq message skipped: want 3 frames [topic, seq(8 bytes), payload]", "source", s.cfg.ID, "frames", len(frames))
+		s.lg.Warn("zmq message skipped: want 3 frames [topic, seq(8 bytes), payload]", "frames", len(frames))
 		return nil
 	}
 	topic, seq, payload := frames[0], binary.BigEndian.Uint64(frames[1]), frames[2]
@@ -204,7 +212,7 @@ func (s *subscriber) onLive(ctx context.Context, frames [][]byte) error {
 // and the stream starts over from seq 0.
 func (s *subscriber) newEpoch(ctx context.Context, topic []byte, seq uint64) error {
 	s.ctr.epochs.Add(1)
-	s.lg.Warn("zmq publisher restarted: new epoch, clearing its ranks", "source", s.cfg.ID, "seq", seq, "last_seq", s.cursor)
+	s.lg.Warn("zmq publisher restarted: new epoch, clearing its ranks", "seq", seq, "last_seq", s.cursor)
 	if err := s.clearRanks(ctx, s.workerOf(topic)); err != nil {
 		return err
 	}
@@ -216,18 +224,18 @@ func (s *subscriber) newEpoch(ctx context.Context, topic []byte, seq uint64) err
 func (s *subscriber) fillGap(ctx context.Context, topic []byte, from, to uint64) error {
 	s.ctr.gaps.Add(1)
 	if s.cfg.ReplayEndpoint == "" {
-		s.lg.Warn("zmq batches lost (no replay endpoint)", "source", s.cfg.ID, "from_seq", from, "to_seq", to-1)
+		s.lg.Warn("zmq batches lost (no replay endpoint)", "from_seq", from, "to_seq", to-1)
 		return s.lose(ctx, topic, to-from)
 	}
 	s.setState(StateReplaying)
 	defer s.setState(StateConnected)
-	s.lg.Info("zmq gap: replaying", "source", s.cfg.ID, "from_seq", from, "to_seq", to-1)
+	s.lg.Info("zmq gap: replaying", "from_seq", from, "to_seq", to-1)
 	first := true
 	err := replay(ctx, s.cfg.ReplayEndpoint, from, s.m.opts.ReplayIdle, s.lg, func(rtopic []byte, seq uint64, payload []byte) error {
 		if first {
 			first = false
 			if seq > from {
-				s.lg.Warn("zmq replay starts later than asked: batches lost", "source", s.cfg.ID, "asked", from, "first", seq)
+				s.lg.Warn("zmq replay starts later than asked: batches lost", "asked", from, "first", seq)
 				if err := s.lose(ctx, topic, seq-from); err != nil {
 					return err
 				}
@@ -247,7 +255,7 @@ func (s *subscriber) fillGap(ctx context.Context, topic []byte, from, to uint64)
 	}
 	if err != nil {
 		s.setErr(err)
-		s.lg.Warn("zmq replay failed", "source", s.cfg.ID, "err", err)
+		s.lg.Warn("zmq replay failed", "err", err)
 	}
 	// What the replay did not reach below the live seq is lost too.
 	next := from
@@ -255,7 +263,7 @@ func (s *subscriber) fillGap(ctx context.Context, topic []byte, from, to uint64)
 		next = s.cursor + 1
 	}
 	if next < to {
-		s.lg.Warn("zmq replay ended before the live seq: batches lost", "source", s.cfg.ID, "from_seq", next, "to_seq", to-1)
+		s.lg.Warn("zmq replay ended before the live seq: batches lost", "from_seq", next, "to_seq", to-1)
 		return s.lose(ctx, topic, to-next)
 	}
 	return nil
@@ -296,7 +304,7 @@ func (s *subscriber) apply(ctx context.Context, topic []byte, seq uint64, payloa
 	b, err := s.dec.Decode(payload)
 	if err != nil {
 		s.ctr.decodeErrs.Add(1)
-		s.lg.Warn("zmq batch skipped: malformed payload", "source", s.cfg.ID, "seq", seq, "err", err)
+		s.lg.Warn("zmq batch skipped: malformed payload", "seq", seq, "err", err)
 		s.setCursor(seq)
 		return nil
 	}
@@ -312,7 +320,7 @@ func (s *subscriber) apply(ctx context.Context, topic []byte, seq uint64, payloa
 			}
 			s.ctr.rejected.Add(uint64(len(b.Events)))
 			s.setErr(err)
-			s.lg.Warn("zmq batch refused: no partition for its rank", "source", s.cfg.ID, "seq", seq,
+			s.lg.Warn("zmq batch refused: no partition for its rank", "seq", seq,
 				"worker_id", rk.WorkerID, "dp_rank", rk.DPRank, "err", err)
 			s.setCursor(seq)
 			return nil
@@ -326,7 +334,7 @@ func (s *subscriber) apply(ctx context.Context, topic []byte, seq uint64, payloa
 	}
 	if c.Rejected > 0 {
 		s.ctr.rejected.Add(uint64(c.Rejected))
-		s.lg.Warn("zmq events rejected: token count not a whole number of blocks", "source", s.cfg.ID, "seq", seq,
+		s.lg.Warn("zmq events rejected: token count not a whole number of blocks", "seq", seq,
 			"worker_id", rk.WorkerID, "dp_rank", rk.DPRank, "rejected", c.Rejected)
 	}
 	s.ctr.offDevice.Add(uint64(c.OffDevice))
@@ -380,9 +388,11 @@ func (s *subscriber) status() Status {
 	s.mu.Lock()
 	st.State, st.Connected, st.LastError = s.state, s.connected, s.lastErr
 	st.HasSeq, st.Seq = s.hasSeq, s.seq
+	st.silentSince = s.started
 	if !s.lastEvent.IsZero() {
 		at := s.lastEvent
 		st.LastEventAt, st.LastBatchTS = &at, s.lastTS
+		st.silentSince = at
 	}
 	if s.hasWorker {
 		w := s.worker

@@ -158,7 +158,9 @@ func TestCrashKeepsAcknowledged(t *testing.T) {
 					}
 				})
 			}
-			time.Sleep(time.Duration(5+rng.IntN(40)) * time.Millisecond)
+			// Crash once every producer has a seeded number of acknowledged batches (the test's
+			// premise: a sleep alone may crash before anything was acknowledged on a busy machine).
+			waitAcked(t, apps, uint64(1+rng.IntN(30)))
 			var ackedBefore [producers]uint64
 			for g, a := range apps {
 				ackedBefore[g] = a.ackedNow()
@@ -219,7 +221,7 @@ func TestWriteFailureFailsCommit(t *testing.T) {
 				prng := rand.New(rand.NewPCG(seed, uint64(g)))
 				wg.Go(func() { errs[g] = apps[g].run(l, prng, stop) })
 			}
-			time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
+			waitAcked(t, apps, uint64(1+rng.IntN(15))) // something acknowledged before the failure
 			on.Store(true)
 			deadline := time.After(10 * time.Second)
 			for l.Err() == nil {
@@ -260,5 +262,19 @@ func TestWriteFailureFailsCommit(t *testing.T) {
 			}
 			t.Logf("failed with %v; acked per producer %v", l.Err(), acked)
 		})
+	}
+}
+
+// waitAcked returns once every appender has at least n acknowledged batches (fails after 30 s).
+func waitAcked(t *testing.T, apps []*appender, n uint64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, a := range apps {
+		for a.ackedNow() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("appender acknowledged %d batches in 30 s, want %d before the fault", a.ackedNow(), n)
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
 }

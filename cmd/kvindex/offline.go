@@ -63,8 +63,8 @@ func exportCommand() *cli.Command {
 		Flags: []cli.Flag{
 			offlineDataDirFlag("export"),
 			&cli.StringFlag{Name: "what", Value: "events", Usage: "events: the retained log, each rank's snapshot first; dump: the rebuilt tree, ids from 0 per rank", EnvVars: env("export", "what")},
-			&cli.Uint64Flag{Name: "worker-id", Usage: "only this worker's ranks", EnvVars: env("export", "worker-id")},
-			&cli.UintFlag{Name: "dp-rank", Usage: "only this dp rank (with --worker-id)", EnvVars: env("export", "dp-rank")},
+			&cli.Uint64Flag{Name: "worker-id", Usage: "only this worker's ranks", DefaultText: "every worker", EnvVars: env("export", "worker-id")},
+			&cli.UintFlag{Name: "dp-rank", Usage: "only this dp rank (with --worker-id)", DefaultText: "every rank", EnvVars: env("export", "dp-rank")},
 			&cli.StringFlag{Name: "model-name", Usage: "only this partition's ranks, without partition lines (with --routing-group, default \"default\")", EnvVars: env("export", "model-name")},
 			&cli.StringFlag{Name: "routing-group", Usage: "only this partition's ranks, without partition lines (with --model-name, default \"default\")", EnvVars: env("export", "routing-group")},
 			&cli.Uint64Flag{Name: "from", Usage: "events only: skip log events below this id (a snapshot at or above it is still written)", EnvVars: env("export", "from")},
@@ -99,9 +99,9 @@ func exportCommand() *cli.Command {
 			for _, r := range res.Ranks {
 				fmt.Fprintln(c.App.ErrWriter, r.Note())
 			}
-			fmt.Fprintf(c.App.ErrWriter, "exported %d events of %d ranks", res.Events, len(res.Ranks))
+			fmt.Fprintf(c.App.ErrWriter, "exported %s of %s", plural(res.Events, "event"), plural(len(res.Ranks), "rank"))
 			if n := len(res.Partitions); n > 0 {
-				fmt.Fprintf(c.App.ErrWriter, " in %d partition(s), each after its partition line", n)
+				fmt.Fprintf(c.App.ErrWriter, " in %s, each after its partition line", plural(n, "partition"))
 			}
 			fmt.Fprintln(c.App.ErrWriter)
 			return nil
@@ -177,4 +177,12 @@ func verifyCommand() *cli.Command {
 			return offlineErr("verify", err)
 		},
 	}
+}
+
+// plural is "1 event", "2 events".
+func plural[N int | int64 | uint64](n N, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

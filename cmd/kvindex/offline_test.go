@@ -66,7 +66,7 @@ func TestOfflineCLI(t *testing.T) {
 		{[]string{"verify", "--data-dir", dir}, 0, "1 ranks, 2 log records, 2 blocks: clean", ""},
 		{[]string{"inspect", "--data-dir", dir}, 0, "log: 2 events, ids 1-2", ""},
 		{[]string{"inspect", "--data-dir", dir, "--json"}, 0, `"events_retained": 2`, ""},
-		{[]string{"export", "--data-dir", dir}, 0, `"event_id":2`, "exported 2 events of 1 ranks"},
+		{[]string{"export", "--data-dir", dir}, 0, `"event_id":2`, "exported 2 events of 1 rank"},
 		{[]string{"export", "--data-dir", dir, "--what", "dump", "--worker-id", "7", "--dp-rank", "0"}, 0, `"blocks":[{"block_hash":1,"tokens_hash":10},{"block_hash":2,"tokens_hash":20}]`, "rank 7/0: 1 event"},
 		{[]string{"export", "--data-dir", dir, "--what", "tree"}, 2, "", "usage: --what"},
 		{[]string{"export", "--data-dir", dir, "--dp-rank", "1"}, 2, "", "usage: --dp-rank needs --worker-id"},
@@ -157,9 +157,9 @@ func TestOfflineCLIPartitions(t *testing.T) {
 	}{
 		{[]string{"verify", "--data-dir", dir}, []string{"2 ranks, 2 partitions", "2 ranks, 4 log records, 4 blocks: clean"}, ""},
 		{[]string{"inspect", "--data-dir", dir}, []string{"partition 1 llama:default (block size 32): 1 rank", "rank 21/0 (llama:default)", "bytes on disk (du)"}, ""},
-		{[]string{"export", "--data-dir", dir}, []string{defLine + `{"worker_id":7,`, llamaLine + `{"worker_id":21,`}, "in 2 partition(s)"},
+		{[]string{"export", "--data-dir", dir}, []string{defLine + `{"worker_id":7,`, llamaLine + `{"worker_id":21,`}, "in 2 partitions"},
 		{[]string{"export", "--data-dir", dir, "--what", "dump", "--worker-id", "21"}, []string{llamaLine + `{"worker_id":21,`}, "rank 21/0 (llama:default): 1 event"},
-		{[]string{"export", "--data-dir", dir, "--model-name", "llama"}, []string{`{"worker_id":21,`}, "exported 2 events of 1 ranks\n"},
+		{[]string{"export", "--data-dir", dir, "--model-name", "llama"}, []string{`{"worker_id":21,`}, "exported 2 events of 1 rank\n"},
 		{[]string{"compact", "--data-dir", dir}, []string{"compact " + dir + ": 2 ranks, 2 partitions", "rank 21/0 (llama:default): folded 2 events", "bytes on disk (du) before"}, ""},
 		{[]string{"verify", "--data-dir", dir}, []string{"2 ranks, 0 log records, 4 blocks: clean"}, ""},
 	} {

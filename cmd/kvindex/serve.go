@@ -26,7 +26,7 @@ func offlineDataDirFlag(cmd string) cli.Flag {
 
 // authTokenFlag is --auth-token-file, of serve and loadgen.
 func authTokenFlag(cmd string, env []string) cli.Flag {
-	usage := "require Authorization: Bearer <token> on every mutating route (events, deletes, sources, flush); the token is the file's content, trimmed; also sent to --upstream"
+	usage := "require Authorization: Bearer <token> on every mutating route (events, deletes, sources, a worker's source, flush, routing decisions, Dynamo's /register, /unregister, /register_peer, /deregister_peer) and /debug/pprof; the token is the file's content, trimmed; also sent to --upstream"
 	if cmd == "loadgen" {
 		usage = "send Authorization: Bearer <token> (the file's content, trimmed), for a server started with --auth-token-file"
 	}
@@ -88,11 +88,14 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "upstream", Usage: "default recovery source of every worker: base URL of a kvindex serving /v1/ranks/{w}/{r}/events (e.g. the one beside the workers); gaps are fetched from it instead of being lost", EnvVars: serveEnv("upstream")},
 			&cli.DurationFlag{Name: "fetch-timeout", Value: 10 * time.Second, Usage: "per-request timeout of recovery fetches (8 tries, backoff 200ms·2^n)", EnvVars: serveEnv("fetch-timeout")},
 			&cli.DurationFlag{Name: "fetch-backoff", Value: 200 * time.Millisecond, Usage: "first retry backoff of a recovery fetch; doubles each try", EnvVars: serveEnv("fetch-backoff")},
-			&cli.StringSliceFlag{Name: "zmq", Usage: "vLLM KV-events publishers to subscribe to, comma separated: ENDPOINT[?replay=ENDPOINT&worker_id=N], e.g. tcp://vllm-0:5557?replay=tcp://vllm-0:5558 (worker id default: derived from the topic kv@<pod>@<model>)", EnvVars: serveEnv("zmq")},
+			&cli.StringSliceFlag{Name: "zmq", Usage: "vLLM KV-events publishers to subscribe to, comma separated: ENDPOINT[?replay=ENDPOINT&worker_id=N&model_name=M&routing_group=G], e.g. tcp://vllm-0:5557?replay=tcp://vllm-0:5558 (worker id default: derived from the topic kv@<pod>@<model>; partition default: the topic's <model>, routing group default)", EnvVars: serveEnv("zmq")},
 			&cli.StringSliceFlag{Name: "peers", Usage: "kvindex or Dynamo standalone indexers, comma separated base URLs: at start, each partition that is empty is filled from the first one whose GET /dump answers, before /readyz turns 200", EnvVars: serveEnv("peers")},
 			&cli.StringSliceFlag{Name: "nats", Usage: "NATS Core subjects of Dynamo's event plane (msgpack EventEnvelope), comma separated: URL?subject=SUBJECT[&model_name=M&routing_group=G], e.g. nats://nats-0:4222?subject=namespace.dynamo.component.backend.kv-events", EnvVars: serveEnv("nats")},
 			&cli.StringSliceFlag{Name: "jetstream", Usage: "JetStream streams of JSON RouterEvents, one durable consumer per replica, comma separated: URL?stream=NAME&durable=REPLICA[&create=true&peers=http://peer:7070&model_name=M&routing_group=G]", EnvVars: serveEnv("jetstream")},
 			&cli.Int64Flag{Name: "max-body-bytes", Value: 64 << 20, Usage: "request body limit (of the decoded body when gzip-encoded)", EnvVars: serveEnv("max-body-bytes")},
+			&cli.DurationFlag{Name: "body-timeout", Value: 10 * time.Second, Usage: "a request body must arrive at 64 KiB per this long at least (the whole body when smaller), else it is answered 408 and its connection closed", EnvVars: serveEnv("body-timeout")},
+			&cli.IntFlag{Name: "max-conns", Value: 4096, Usage: "open HTTP connections at most; at the cap new ones wait in the listen backlog (logged, kvindex_http_conn_cap_waits_total); 0 = no cap", EnvVars: serveEnv("max-conns")},
+			&cli.DurationFlag{Name: "idle-timeout", Value: 2 * time.Minute, Usage: "close a keep-alive HTTP connection idle this long", EnvVars: serveEnv("idle-timeout")},
 			authTokenFlag("serve", serveEnv("auth-token-file")),
 			&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS with this PEM certificate (with --tls-key)", EnvVars: serveEnv("tls-cert")},
 			&cli.StringFlag{Name: "tls-key", Usage: "the PEM private key of --tls-cert", EnvVars: serveEnv("tls-key")},
@@ -123,6 +126,13 @@ func serveCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			if c.Duration("body-timeout") <= 0 || c.Duration("idle-timeout") <= 0 || c.Int("max-conns") < 0 {
+				return usagef("--body-timeout and --idle-timeout must be > 0, --max-conns ≥ 0")
+			}
+			maxConns := c.Int("max-conns")
+			if maxConns == 0 {
+				maxConns = -1 // server.ConnOptions: negative is no cap
+			}
 			if c.Duration("approx-ttl") < 0 || c.Int("approx-max-blocks") < 0 {
 				return usagef("--approx-ttl and --approx-max-blocks must not be negative")
 			}
@@ -145,6 +155,7 @@ func serveCommand() *cli.Command {
 				RetainEvents:    c.Uint64("retain-events"),
 				CheckpointRatio: c.Float64("checkpoint-ratio"),
 				MaxBodyBytes:    c.Int64("max-body-bytes"),
+				Conns:           server.ConnOptions{BodyTimeout: c.Duration("body-timeout"), MaxConns: maxConns, IdleTimeout: c.Duration("idle-timeout")},
 				Upstream:        c.String("upstream"),
 				FetchTimeout:    c.Duration("fetch-timeout"),
 				FetchBackoff:    c.Duration("fetch-backoff"),

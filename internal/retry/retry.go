@@ -41,3 +41,38 @@ func minDur(a, b time.Duration) time.Duration {
 	}
 	return b
 }
+
+// Reporter rate-limits the log line of a retrying source: a source that cannot reach its server
+// retries every few seconds forever, and one line per retry buries everything else. It logs the
+// first failure, a failure whose message differs from the last one logged, and otherwise at most
+// one per Every, saying how many retries it did not log in between. Not safe for concurrent use
+// (a source's retry callback runs on its own goroutine).
+type Reporter struct {
+	Every time.Duration // default DefaultReportEvery
+
+	last    time.Time
+	lastErr string
+	skipped int
+}
+
+// DefaultReportEvery is Reporter's default interval.
+const DefaultReportEvery = time.Minute
+
+// Report tells whether to log err now, and how many failures since the last logged one were not.
+func (r *Reporter) Report(now time.Time, err error) (log bool, notLogged int) {
+	every := r.Every
+	if every <= 0 {
+		every = DefaultReportEvery
+	}
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if !r.last.IsZero() && msg == r.lastErr && now.Sub(r.last) < every {
+		r.skipped++
+		return false, 0
+	}
+	notLogged = r.skipped
+	r.last, r.lastErr, r.skipped = now, msg, 0
+	return true, notLogged
+}

@@ -3,6 +3,7 @@ package retry
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -35,5 +36,26 @@ func TestLoopBacksOffAndResets(t *testing.T) {
 		if waits[i] != want[i]*time.Microsecond {
 			t.Fatalf("waits %v, want %v µs", waits, want)
 		}
+	}
+}
+
+// TestReporterRateLimits checks the rule "a source failing the same way logs its first failure,
+// then at most one line per Every that counts the ones not logged; a different error logs at
+// once".
+func TestReporterRateLimits(t *testing.T) {
+	r := Reporter{Every: time.Minute}
+	t0 := time.Unix(1000, 0)
+	dial := errors.New("dial: no such host")
+	var logged []int
+	for i := 0; i < 30; i++ { // every 5 s for 150 s
+		if ok, n := r.Report(t0.Add(time.Duration(i)*5*time.Second), dial); ok {
+			logged = append(logged, n)
+		}
+	}
+	if want := []int{0, 11, 11}; !slices.Equal(logged, want) { // at 0 s, 60 s, 120 s
+		t.Fatalf("logged with skipped counts %v, want %v", logged, want)
+	}
+	if ok, n := r.Report(t0.Add(151*time.Second), errors.New("connection refused")); !ok || n != 5 {
+		t.Fatalf("a new error: logged %v with %d not logged, want true, 5", ok, n)
 	}
 }
