@@ -43,8 +43,12 @@ func (s *Engine) RangeAnswer(ctx context.Context, rk Rank, req recovery.RangeReq
 	case recovery.RangeInvalid:
 		return &recovery.Answer{Kind: recovery.AnswerInvalidRange, StartID: req.Start, EndID: req.End}, nil, nil
 	case recovery.RangeTooNew:
-		// requested_end echoes the request: 0 when it gave no end (the field stays on the wire).
-		return &recovery.Answer{Kind: recovery.AnswerTooNew, RequestedStart: req.Start, RequestedEnd: req.End, NewestAvailable: view.Newest}, nil, nil
+		// requested_end is the end asked for, else the newest id (docs/CONTRACT.md §5).
+		end := req.End
+		if !req.HasEnd {
+			end = view.Newest
+		}
+		return &recovery.Answer{Kind: recovery.AnswerTooNew, RequestedStart: req.Start, RequestedEnd: end, NewestAvailable: view.Newest}, nil, nil
 	case recovery.RangeTreeDump:
 		body, err := s.treeDump(ctx, rk)
 		return nil, body, err

@@ -7,7 +7,7 @@ package recovery
 //  1. start and end given, end < start → InvalidRange
 //  2. start absent                     → TreeDump (last_event_id = newest logged id or 0)
 //  3. no retained log events           → TreeDump
-//  4. start > newest                   → TooNew (requested_end = end as given, 0 without end)
+//  4. start > newest                   → TooNew (requested_end = end as given, else newest)
 //  5. start < oldest retained          → TreeDump
 //  6. otherwise                        → Events from start to newest (end is not a cap)
 

@@ -179,7 +179,7 @@ func TestRangeRules(t *testing.T) {
 		{url, "?start=5&end=3", "InvalidRange start=5 end=3"},
 		{url, "", "TreeDump blocks=10 last=10"},
 		{url, "?end=3", "TreeDump blocks=10 last=10"},
-		{url, "?start=11", "TooNew start=11 end=0 newest=10"}, // no end requested: none echoed
+		{url, "?start=11", "TooNew start=11 end=10 newest=10"}, // no end requested: the newest id
 		{url, "?start=11&end=20", "TooNew start=11 end=20 newest=10"},
 		{url, "?start=3", "Events[3 4 5 6 7 8 9 10] last=10"},
 		{url, "?start=3&end=4", "Events[3 4 5 6 7 8 9 10] last=10"},
@@ -191,7 +191,7 @@ func TestRangeRules(t *testing.T) {
 		{folded, "?start=1", "TreeDump blocks=10 last=10"},
 		{folded, "?start=6", "TreeDump blocks=10 last=10"},
 		{folded, "?start=7", "Events[7 8 9 10] last=10"},
-		{folded, "?start=11", "TooNew start=11 end=0 newest=10"},
+		{folded, "?start=11", "TooNew start=11 end=10 newest=10"},
 	} {
 		if got := describe(getAnswer(t, tc.url, tc.query)); got != tc.want {
 			t.Errorf("%s %s: got %q, want %q", map[bool]string{true: "folded", false: "full"}[tc.url == folded], tc.query, got, tc.want)
