@@ -133,7 +133,7 @@ func (db *DB) Find(dst []Score, model, group string, q Query) []Score {
 }
 
 // RecordDecision records a routing decision (approximate mode, as POST /v1/routing_decisions):
-// the request's prefix (local hashes; seq nil: the chain of SPEC §2) went to (worker, dpRank) in
+// the request's prefix (local hashes; seq nil: the chain of docs/CONTRACT.md §2) went to (worker, dpRank) in
 // partition (model, group); the rank is assumed to cache it for Options.ApproxTTL. It returns the
 // blocks recorded and their deadline once durable.
 func (db *DB) RecordDecision(ctx context.Context, model, group string, worker uint64, dpRank uint32, local, seq []uint64) (int, time.Time, error) {

@@ -131,8 +131,8 @@ func (s *Set) deadline(now time.Time) int64 {
 // Decision is one routing decision: the request's prefix went to Rank.
 type Decision struct {
 	Rank        event.Rank
-	LocalHashes []uint64 // the tree edges (SPEC §2 block hashes)
-	SeqHashes   []uint64 // the blocks' ids; computed with SPEC §2's chain when nil
+	LocalHashes []uint64 // the tree edges (docs/CONTRACT.md §2 block hashes)
+	SeqHashes   []uint64 // the blocks' ids; computed with docs/CONTRACT.md §2's chain when nil
 }
 
 // Record logs a decision through the rank's lane and applies it to the side index; it returns

@@ -172,7 +172,7 @@ func TestDeadlinesRoundUpToBuckets(t *testing.T) {
 	}
 }
 
-// TestMixedClusterTakesTheMax (SPEC §8): a rank with event-fed score 2 and a decision of 4 blocks
+// TestMixedClusterTakesTheMax (docs/CONTRACT.md §8): a rank with event-fed score 2 and a decision of 4 blocks
 // answers 4, then 2 after the decision expired.
 func TestMixedClusterTakesTheMax(t *testing.T) {
 	g := newRig(t, Options{TTL: 10 * time.Second})
@@ -191,7 +191,7 @@ func TestMixedClusterTakesTheMax(t *testing.T) {
 	}
 }
 
-// TestSizeBoundPrunesEarliestDeepestFirst (SPEC §8): above max_blocks a partition prunes to
+// TestSizeBoundPrunesEarliestDeepestFirst (docs/CONTRACT.md §8): above max_blocks a partition prunes to
 // ⌊0.8·max⌋, earliest deadline first, the deepest block first on equal deadlines.
 func TestSizeBoundPrunesEarliestDeepestFirst(t *testing.T) {
 	g := newRig(t, Options{TTL: 10 * time.Second, MaxBlocks: 10})

@@ -1,4 +1,4 @@
-// Package approx owns approximate mode (SPEC §8): for workers that publish no KV events, the
+// Package approx owns approximate mode (docs/CONTRACT.md §8): for workers that publish no KV events, the
 // router records where it sent each request (a routing decision) and kvindex assumes that rank
 // now caches the request's prefix for a while (TTL).
 //
@@ -26,7 +26,7 @@
 //     deadline, never strand a deeper block.
 //   - Routing decisions never touch a rank's event log, cursor or ids.
 //
-// Where SPEC §8 is silent: decisions are logged as their resulting state (one record per
+// Where docs/CONTRACT.md §8 is silent: decisions are logged as their resulting state (one record per
 // (rank, block) with its deadline, overwritten by a refresh, deleted by an expiry) instead of as
 // synthetic Stored/Removed events with ids: replay needs the blocks and deadlines only, and the
 // records cannot grow without bound under re-records. A decision's synthetic event is still

@@ -70,7 +70,7 @@ type Options struct {
 	Logger *slog.Logger
 	// Progress, when set, shows progress bars there (the CLI passes stderr on a terminal).
 	Progress io.Writer
-	// Approximate replaces stages 2–5 by approximate mode (SPEC §8, issue 14): each query's
+	// Approximate replaces stages 2–5 by approximate mode (docs/CONTRACT.md §8, issue 14): each query's
 	// routing decision is recorded instead of the events (see approxStages). The workload must
 	// name each query's worker (ErrNoDecisions otherwise).
 	Approximate bool
@@ -419,7 +419,7 @@ func (r *run) loadedQueries(ctx context.Context, s *engine.Engine, qs []int, sub
 	return s.Flush(ctx)
 }
 
-// tieredQueries times the same queries with the tier walk (SPEC §7) on the default partition,
+// tieredQueries times the same queries with the tier walk (docs/CONTRACT.md §7) on the default partition,
 // the one the benchmark writes to.
 func (r *run) tieredQueries(ctx context.Context, s *engine.Engine, qs []int) error {
 	ts := s.Partitions().TiersOf(0)

@@ -88,7 +88,7 @@ func TestRunReportsEveryMetric(t *testing.T) {
 	if got, want := get(MetricIngestVsCeiling), get(MetricIngestEventsPerS)/get(MetricPebbleCeilingEventsPS); got != want {
 		t.Errorf("ingest_vs_ceiling = %v, want %v", got, want)
 	}
-	// BENCH.md: the pipeline against its slowest stage.
+	// docs/BENCHMARKS.md: the pipeline against its slowest stage.
 	limit := min(get(MetricPebbleCeilingEventsPS), get(MetricMemoryIngestEventsPS))
 	if got, want := get(MetricIngestVsLimit), get(MetricIngestEventsPerS)/limit; got != want {
 		t.Errorf("ingest_vs_limit = %v, want %v", got, want)

@@ -1,7 +1,7 @@
 // Package bench is the benchmark harness library behind `kvindex bench` and `kvindex loadgen`
 // (its stages, metrics and targets: docs/BENCHMARKS.md). It is its own package because nothing existing fits: the index,
 // lanes, wal and server packages are the things measured, and the CLI must stay a thin shell
-// (STYLE.md §7) whose logic tests can call directly.
+// whose logic tests can call directly.
 //
 // # What Run does, in order
 //
@@ -23,7 +23,7 @@
 //     the same log keys and wal.EncodeRecord values, Batch records per commit, the same
 //     producers and sync mode, on a fresh store, nothing else.
 //
-// With Options.Approximate (approximate mode, SPEC §8) stages 2–5 are replaced: no event is
+// With Options.Approximate (approximate mode, docs/CONTRACT.md §8) stages 2–5 are replaced: no event is
 // ingested; each non-empty query, in workload order, is first scored with engine.Find
 // (event-fed and side scores merged; the event tree stays empty, so this is the side index) and
 // then its routing decision (Query.Worker, the query's block hashes) is recorded through

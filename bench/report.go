@@ -24,7 +24,7 @@ const (
 	MetricPebbleCeilingEventsPS  = "pebble_ceiling_events_per_s"
 	MetricIngestVsCeiling        = "ingest_vs_ceiling"
 	// MetricIngestVsLimit is the pipeline against its slowest stage: ingest_events_per_s ÷
-	// min(pebble_ceiling_events_per_s, memory_ingest_events_per_s) (BENCH.md).
+	// min(pebble_ceiling_events_per_s, memory_ingest_events_per_s) (docs/BENCHMARKS.md).
 	MetricIngestVsLimit        = "ingest_vs_limit"
 	MetricFindMatchesP50       = "find_matches_p50_ns"
 	MetricFindMatchesP99       = "find_matches_p99_ns"
@@ -49,7 +49,7 @@ const (
 	MetricWALBytesInPerEvent = "wal_bytes_in_per_event"
 	// Snapshot bytes on disk per event after stage 2 (the 'S' key range, like wal_bytes_per_event).
 	MetricSnapshotBytesPerEvent = "snapshot_bytes_per_event"
-	// The tier walk (SPEC §7), on the same queries as find_matches_p50/p99: device walk plus the
+	// The tier walk (docs/CONTRACT.md §7), on the same queries as find_matches_p50/p99: device walk plus the
 	// host_pinned → disk → external walk (with --host-blocks the workload offloads evictions).
 	MetricTierEntries          = "tier_entries"               // (rank, edge) entries of the lower tiers after stage 2
 	MetricFindMatchesTieredP50 = "find_matches_tiered_p50_ns" // find_matches with the tier walk

@@ -18,7 +18,7 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// DumpCacheOptions configure the TreeDump cache of the range route (SPEC §5 "Serving ranges").
+// DumpCacheOptions configure the TreeDump cache of the range route (docs/CONTRACT.md §5 "Serving ranges").
 // Zero values take the documented defaults.
 type DumpCacheOptions struct {
 	// MaxCost bounds the encoded bytes of the cached TreeDump answers; default 256 MiB. Negative
@@ -65,7 +65,7 @@ var ErrDumpCacheClosed = errors.New("server: dump cache closed")
 //
 // Validity (checked on the rank's lane before the entry is served): the rank is the same
 // incarnation (lanes.RankStatus.Incarnation: no reset, publisher restart, restore, removal or
-// re-add since the build; SPEC §5 lifecycle rule 8), its cursor is still last (or moved past it,
+// re-add since the build; docs/CONTRACT.md §5 lifecycle rule 8), its cursor is still last (or moved past it,
 // for a tail), the lost/recovered gap counters and the degraded flag are unchanged, and the log
 // still holds event last with the same content (fp = xxh3 of its log record).
 type dumpEntry struct {
@@ -174,7 +174,7 @@ func cacheKey(r event.Rank) string {
 	return string(k[:])
 }
 
-// put stores e, waiting for ristretto's buffers and retrying a dropped Set (STORAGE.md: Set is
+// put stores e, waiting for ristretto's buffers and retrying a dropped Set (docs/CONTRACT.md §15: Set is
 // best effort). It gives up after a few tries: the next request rebuilds.
 func put(c *ristretto.Cache[string, *dumpEntry], e *dumpEntry) {
 	k := cacheKey(e.rank)
@@ -309,7 +309,7 @@ func (s *Engine) dumpFlight(ctx context.Context, c *ristretto.Cache[string, *dum
 		fp, hasFP, err = s.fingerprint(rk, st.last)
 	})
 	if errors.Is(derr, lanes.ErrUnknownRank) {
-		// Never written, or removed: an empty dump, built without registering the rank (SPEC §5
+		// Never written, or removed: an empty dump, built without registering the rank (docs/CONTRACT.md §5
 		// lifecycle rule 5) and never cached.
 		st, how, dumped, derr = ruleStatus{}, outcomeBuilt, nil, nil
 	}
@@ -349,7 +349,7 @@ var errTailUnsafe = errors.New("tail cannot extend the dump")
 // readTail reads rk's log from e.last to newest and returns the Stored events (of any tier) after
 // e.last, when appending them to e's dump replays to the rank's state; ok is false otherwise.
 //
-// Decision (SPEC §5 "extended with a safe tail"): only Stored tails extend a dump. A TreeDump is
+// Decision (docs/CONTRACT.md §5 "extended with a safe tail"): only Stored tails extend a dump. A TreeDump is
 // applied with ReplaceRank (tier.Tiers), which applies Stored events, each to its tier, and
 // ignores every other kind, so a Removed in the tail cannot be expressed (and the device dump
 // leaves blocks stranded by a mid-chain Removed out, which a raw Removed could not reproduce): a

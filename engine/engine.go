@@ -67,7 +67,7 @@ type Config struct {
 	FS              vfs.FS        // default the OS file system (tests pass a crashable MemFS)
 	DumpCache       DumpCacheOptions
 	SubmitTimeout   time.Duration // bounds a TreeDump build a request started; default 10 s
-	// Approximate mode (SPEC §8): the TTL of a routing decision's blocks (default 120 s;
+	// Approximate mode (docs/CONTRACT.md §8): the TTL of a routing decision's blocks (default 120 s;
 	// ApproxTTLZero: 0) and the side index's size bound per partition (0 off).
 	ApproxTTL       time.Duration
 	ApproxTTLZero   bool

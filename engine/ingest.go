@@ -104,8 +104,8 @@ func (e *Engine) Install(ctx context.Context, r Rank, dump []event.RouterEvent, 
 	return e.pipe.Install(ctx, r, dump, last, meta...)
 }
 
-// RecordDecision is the routing-decision door (approximate mode, SPEC §8): the request's
-// prefix — local hashes, and sequence hashes (nil: SPEC §2's chain) — went to rank in key's
+// RecordDecision is the routing-decision door (approximate mode, docs/CONTRACT.md §8): the request's
+// prefix — local hashes, and sequence hashes (nil: docs/CONTRACT.md §2's chain) — went to rank in key's
 // partition. The rank is claimed for the partition (created when needed), then the decision is
 // logged through the rank's lane and applied to the side index; it returns the blocks recorded
 // and their deadline once durable. Decisions never move the rank's event cursor.

@@ -60,7 +60,7 @@ func (a *Answer) ExtOf(i int) Ext {
 var answers = sync.Pool{New: func() any { return &Answer{} }}
 
 // Find is the one query: in key's partition (unknown: no scores), the device tree's scores
-// raised to the side index's (SPEC §8), extended by the lower tiers unless q.DeviceOnly (SPEC
+// raised to the side index's (docs/CONTRACT.md §8), extended by the lower tiers unless q.DeviceOnly (docs/CONTRACT.md
 // §7), trimmed to q's shape. The answer is appended to dst[:0].
 func (e *Engine) Find(dst []Score, key partition.Key, q Query) []Score {
 	p, _ := e.parts.Lookup(key)

@@ -69,7 +69,7 @@ func (s *Engine) RangeAnswer(ctx context.Context, rk Rank, req recovery.RangeReq
 	}
 	if !startsAt(evs, req.Start, lim) {
 		// Retention folded start away (or the rank was reset) after oldest was read: an Events
-		// answer would start late and the consumer would record a false loss (SPEC §5 lifecycle
+		// answer would start late and the consumer would record a false loss (docs/CONTRACT.md §5 lifecycle
 		// rule 7). The rank's dump is exact.
 		body, err := s.treeDump(ctx, rk)
 		return nil, body, err

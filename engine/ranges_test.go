@@ -7,7 +7,7 @@ import (
 )
 
 // TestRule7StartsAt pins the check the range route makes after reading: an Events answer starts
-// at start, or at a Cleared after it (of any tier: a Cleared clears every tier, SPEC §7).
+// at start, or at a Cleared after it (of any tier: a Cleared clears every tier, docs/CONTRACT.md §7).
 func TestRule7StartsAt(t *testing.T) {
 	r := rk1
 	host := event.Cleared(r, 6)

@@ -277,7 +277,7 @@ func TestCheckpointThenEpochAndRemoval(t *testing.T) {
 }
 
 // TestRule6DamagedCheckpointOverAnUncutLogLosesNothing: a damaged snapshot is a recorded loss of
-// the ids below the log cut only (SPEC §5 lifecycle rule 6). A checkpoint over a log that was
+// the ids below the log cut only (docs/CONTRACT.md §5 lifecycle rule 6). A checkpoint over a log that was
 // never cut covers nothing the log does not still hold: the rank restarts live, not degraded,
 // with the same tree.
 func TestRule6DamagedCheckpointOverAnUncutLogLosesNothing(t *testing.T) {

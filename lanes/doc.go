@@ -23,7 +23,7 @@
 // # Who owns a rank's lifecycle
 //
 // The rank's lifecycle (first sight → live ⇄ recovering → degraded → removed, across restarts;
-// SPEC §5 "Rank lifecycle") is split by kind of work, with one owner each:
+// docs/CONTRACT.md §5 "Rank lifecycle") is split by kind of work, with one owner each:
 //
 //   - recovery.RankState decides (pure: no I/O, no clock): what to apply, buffer, fetch, reset,
 //     record lost or recovered. recovery also owns how a rank is rebuilt from snapshot + log
@@ -37,7 +37,7 @@
 //   - server only parses requests, serves the range rules and keeps the TreeDump cache, reading
 //     a rank's state on its lane (Do) and keying cached dumps by RankStatus.Incarnation.
 //
-// Rules this package enforces (SPEC §5; tests named TestLifecycle/ruleN_… and TestRuleN…):
+// Rules this package enforces (docs/CONTRACT.md §5; tests named TestLifecycle/ruleN_… and TestRuleN…):
 //   - Buffered events are acknowledged only once durable: the batch that buffers a live event
 //     writes it under the rank's pending keys (wal.Batch.AddPending), and the batch that applies
 //     it or records it lost deletes it. A restart loads them back and Resume restarts their

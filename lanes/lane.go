@@ -199,7 +199,7 @@ func (ln *lane) input(r event.Rank, onDone func(recovery.Decision), in func(*rec
 
 // removeRank removes a rank on its lane, the pipeline drained: the log's RemoveRank (log,
 // snapshot, cursor, gaps, pending), then the tree; the fetch in flight is cancelled and the
-// RankState replaced by a new one, so a late answer finds no fetch with its token (SPEC §5
+// RankState replaced by a new one, so a late answer finds no fetch with its token (docs/CONTRACT.md §5
 // lifecycle rule 4). The rank is listed again only after a new event.
 func (ln *lane) removeRank(r event.Rank) (int, error) {
 	rs := ln.p.lookup(r)
@@ -297,7 +297,7 @@ func (ln *lane) decide(rs *rankState, bs *batchState, ev *event.RouterEvent, in 
 	return d
 }
 
-// execute carries out one recovery.Decision for rs (SPEC §5), in the order its doc gives: cancel
+// execute carries out one recovery.Decision for rs (docs/CONTRACT.md §5), in the order its doc gives: cancel
 // the fetch, reset, install a dump, log the events to apply, record gaps, keep the buffered
 // events durable, and queue the tree steps and the fetch for after the commit. The cursor of
 // every touched rank is written at commit. Caller holds rs.mu.
@@ -360,7 +360,7 @@ func (ln *lane) execute(rs *rankState, d recovery.Decision, ev *event.RouterEven
 			f(r, g.First, g.Last)
 		}
 	}
-	// Buffered events were acknowledged: they are durable in this batch (SPEC §5 lifecycle
+	// Buffered events were acknowledged: they are durable in this batch (docs/CONTRACT.md §5 lifecycle
 	// rule 1), and deleted in the batch that applies them or records them lost.
 	if d.PendingChanged {
 		bs.b.DropPending(r, d.PendingFrom, d.PendingEmpty)
@@ -643,7 +643,7 @@ func (p *Pipeline) startFetch(rs *rankState, fr recovery.FetchRequest) {
 }
 
 // applyOne applies a logged event to its partition's state: the device tree or a lower tier by
-// its tier, every tier for a Cleared (SPEC §7).
+// its tier, every tier for a Cleared (docs/CONTRACT.md §7).
 func applyOne(p *Pipeline, ev *event.RouterEvent) index.Result {
 	return p.ix(ev.Rank()).Apply(ev)
 }

@@ -25,7 +25,7 @@ var (
 	// ErrClosed is returned once Close has begun.
 	ErrClosed = errors.New("lanes: closed")
 	// ErrUnknownRank is returned by Do for a rank the pipeline does not know (never written, or
-	// removed): reads never register a rank (SPEC §5 lifecycle rule 5).
+	// removed): reads never register a rank (docs/CONTRACT.md §5 lifecycle rule 5).
 	ErrUnknownRank = errors.New("lanes: unknown rank")
 )
 
@@ -74,7 +74,7 @@ type Options struct {
 	Logger              *slog.Logger // default slog.Default()
 	Listener            Listener
 	// Source returns the recovery source (base URL of a kvindex serving the range route) of a
-	// worker, or "" for none. Default: no sources (gaps are recorded lost; SPEC §5).
+	// worker, or "" for none. Default: no sources (gaps are recorded lost; docs/CONTRACT.md §5).
 	Source func(workerID uint64) string
 	// Fetcher fetches ranges from sources; default recovery.NewFetcher with its defaults.
 	Fetcher Fetcher
@@ -133,7 +133,7 @@ type RankStatus struct {
 	Epoch     uint32 // publisher restarts seen
 	// Incarnation changes whenever the rank's state is replaced wholesale (reset, publisher
 	// restart, TreeDump install, removal): anything derived from one incarnation (a cached
-	// TreeDump) is stale in another (SPEC §5 lifecycle rule 8). Unique within the process.
+	// TreeDump) is stale in another (docs/CONTRACT.md §5 lifecycle rule 8). Unique within the process.
 	Incarnation uint64
 }
 
@@ -181,7 +181,7 @@ func (rs *rankState) status() RankStatus {
 		State: rs.state, Lost: rs.lost, Recovered: rs.recovered, Pending: rs.pending, Epoch: rs.epoch, Incarnation: rs.incarnation}
 }
 
-// visible: listed in Status, answered by RankStatus (SPEC §5 lifecycle rule 2).
+// visible: listed in Status, answered by RankStatus (docs/CONTRACT.md §5 lifecycle rule 2).
 func (rs *rankState) visible() bool { return rs.seen && !rs.removed }
 
 type opKind uint8
@@ -256,7 +256,7 @@ type Pipeline struct {
 	wg    sync.WaitGroup
 	stop  chan struct{} // closed once no submitter can enqueue any more: the lanes drain and end
 
-	// Closing never hangs a caller (SPEC §5 lifecycle rule 9): a submitter holds sendMu (read)
+	// Closing never hangs a caller (docs/CONTRACT.md §5 lifecycle rule 9): a submitter holds sendMu (read)
 	// from its closed check to the end of its send; Close sets closed and closes closing (which
 	// wakes submitters blocked on a full queue), then takes sendMu (write) so every send has
 	// finished before the lanes are told to drain.
@@ -433,7 +433,7 @@ func (p *Pipeline) hasSource(workerID uint64) bool {
 }
 
 // SourceChanged tells every known rank of the worker, on its lane, whether it now has a
-// recovery source, and waits until each acted on it (SPEC §5 lifecycle rule 3: a degraded rank
+// recovery source, and waits until each acted on it (docs/CONTRACT.md §5 lifecycle rule 3: a degraded rank
 // starts its restore; a fetch towards a removed source is cancelled and its loss recorded).
 // Call it after the worker's source was set or removed.
 func (p *Pipeline) SourceChanged(ctx context.Context, workerID uint64) error {
@@ -541,7 +541,7 @@ func (p *Pipeline) Flush(ctx context.Context) error {
 
 // Do runs fn on the rank's lane (with the rank's writer exclusion), e.g. to dump it. A rank that
 // was never written or was removed gets ErrUnknownRank and fn does not run: reads never register
-// a rank (SPEC §5 lifecycle rule 5). fn may still find the rank removed by an op queued before.
+// a rank (docs/CONTRACT.md §5 lifecycle rule 5). fn may still find the rank removed by an op queued before.
 func (p *Pipeline) Do(ctx context.Context, r event.Rank, fn func()) error {
 	rs := p.lookup(r)
 	if rs == nil {
@@ -566,7 +566,7 @@ func (p *Pipeline) Do(ctx context.Context, r event.Rank, fn func()) error {
 // fn fills a log batch (approximate-mode entries: never the rank's log, cursor or ids) and
 // returns what to apply once it committed (nil: nothing). It returns once the batch is durable
 // and applied. The rank gets a lane (this is a write) but is neither listed nor given a cursor:
-// its RankState is untouched (SPEC §8: routing decisions never move the event cursor).
+// its RankState is untouched (docs/CONTRACT.md §8: routing decisions never move the event cursor).
 func (p *Pipeline) Exec(ctx context.Context, r event.Rank, fn func(b *wal.Batch) func()) error {
 	w := &waiter{}
 	w.wg.Add(1)
@@ -578,7 +578,7 @@ func (p *Pipeline) Exec(ctx context.Context, r event.Rank, fn func(b *wal.Batch)
 }
 
 // RemoveRank durably removes one rank (log, snapshot, cursor, pending, tree) through its lane; a
-// recovery in flight is cancelled and its late answer discarded (SPEC §5 lifecycle rule 4).
+// recovery in flight is cancelled and its late answer discarded (docs/CONTRACT.md §5 lifecycle rule 4).
 func (p *Pipeline) RemoveRank(ctx context.Context, r event.Rank) (bool, error) {
 	rs := p.lookup(r)
 	if rs == nil {
@@ -747,7 +747,7 @@ func (p *Pipeline) replayRank(ctx context.Context, rs *rankState, events *atomic
 	return nil
 }
 
-// recordDamagedSnapshot makes a damaged snapshot a recorded loss (SPEC §5 lifecycle rule 6): the
+// recordDamagedSnapshot makes a damaged snapshot a recorded loss (docs/CONTRACT.md §5 lifecycle rule 6): the
 // ids it covered go to the ledger as lost, the rank is marked degraded (a later Cleared or full
 // restore repairs it), and the snapshot is dropped, in one synced batch. Caller holds rs.mu.
 func (p *Pipeline) recordDamagedSnapshot(ctx context.Context, rs *rankState, meta wal.RankMeta, cause error) error {

@@ -212,7 +212,7 @@ func (g *lifecycleRig) describe() string {
 
 // TestLifecycle runs the scripts in testdata/lifecycle against the real pipeline (log → lane →
 // tree on a crashable in-memory Pebble), with a scripted recovery source and a fake clock. Each
-// file is named after the SPEC §5 lifecycle rule it checks. Commands (rank=W/D defaults to 7/0):
+// file is named after the docs/CONTRACT.md §5 lifecycle rule it checks. Commands (rank=W/D defaults to 7/0):
 //
 //	event [rank=W/D]        input: "stored ID" (one block, hash ID, from the root),
 //	                        "removed ID HASH", "cleared ID"; prints accepted/ignored

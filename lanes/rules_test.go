@@ -16,7 +16,7 @@ import (
 	"github.com/kvindex/kvindex/wal"
 )
 
-// TestRule6DamagedSnapshotIsARecordedLoss (SPEC §5 lifecycle rule 6; bug 5 of issue 11): after a
+// TestRule6DamagedSnapshotIsARecordedLoss (docs/CONTRACT.md §5 lifecycle rule 6; bug 5 of issue 11): after a
 // fold and a flipped snapshot byte, the rank restarts degraded with the ids the snapshot covered
 // recorded lost in its durable ledger, instead of restarting live with 0 blocks and no entry.
 func TestRule6DamagedSnapshotIsARecordedLoss(t *testing.T) {
@@ -62,7 +62,7 @@ func TestRule6DamagedSnapshotIsARecordedLoss(t *testing.T) {
 	}
 }
 
-// TestRule9ClosingNeverHangsACaller (SPEC §5 lifecycle rule 9; bug 8 of issue 11): submits that
+// TestRule9ClosingNeverHangsACaller (docs/CONTRACT.md §5 lifecycle rule 9; bug 8 of issue 11): submits that
 // race with Close, including ones blocked on a full lane, return (nil or ErrClosed), never hang.
 func TestRule9ClosingNeverHangsACaller(t *testing.T) {
 	for round := range 20 {
@@ -98,7 +98,7 @@ func TestRule9ClosingNeverHangsACaller(t *testing.T) {
 	}
 }
 
-// TestRule5ReadsNeverCreateState (SPEC §5 lifecycle rule 5; bug 4 of issue 11): Do, RankStatus
+// TestRule5ReadsNeverCreateState (docs/CONTRACT.md §5 lifecycle rule 5; bug 4 of issue 11): Do, RankStatus
 // and LaneOf for an unknown rank register nothing.
 func TestRule5ReadsNeverCreateState(t *testing.T) {
 	f := open(t, vfs.NewMem(), Options{Lanes: 2})
@@ -166,7 +166,7 @@ func (f *stubbornFetcher) Fetch(_ context.Context, _ string, _ event.Rank, _ *ui
 	}
 }
 
-// TestRule4LateAnswerOfARemovedIncarnationIsDiscarded (SPEC §5 lifecycle rule 4): a rank removed
+// TestRule4LateAnswerOfARemovedIncarnationIsDiscarded (docs/CONTRACT.md §5 lifecycle rule 4): a rank removed
 // while its restore is in flight and written again starts a new restore; the old restore's
 // answer, arriving late, must not be taken for the new one's (fetch tokens continue across the
 // removal instead of starting again at 1).

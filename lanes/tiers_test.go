@@ -9,7 +9,7 @@ import (
 	"github.com/kvindex/kvindex/event"
 )
 
-// TestEveryTierRoutedAndReset checks the lanes' routing of SPEC §7: device events reach the tree
+// TestEveryTierRoutedAndReset checks the lanes' routing of docs/CONTRACT.md §7: device events reach the tree
 // and lower-tier events their tier, one id sequence per rank across tiers; a restart replay
 // rebuilds every tier; a publisher restart (reset), a gap without source (reset) and a removal
 // clear every tier of the rank.

@@ -1,4 +1,4 @@
-// Package natsrc consumes Dynamo's event plane on NATS (SPEC §10): NATS Core subjects carrying
+// Package natsrc consumes Dynamo's event plane on NATS (docs/CONTRACT.md §10): NATS Core subjects carrying
 // msgpack EventEnvelopes, and JetStream streams of JSON RouterEvents through one durable pull
 // consumer per kvindex replica. Sources are run by a Manager (one goroutine each, reconnecting
 // with backoff) and submit to the lanes like every other write.

@@ -1,6 +1,6 @@
 // Package offline holds the logic of kvindex's offline tools — `kvindex compact`, `export`,
 // `inspect` and `verify` — as functions that tests call directly and that cmd/kvindex wraps in
-// thin urfave/cli commands (STYLE habit 7). It is a package of its own because none of the
+// thin urfave/cli commands. It is a package of its own because none of the
 // existing ones fits: store, wal, index and lanes are the building blocks these tools combine,
 // server is the online service, and the CLI package must stay a shell.
 //

@@ -1,4 +1,4 @@
-// Package partition owns kvindex's partitions (SPEC §9): a partition is (model_name,
+// Package partition owns kvindex's partitions (docs/CONTRACT.md §9): a partition is (model_name,
 // routing_group), default ("default", "default"), with its own state in every storage tier (a
 // tier.Tiers: the device tree, an index.Index, and the lower-tier indexes), its own block size
 // and its own ranks. The partition's id is part of every rank key on disk

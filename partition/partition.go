@@ -64,7 +64,7 @@ func (k Key) check() error {
 }
 
 // Partition is one partition: its id, names, block size and state: Tiers (the device tree Index
-// and the lower tiers; SPEC §7).
+// and the lower tiers; docs/CONTRACT.md §7).
 type Partition struct {
 	ID        uint32
 	Key       Key

@@ -1,4 +1,4 @@
-// Package recovery owns the decisions of a rank's lifecycle (SPEC §5): the per-rank state machine
+// Package recovery owns the decisions of a rank's lifecycle (docs/CONTRACT.md §5): the per-rank state machine
 // that decides, for every live event, recovery answer, source change and restart, what to apply,
 // what to buffer, what to fetch and what was lost (RankState); how a rank is rebuilt from its
 // snapshot and log and how a log prefix is folded into a snapshot (ReplayRank, which reads the
@@ -31,7 +31,7 @@
 //	                                        (the gap recorded lost, the buffered run applied)
 //	        live ──gap without source──▶ degraded ──Cleared or TreeDump──▶ live
 //
-// # Decisions this package takes where SPEC §5 is silent
+// # Decisions this package takes where docs/CONTRACT.md §5 is silent
 //
 //   - Tokens: every fetch gets a token, rising from 1 per rank. OnAnswer with a token other than
 //     the one in flight is discarded (StaleAnswer): a Cleared, a new epoch or a source removal
@@ -48,7 +48,7 @@
 //     makes it the first arrived). A duplicate id in pending is ignored.
 //   - Recovered ranges: the ids in (old cursor, min(new cursor, highest pending)] that were not
 //     buffered. Ids above the highest pending were never seen missing, so they are not gaps.
-//   - Failure (SPEC §5 lifecycle rule 1): the buffered events were acknowledged, so they are not
+//   - Failure (docs/CONTRACT.md §5 lifecycle rule 1): the buffered events were acknowledged, so they are not
 //     dropped. The last contiguous run of them is applied; the ids from the cursor (or 1, for an
 //     Initial rank) up to that run are recorded lost — buffered events before the run fall in
 //     that range, the reset would erase them anyway; the rank is reset (when it had state) and
@@ -70,7 +70,7 @@
 //     blocks stored before are missing: only a Cleared or a TreeDump repairs it, so every
 //     recovery of such a rank, follow-ups included, is a full restore; SetHasSource(true) and
 //     RequestRestore start one at once.
-//   - Cleared is rank-scoped (SPEC §3): a live Cleared erases the buffered events below it; any
+//   - Cleared is rank-scoped (docs/CONTRACT.md §3): a live Cleared erases the buffered events below it; any
 //     buffered above it (delivered out of order) are taken again as live events after it.
 //   - An Events answer: events before its last Cleared are skipped (the Cleared erases them);
 //     ids ≤ cursor are skipped; a hole inside the answer (a server bug) stops the apply there

@@ -18,7 +18,7 @@ var (
 	ErrFetchFailed = errors.New("recovery fetch failed")
 
 	// ErrBadAnswer is returned when an upstream answer is not exactly one of the four range
-	// shapes (API.md), carries an invalid event, names another rank than the one asked for, or
+	// shapes (docs/API.md), carries an invalid event, names another rank than the one asked for, or
 	// pages backwards.
 	ErrBadAnswer = errors.New("malformed range answer")
 

@@ -19,13 +19,13 @@ type FetcherOptions struct {
 	// Client sends the requests. Default: a new http.Client (the default transport).
 	Client *http.Client
 	// Tries is how many times one page is tried on a transport error, a 5xx or a 429.
-	// Default 8 (SPEC §5).
+	// Default 8 (docs/CONTRACT.md §5).
 	Tries int
 	// BaseBackoff is the wait before the second try; it doubles for every further try
 	// (200 ms·2^n). Default 200 ms.
 	BaseBackoff time.Duration
 	// MaxConcurrent bounds the fetches in flight at once, across all ranks; Fetch waits for a
-	// slot. Default 16 (SPEC §5).
+	// slot. Default 16 (docs/CONTRACT.md §5).
 	MaxConcurrent int
 	// RequestTimeout bounds one HTTP try (request and body). Default 10 s.
 	RequestTimeout time.Duration

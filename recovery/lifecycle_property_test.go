@@ -11,7 +11,7 @@ import (
 
 // lifecycleDriver executes decisions as the lanes do, and keeps what the lanes keep durable: the
 // cursor, the degraded flag and the pending events (Decision.Buffered / Pending*). It remembers
-// what happened to every acknowledged event so the property can check SPEC §5 lifecycle rule 1.
+// what happened to every acknowledged event so the property can check docs/CONTRACT.md §5 lifecycle rule 1.
 type lifecycleDriver struct {
 	inflight  *FetchRequest
 	durable   map[uint64]event.RouterEvent // the durable copy of the pending events
@@ -90,7 +90,7 @@ func (r *lifecycleDriver) inLost(id uint64) bool {
 	return false
 }
 
-// TestRule1AcknowledgedEventsNeverVanish (SPEC §5 lifecycle rules 1 and 3) drives one rank with
+// TestRule1AcknowledgedEventsNeverVanish (docs/CONTRACT.md §5 lifecycle rules 1 and 3) drives one rank with
 // a random stream delivered with drops and reorders, answers that succeed or fail, the source
 // set and removed, and restarts that rebuild the RankState from what the driver made durable
 // (cursor, degraded flag, pending events). After everything is delivered and settled, every

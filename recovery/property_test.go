@@ -9,7 +9,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-// upstream is a worker's event stream and the range route over it (SPEC §5 "Serving ranges"):
+// upstream is a worker's event stream and the range route over it (docs/CONTRACT.md §5 "Serving ranges"):
 // a held-block set, a log that retains the last `retain` events, ids rising from 5.
 type upstream struct {
 	next     uint64 // next event id
@@ -68,7 +68,7 @@ func (u *upstream) dump() Answer {
 	return a
 }
 
-// answer serves range(start) as SPEC §5 orders the cases.
+// answer serves range(start) as docs/CONTRACT.md §5 orders the cases.
 func (u *upstream) answer(t *rapid.T, req FetchRequest) Answer {
 	if req.Full || len(u.log) == 0 {
 		return u.dump()

@@ -1,6 +1,6 @@
 package recovery
 
-// The range rules (SPEC §5 "Serving ranges"): which of the four answers a range request gets,
+// The range rules (docs/CONTRACT.md §5 "Serving ranges"): which of the four answers a range request gets,
 // as a pure function of the request and what the serving side knows of the rank. The first rule
 // that applies wins:
 //

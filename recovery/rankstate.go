@@ -11,10 +11,10 @@ import (
 )
 
 // DefaultPendingCap is the number of live events a rank buffers while a recovery is in flight
-// (SPEC §5). When full, the oldest (lowest id) is dropped.
+// (docs/CONTRACT.md §5). When full, the oldest (lowest id) is dropped.
 const DefaultPendingCap = 1024
 
-// CursorKind is the shape of a rank's cursor (SPEC §5).
+// CursorKind is the shape of a rank's cursor (docs/CONTRACT.md §5).
 type CursorKind uint8
 
 // The cursor kinds.
@@ -229,7 +229,7 @@ const (
 	trustBroken
 )
 
-// RankState is the recovery state machine of one rank (SPEC §5): its cursor, the recovery in
+// RankState is the recovery state machine of one rank (docs/CONTRACT.md §5): its cursor, the recovery in
 // flight, the events buffered meanwhile, and whether its state can be trusted. It is pure: no I/O,
 // no goroutines, no clock. It is not safe for concurrent use; the rank's lane owns it.
 type RankState struct {
@@ -380,7 +380,7 @@ func (s *RankState) FetchToken() uint64 {
 	return s.token
 }
 
-// SetHasSource records whether the rank's worker has a recovery source, and acts at once (SPEC §5
+// SetHasSource records whether the rank's worker has a recovery source, and acts at once (docs/CONTRACT.md §5
 // lifecycle rule 3): setting it on a degraded rank with no recovery in flight starts a full
 // restore (the Decision's Fetch); removing it while a recovery is in flight cancels the fetch
 // and fails the recovery (loss recorded, buffered events applied after the gap).
@@ -613,7 +613,7 @@ func (s *RankState) startFetch(d *Decision, full bool, start uint64) {
 	d.Fetch = &FetchRequest{Token: s.token, Start: start, Full: full}
 }
 
-// fail records a failed recovery (SPEC §5 lifecycle rule 1). Without buffered events the state
+// fail records a failed recovery (docs/CONTRACT.md §5 lifecycle rule 1). Without buffered events the state
 // is unchanged (exact up to the cursor). With buffered events — acknowledged, so they must not
 // vanish — the gap up to the last contiguous run of them is recorded lost, the rank is reset
 // (when it had state) and marked degraded, and that run is applied. Buffered events before the

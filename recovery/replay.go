@@ -109,7 +109,7 @@ type Replayed struct {
 	// Damaged is the error of a snapshot that failed its checksum or did not parse (wrapping
 	// wal.ErrCorruption); nil otherwise. The snapshot was skipped and the log replayed alone: the
 	// events it folded are gone (the log prefix was cut), so the caller must record them lost
-	// and mark the rank degraded (SPEC §5 lifecycle rule 6). ReplayRank writes nothing.
+	// and mark the rank degraded (docs/CONTRACT.md §5 lifecycle rule 6). ReplayRank writes nothing.
 	Damaged error
 }
 

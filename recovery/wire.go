@@ -11,7 +11,7 @@ import (
 	"github.com/kvindex/kvindex/event"
 )
 
-// AnswerKind is the shape of a range answer (API.md, SPEC §5 "Serving ranges").
+// AnswerKind is the shape of a range answer (docs/API.md, docs/CONTRACT.md §5 "Serving ranges").
 type AnswerKind uint8
 
 // The answer kinds. The first four are the wire shapes of GET /v1/ranks/{w}/{r}/events;

@@ -10,7 +10,7 @@ import (
 	"github.com/kvindex/kvindex/engine"
 )
 
-// answerShape holds the request fields that shrink a find_matches answer (API.md extensions):
+// answerShape holds the request fields that shrink a find_matches answer (docs/API.md extensions):
 // min_score drops the ranks scoring below it, then top_k keeps the first k of what is left in
 // the documented order (score desc, worker_id, dp_rank asc); 0 means no limit for both.
 type answerShape struct {

@@ -9,7 +9,7 @@ import (
 	"github.com/kvindex/kvindex/event"
 )
 
-// postRoutingDecision serves POST /v1/routing_decisions (approximate mode, SPEC §8): the router
+// postRoutingDecision serves POST /v1/routing_decisions (approximate mode, docs/CONTRACT.md §8): the router
 // sent a request's prefix to a rank; the rank is assumed to cache it for --approx-ttl. Answered
 // once the decision is durable and applied to the partition's side index.
 func (s *Server) postRoutingDecision(w http.ResponseWriter, r *http.Request) {

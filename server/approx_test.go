@@ -27,7 +27,7 @@ func (c *testClock) advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// TestRoutingDecisionsThroughTheAPI (SPEC §8): POST /v1/routing_decisions records a prefix for a
+// TestRoutingDecisionsThroughTheAPI (docs/CONTRACT.md §8): POST /v1/routing_decisions records a prefix for a
 // rank; find_matches answers the max of the event-fed and side scores (a rank with event score 2
 // and a 4-block decision answers 4, then 2 after expiry); /v1/ranks shows the modes; decisions
 // survive a restart and what expired while down is gone; bad decisions write nothing.

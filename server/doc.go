@@ -1,5 +1,5 @@
 // Package server is kvindex's service: it opens the data dir (store, log, index, lanes), rebuilds
-// the index from the log at start, and serves the HTTP API of API.md. It is a package of its own,
+// the index from the log at start, and serves the HTTP API of docs/API.md. It is a package of its own,
 // not part of cmd/kvindex, because the CLI must stay a thin shell over a library and tests drive
 // the same handler in-process; no existing package (lanes, recovery, ...) owns HTTP.
 //

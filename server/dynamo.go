@@ -19,7 +19,7 @@ import (
 	"github.com/kvindex/kvindex/vllm"
 )
 
-// Dynamo's standalone-indexer API (SPEC §9, docs/API.md "Dynamo's standalone-indexer routes"):
+// Dynamo's standalone-indexer API (docs/CONTRACT.md §9, docs/API.md "Dynamo's standalone-indexer routes"):
 // the root routes /register, /unregister, /workers, /query, /query_by_hash, /dump,
 // /register_peer, /deregister_peer, /peers and /health answer with the JSON shapes of
 // `python -m dynamo.indexer`, so its clients can point at kvindex unchanged.
@@ -32,12 +32,12 @@ import (
 //     a restarted kvindex resumes every registered listener from its seq cursor.
 //   - An instance belongs to one partition: /register refuses it (409) when it is registered, or
 //     has ranks from any source, in another partition. tenant_id is read as routing_group when
-//     routing_group is absent (SPEC §9), here as on every route.
+//     routing_group is absent (docs/CONTRACT.md §9), here as on every route.
 //   - /unregister removes the instance's ranks (blocks and logs) like DELETE /v1/workers/{id}, or
 //     one rank with dp_rank, and stops and forgets their sources. Without routing_group (and
 //     tenant_id) it matches the instance in any group of model_name.
 //   - /query and /query_by_hash score like find_matches: the event-fed tree and, by the max rule
-//     of SPEC §8, the side index of approximate mode (frequencies count those scores too).
+//     of docs/CONTRACT.md §8, the side index of approximate mode (frequencies count those scores too).
 //   - Scores are in tokens: blocks × the partition's block size. The instances summary is
 //     cumulative over the storage tiers (rankMatch); the tier extensions are 0 until the storage
 //     tiers land, so cpu = gpu and disk = cpu.
@@ -501,7 +501,7 @@ func (s *Server) getWorkers(w http.ResponseWriter, r *http.Request) {
 }
 
 // rankMatch is one rank's answer to a query, in blocks: Device is its device-tree score, the
-// others the storage tiers' extensions beyond the previous tier (SPEC §7). The tier extensions
+// others the storage tiers' extensions beyond the previous tier (docs/CONTRACT.md §7). The tier extensions
 // are 0 until the storage tiers land; summarize already folds them in.
 type rankMatch struct {
 	WorkerID                     uint64
@@ -612,7 +612,7 @@ func (s *Server) postQuery(w http.ResponseWriter, r *http.Request) {
 		}
 		return *v
 	}
-	// cache_salt salts the block hash as Dynamo's cache_namespace does (SPEC §2).
+	// cache_salt salts the block hash as Dynamo's cache_namespace does (docs/CONTRACT.md §2).
 	s.answerQuery(w, p, event.BlockHashes(*req.TokenIDs, p.BlockSize, deref(req.LoraName), deref(req.CacheSalt)))
 }
 

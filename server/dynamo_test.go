@@ -109,7 +109,7 @@ func decodeJSONAny(b []byte) (any, error) {
 }
 
 // TestDynamoGolden checks every Dynamo standalone-indexer route against its golden
-// request/response file (SPEC §9, docs/API.md): shapes field by field, the 409 rules of
+// request/response file (docs/CONTRACT.md §9, docs/API.md): shapes field by field, the 409 rules of
 // /register, the 404s of /unregister and /query, tokens as scores, the multi-rank instances
 // summary, i64 hashes, the dump's shape and the peers list.
 func TestDynamoGolden(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"github.com/kvindex/kvindex/event"
 )
 
-// TestDynamoQueryCountsLowerTiers (SPEC §7, §9): /query's instances summary is cumulative through
+// TestDynamoQueryCountsLowerTiers (docs/CONTRACT.md §7, §9): /query's instances summary is cumulative through
 // the tiers — cpu = gpu + the host extension, disk = cpu + disk + external extensions, in tokens —
 // and Dynamo's /dump carries the lower-tier events tagged with their tier.
 func TestDynamoQueryCountsLowerTiers(t *testing.T) {

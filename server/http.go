@@ -86,7 +86,7 @@ func (s *Server) routes() []route {
 	return rts
 }
 
-// Handler returns the HTTP API of API.md.
+// Handler returns the HTTP API of docs/API.md.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range s.routes() {
@@ -268,7 +268,7 @@ func (s *Server) submitError(w http.ResponseWriter, err error) {
 	}
 }
 
-// appendScores appends `"scores":[...]` (API.md shape) without reflection: the answer of a
+// appendScores appends `"scores":[...]` (docs/API.md shape) without reflection: the answer of a
 // find_matches carries up to one score per rank, so this is the hot part of the response. A score
 // that lower tiers extend carries `"tiers"` (appendTiers).
 func appendScores(dst []byte, a *engine.Answer) []byte {
@@ -313,7 +313,7 @@ type scoreBuf struct {
 }
 
 // writeScores answers a find_matches: {"scores":[...]} — the event-fed tree's scores raised to
-// the side index's (SPEC §8), extended by the lower tiers unless deviceOnly (SPEC §7), trimmed to
+// the side index's (docs/CONTRACT.md §8), extended by the lower tiers unless deviceOnly (docs/CONTRACT.md §7), trimmed to
 // the request's shape — plus, when withHashes, "block_hashes"; in msgpack when the request's
 // Accept asks for it. p nil (an unknown partition) answers no scores.
 func (s *Server) writeScores(w http.ResponseWriter, r *http.Request, p *partition.Partition, hashes []uint64, earlyExit, deviceOnly bool, shape answerShape, withHashes bool) {
@@ -431,7 +431,7 @@ type rankJSON struct {
 	Mode         string    `json:"mode"` // events, approximate or mixed
 	Blocks       uint64    `json:"blocks"`
 	ApproxBlocks int       `json:"approx_blocks"`
-	Tiers        tiersJSON `json:"tiers"` // lower-tier blocks (SPEC §7)
+	Tiers        tiersJSON `json:"tiers"` // lower-tier blocks (docs/CONTRACT.md §7)
 	Lane         int       `json:"lane"`
 	FirstEventID uint64    `json:"first_event_id"`
 	LastEventID  uint64    `json:"last_event_id"`

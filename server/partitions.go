@@ -8,7 +8,7 @@ import (
 	"github.com/kvindex/kvindex/partition"
 )
 
-// Partitions (SPEC §9): every /v1 route takes model_name / routing_group (tenant_id when
+// Partitions (docs/CONTRACT.md §9): every /v1 route takes model_name / routing_group (tenant_id when
 // routing_group is absent) as query parameters, or as body fields where there is a JSON body;
 // without them a route is the default partition. Reads never create a partition: an unknown one
 // answers as empty. Writes create it (block size = --block-size).
@@ -49,7 +49,7 @@ func namesPartition(r *http.Request) bool {
 // rankPartition resolves the partition of a rank named by worker in a path: the one the query
 // names when the worker is unknown or of it, else the worker's own (a worker belongs to one
 // partition), else the default. ok is false for a named partition that does not exist or is
-// not the worker's (SPEC §9: such a route answers as for an unknown rank).
+// not the worker's (docs/CONTRACT.md §9: such a route answers as for an unknown rank).
 func (s *Server) rankPartition(r *http.Request, worker uint64) (uint32, bool) {
 	return s.e.WorkerPartition(worker, namedKey(r))
 }

@@ -86,7 +86,7 @@ func eventsJSON(evs ...event.RouterEvent) string {
 	return b.String()
 }
 
-// TestPartitionsNeverSeeEachOther (SPEC §9): two partitions holding the same hashes answer only
+// TestPartitionsNeverSeeEachOther (docs/CONTRACT.md §9): two partitions holding the same hashes answer only
 // their own ranks, before and after a restart; reads of an unknown partition create nothing; a
 // worker with ranks in one partition is refused (409, naming the event) in another.
 func TestPartitionsNeverSeeEachOther(t *testing.T) {

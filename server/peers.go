@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Peer bootstrap (`serve --peers URL,…`, SPEC §9): at start, after the restart replay and before
+// Peer bootstrap (`serve --peers URL,…`, docs/CONTRACT.md §9): at start, after the restart replay and before
 // /readyz turns 200, every partition that is empty (no ranks) is filled from the first peer whose
 // GET /dump answers — a kvindex or a Dynamo standalone indexer: one dump, the {"<model>:<group>":
 // {"block_size", "events"}} shape of dynamo.go. The peers are tried in order: the --peers flag's,

@@ -7,7 +7,7 @@ import (
 	"github.com/kvindex/kvindex/recovery"
 )
 
-// rankEvents serves GET /v1/ranks/{worker_id}/{dp_rank}/events (SPEC §5 "Serving ranges"),
+// rankEvents serves GET /v1/ranks/{worker_id}/{dp_rank}/events (docs/CONTRACT.md §5 "Serving ranges"),
 // answering exactly one of recovery's four wire shapes, chosen by recovery.RangeRule in the
 // engine (Engine.RangeAnswer), by the first rule that applies:
 //
@@ -20,7 +20,7 @@ import (
 //
 // Events: when a Cleared lies in [start, newest], the answer starts at the last one (what precedes
 // it cannot matter to a consumer that applies the Cleared, which clears every tier, whatever tier
-// it is tagged with; SPEC §7). With limit, at most limit events come back and last_event_id is
+// it is tagged with; docs/CONTRACT.md §7). With limit, at most limit events come back and last_event_id is
 // the id of the last one returned (limit=0 is a 400, as is a query parameter other than start,
 // end and limit).
 //

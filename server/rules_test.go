@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// TestRule7RangeAnswersAreExactUnderRetention (SPEC §5 lifecycle rule 7; bug 6 of issue 11):
+// TestRule7RangeAnswersAreExactUnderRetention (docs/CONTRACT.md §5 lifecycle rule 7; bug 6 of issue 11):
 // retention folds the requested start away between the rules reading oldest and the events being
 // read; the answer is then a TreeDump, never Events that start after start (which the consumer
 // would record as a false loss).
@@ -45,7 +45,7 @@ func TestRule7RangeAnswersAreExactUnderRetention(t *testing.T) {
 	}
 }
 
-// TestRule8CachedTreeDumpOnlyForTheSameIncarnation (SPEC §5 lifecycle rule 8; bug 8 of issue
+// TestRule8CachedTreeDumpOnlyForTheSameIncarnation (docs/CONTRACT.md §5 lifecycle rule 8; bug 8 of issue
 // 11): a rank removed and re-added whose newest log record is byte-identical to the cached
 // dump's must not be served the old incarnation's dump.
 func TestRule8CachedTreeDumpOnlyForTheSameIncarnation(t *testing.T) {
@@ -66,7 +66,7 @@ func TestRule8CachedTreeDumpOnlyForTheSameIncarnation(t *testing.T) {
 	}
 }
 
-// TestRule10EveryRecoveryOutcomeIsCounted (SPEC §5 lifecycle rule 10; bug 7 of issue 11): fetches
+// TestRule10EveryRecoveryOutcomeIsCounted (docs/CONTRACT.md §5 lifecycle rule 10; bug 7 of issue 11): fetches
 // by kind and outcome, gaps recovered and lost, and ranks by state are exported.
 func TestRule10EveryRecoveryOutcomeIsCounted(t *testing.T) {
 	up, upURL := rangeServer(t, Config{}, engine.DumpCacheOptions{})

@@ -45,7 +45,7 @@ type Config struct {
 	Peers           []string                // kvindex or Dynamo indexers whose GET /dump fills partitions empty at start (peers.go)
 	NATS            []string                // NATS Core sources: URL?subject=…[&model_name=…] (natsrc.ParseFlag)
 	JetStream       []string                // JetStream sources: URL?stream=…&durable=…[&peers=…] (natsrc.ParseFlag)
-	// Approximate mode (SPEC §8): how long a routing decision's blocks live (default 120 s;
+	// Approximate mode (docs/CONTRACT.md §8): how long a routing decision's blocks live (default 120 s;
 	// ApproxTTLZero: 0, they expire at once) and the side index's size bound per partition (0 off).
 	ApproxTTL       time.Duration
 	ApproxTTLZero   bool

@@ -8,7 +8,7 @@ import (
 	"github.com/kvindex/kvindex/tier"
 )
 
-// Storage tiers in the answers (SPEC §7): a find_matches score carries the blocks each lower tier
+// Storage tiers in the answers (docs/CONTRACT.md §7): a find_matches score carries the blocks each lower tier
 // extends the rank's match by, `"tiers":{"host_pinned":n,"disk":n,"external":n}`, zero entries
 // omitted (and the object with them); /v1/ranks lists each rank's lower-tier block counts.
 

@@ -58,7 +58,7 @@ func itoa(v uint64) string {
 	return string(b)
 }
 
-// TestTiersAnswerSurviveRestartAndDump checks SPEC §7 end to end on the HTTP API: find_matches
+// TestTiersAnswerSurviveRestartAndDump checks docs/CONTRACT.md §7 end to end on the HTTP API: find_matches
 // answers per-score tier extensions (zero entries omitted; a rank with lower-tier hits only at
 // score 0) and device_only skips them; /v1/ranks counts each tier; a Cleared tagged host_pinned
 // clears every tier; a restart keeps every tier; GET /v1/dump posted to an empty server
@@ -99,7 +99,7 @@ func TestTiersAnswerSurviveRestartAndDump(t *testing.T) {
 	check("a dump replayed into an empty server", fresh)
 }
 
-// TestTiersInSnapshots checks that retention's snapshots carry every tier (SPEC §7): with one
+// TestTiersInSnapshots checks that retention's snapshots carry every tier (docs/CONTRACT.md §7): with one
 // event retained per rank the tier events are folded into snapshots, and a restart rebuilds the
 // same answers from them.
 func TestTiersInSnapshots(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 // "block_not_found", "invalid_block").
 type Model struct {
 	ranks map[event.Rank]*modelRank
-	lower [3]*modelTier // host_pinned, disk, external (SPEC §7)
+	lower [3]*modelTier // host_pinned, disk, external (docs/CONTRACT.md §7)
 }
 
 // ModelBlock is one held block.
@@ -283,7 +283,7 @@ type modelEdge struct {
 	holders map[event.Rank]bool
 }
 
-// modelTier is one lower tier (SPEC §7): edges with their holders, and per rank the block hashes
+// modelTier is one lower tier (docs/CONTRACT.md §7): edges with their holders, and per rank the block hashes
 // it holds with their edge.
 type modelTier struct {
 	edges map[EdgeKey]*modelEdge
@@ -393,7 +393,7 @@ func (m *Model) TierEdges(r event.Rank, tier event.Tier) map[uint64]EdgeKey {
 	return maps.Clone(m.lower[tier-1].held[r])
 }
 
-// Extensions is the tier walk of SPEC §7 done one rank at a time: for each rank holding
+// Extensions is the tier walk of docs/CONTRACT.md §7 done one rank at a time: for each rank holding
 // lower-tier blocks, the blocks each lower tier (host_pinned, disk, external) extends its match
 // of the query by. device gives the ranks' device scores; anchor(d) is the block hash a rank
 // scoring d continues from (the device walk's path). Ranks without any extension are absent.

@@ -15,7 +15,7 @@ import (
 	"github.com/kvindex/kvindex/tier"
 )
 
-// TestDataDriven runs the tier scripts in testdata/ (SPEC §7). Commands:
+// TestDataDriven runs the tier scripts in testdata/ (docs/CONTRACT.md §7). Commands:
 //
 //	store rank=W/D [tier=T] [parent=H|-] blocks=(H:T,...)   a Stored (block hash : tokens hash)
 //	remove rank=W/D [tier=T] hashes=(H,...)                 a Removed

@@ -1,4 +1,4 @@
-// Package tier holds the storage tiers below the device cache (SPEC §7): KV blocks that engines
+// Package tier holds the storage tiers below the device cache (docs/CONTRACT.md §7): KV blocks that engines
 // offload to host memory, disk or an external store, and the tier walk that extends each rank's
 // device match with them. It is a package of its own because the lower tiers are not a radix
 // tree (package index) but sets of continuation edges, and because a partition's state is now
@@ -17,7 +17,7 @@
 // An edge is keyed by its parent block hash (or the root) and the tokens hash of its block; its
 // value is the block hash. A Stored of a lower tier adds the rank to the edges of its chain from
 // its parent_hash — which need not be held in that tier: a host chain usually continues a device
-// block. Decisions (Dynamo's, SPEC §7) and the invariants the tests check:
+// block. Decisions (Dynamo's, docs/CONTRACT.md §7) and the invariants the tests check:
 //
 //   - First mapping wins: an edge that exists with another block hash refuses the store, and so
 //     does a block hash the rank already holds under another edge; the chain stops there (its

@@ -10,7 +10,7 @@ import (
 // numLower is the number of lower tiers: host_pinned, disk, external (event.Tier 1..3).
 const numLower = 3
 
-// Lower lists the lower tiers in walk order (SPEC §7: host_pinned → disk → external).
+// Lower lists the lower tiers in walk order (docs/CONTRACT.md §7: host_pinned → disk → external).
 var Lower = [numLower]event.Tier{event.TierHostPinned, event.TierDisk, event.TierExternal}
 
 // Index is one lower tier of one partition: its continuation edges with their holder ranks.

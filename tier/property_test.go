@@ -15,7 +15,7 @@ import (
 // TestPropertyMixedTiersAgainstModel drives Tiers, a device-only index and the reference model
 // with one random stream of device and lower-tier events (2 workers × 2 dp ranks, small hash
 // alphabets, so shared edges, conflicts and mid-chain removals are common). It checks the rules
-// of SPEC §7 after every step:
+// of docs/CONTRACT.md §7 after every step:
 //   - device scores are unchanged by lower-tier events: the tiered answer's device part equals
 //     the answer of an index fed the device events and the Cleareds only;
 //   - tier extensions equal the model's walk from the same device path, and the ranks listed

@@ -46,7 +46,7 @@ func (t *Tiers) Lower(tr event.Tier) *Index {
 
 // Apply applies one logged event of any tier: a device event to the tree, a Stored or Removed of a
 // lower tier to that tier's index, and a Cleared — whatever tier it is tagged with — to the tree
-// and every lower tier (SPEC §7). The Result is the tree's for device events and Cleared, the
+// and every lower tier (docs/CONTRACT.md §7). The Result is the tree's for device events and Cleared, the
 // tier's otherwise. An event of an unknown tier is invalid_block and changes nothing.
 func (t *Tiers) Apply(ev *event.RouterEvent) index.Result {
 	if ev.Kind == event.KindCleared {

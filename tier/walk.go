@@ -58,7 +58,7 @@ func (t *Tiers) FindMatchesInto(dst []Score, localHashes []uint64, earlyExit, de
 	return dst
 }
 
-// Extend is the tier walk (SPEC §7) for a query of local hashes given its device answer and path
+// Extend is the tier walk (docs/CONTRACT.md §7) for a query of local hashes given its device answer and path
 // (index.FindMatchesPath): it appends to dst[:0] one Score per device score, in that order, with
 // the lower-tier extensions filled in, then the ranks that only the lower tiers hold (score 0,
 // tree_size their device blocks), by worker id and dp rank, and returns it.

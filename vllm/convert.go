@@ -7,7 +7,7 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// TierOf maps a vLLM (or SGLang) medium to a storage tier as Dynamo does (SPEC §7): absent, GPU,
+// TierOf maps a vLLM (or SGLang) medium to a storage tier as Dynamo does (docs/CONTRACT.md §7): absent, GPU,
 // DEVICE → device; CPU, CPU_PINNED, CPU_TIER1 → host_pinned; CPU_TIER2, DISK, NVME, STORAGE →
 // disk; EXTERNAL, NETWORK, REMOTE, SHARED → external. Case is ignored. known is false for any
 // other medium, which maps to device (Convert counts it).

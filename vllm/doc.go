@@ -36,14 +36,14 @@
 //
 // A batch's events go to rank (worker_id, data_parallel_rank, or the source's configured DPRank,
 // or 0). The worker id is configured per source, or derived from the topic kv@<pod>@<model> as
-// XXH3-64(<pod>) with the top bit cleared (WorkerIDFromTopic). The rank's partition (SPEC §9) is
+// XXH3-64(<pod>) with the top bit cleared (WorkerIDFromTopic). The rank's partition (docs/CONTRACT.md §9) is
 // resolved per batch by Options.Placer from the source's ModelName / RoutingGroup, else the
 // topic's <model> (ModelFromTopic), else the default partition; a batch the Placer refuses (a
 // block size mismatch, a worker of another partition) is counted rejected and skipped. Event ids are kvindex's, contiguous per rank (the rank's newest
 // logged id + 1, or 1), so ranges served to other kvindex instances stay gap-free; the publisher's
 // seq is kept beside them as the source's cursor (below). tokens_hash is kvindex's own block hash
 // of a block's token_ids (event.BlockHashes, with the batch's block_size and lora_name), block_hash the
-// engine's hash. Media map to storage tiers as Dynamo's do (TierOf, SPEC §7): GPU, DEVICE (or
+// engine's hash. Media map to storage tiers as Dynamo's do (TierOf, docs/CONTRACT.md §7): GPU, DEVICE (or
 // absent) are the device tier; CPU, CPU_PINNED, CPU_TIER1 host_pinned; CPU_TIER2, DISK, NVME,
 // STORAGE disk; EXTERNAL, NETWORK, REMOTE, SHARED external; any other medium is taken as device
 // and counted (unknown_medium). The lanes apply lower-tier events to their tier's index. A BlockStored whose token count is not block_count × block_size is rejected and counted.

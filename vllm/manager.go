@@ -47,7 +47,7 @@ type Config struct {
 	// WorkerID is the worker id of every rank of this publisher; nil derives it from the topic
 	// (WorkerIDFromTopic), or from the endpoint when the topic is empty.
 	WorkerID *uint64 `json:"worker_id,omitempty"`
-	// ModelName and RoutingGroup name the partition of this publisher's ranks (SPEC §9). An empty
+	// ModelName and RoutingGroup name the partition of this publisher's ranks (docs/CONTRACT.md §9). An empty
 	// ModelName takes the model of the topic kv@<pod>@<model> (ModelFromTopic), else "default";
 	// an empty RoutingGroup is "default". Options.Placer resolves them.
 	ModelName    string `json:"model_name,omitempty"`

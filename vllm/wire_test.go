@@ -121,7 +121,7 @@ var fixtures = map[string]func() []byte{
 	},
 	// vLLM's OffloadingConnector (self_describing_kv_events): the GPU block, its CPU copy and a
 	// continuation on DISK, an eviction from CPU, and a medium kvindex does not know (taken as
-	// device, counted). SPEC §7's medium table.
+	// device, counted). docs/CONTRACT.md §7's medium table.
 	"offload_media": func() []byte {
 		x := newEnc().mp(3).key("ts").f64(5.5).key("events").arr(5)
 		x.mp(6).key("type").str("BlockStored").key("block_hashes").arr(1).u(engineHash).

@@ -11,7 +11,7 @@ import (
 	"github.com/kvindex/kvindex/store"
 )
 
-// Approximate-mode entries (SPEC §8): one record per (rank, block) that a routing decision
+// Approximate-mode entries (docs/CONTRACT.md §8): one record per (rank, block) that a routing decision
 // recorded, with the block's place in the prefix and its expiry deadline. They are the durable
 // state of the side index, written through the rank's lane: a decision sets its blocks' records
 // (a re-record overwrites the deadline), an expiry or a prune deletes them. They never touch the

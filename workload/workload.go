@@ -38,7 +38,7 @@ import (
 //     whose blocks are all cached emits nothing; the worker's event ids stay contiguous from 1.
 //   - A worker caches at most CacheBlocks blocks of a prompt (its leading ones); the rest are
 //     neither stored nor counted as hits.
-//   - With HostBlocks > 0 a worker also has a host-memory LRU of that many blocks (SPEC §7's
+//   - With HostBlocks > 0 a worker also has a host-memory LRU of that many blocks (docs/CONTRACT.md §7's
 //     offloading): the blocks its device LRU evicts move there, each under its own parent hash
 //     (a continuation edge). After the device Removed come a host_pinned Removed of what the host
 //     LRU evicts to make room (least recently used first; a batch enters leaves first, so a

@@ -68,7 +68,7 @@ func benchCommand() *cli.Command {
 		&cli.DurationFlag{Name: "loaded-max", Value: 0, Usage: "bound of the under-load query phase (0 = 30s)", EnvVars: env("bench", "loaded-max")},
 		&cli.BoolFlag{Name: "json", Usage: "one JSON object per metric and line instead of the table", EnvVars: env("bench", "json")},
 		&cli.StringFlag{Name: "markdown", Usage: "also write the results table into this markdown file (its section for this configuration is replaced)", EnvVars: env("bench", "markdown")},
-		&cli.BoolFlag{Name: "approximate", Usage: "approximate mode (SPEC §8): record each query's routing decision instead of ingesting the events; reports decisions/s, find_matches on the side index and its hit ratio next to the event-fed routing_hit_ratio", EnvVars: env("bench", "approximate")},
+		&cli.BoolFlag{Name: "approximate", Usage: "approximate mode (docs/CONTRACT.md §8): record each query's routing decision instead of ingesting the events; reports decisions/s, find_matches on the side index and its hit ratio next to the event-fed routing_hit_ratio", EnvVars: env("bench", "approximate")},
 		&cli.DurationFlag{Name: "approx-ttl", Value: 120 * time.Second, Usage: "with --approximate: the side index's TTL (keep it longer than the run)", EnvVars: env("bench", "approx-ttl")},
 		&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the whole run to this file (go tool pprof)", EnvVars: env("bench", "cpuprofile")},
 	)

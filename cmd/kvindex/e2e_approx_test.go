@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// TestE2EApproxDecisionsSurviveKill9 (SPEC §8 restart): routing decisions acknowledged before a
+// TestE2EApproxDecisionsSurviveKill9 (docs/CONTRACT.md §8 restart): routing decisions acknowledged before a
 // kill -9 are there after the restart; a decision whose TTL ran out while the process was down
 // is gone once /readyz is 200. The survivors' TTL is long (a loaded machine cannot outlast it);
 // the expiring ones are killed before their first deadline (asserted) and the restart waits

@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests of SPEC §5 "Rank lifecycle" with the real binary, one per bug of issue 11's
+// End-to-end tests of docs/CONTRACT.md §5 "Rank lifecycle" with the real binary, one per bug of issue 11's
 // list (1–4). Each names the lifecycle rule it checks. On the main before the lifecycle fix
 // (dbd62b3~1) each of them fails:
 //
@@ -119,7 +119,7 @@ func hangingUpstream(t *testing.T) string {
 	return "http://" + l.Addr().String()
 }
 
-// TestE2ERule1FailedRestoreKeepsAcknowledgedEvents: SPEC §5 lifecycle rule 1 (no acknowledged
+// TestE2ERule1FailedRestoreKeepsAcknowledgedEvents: docs/CONTRACT.md §5 lifecycle rule 1 (no acknowledged
 // event disappears) and rule 2 (the rank stays visible in every state). Issue 11 bug 1 and the
 // "buffered events are acknowledged before they are durable" part of bug 8.
 func TestE2ERule1FailedRestoreKeepsAcknowledgedEvents(t *testing.T) {
@@ -193,7 +193,7 @@ func TestE2ERule1FailedRestoreKeepsAcknowledgedEvents(t *testing.T) {
 	})
 }
 
-// TestE2ERule3SettingASourceStartsTheRestore: SPEC §5 lifecycle rule 3 (setting a source acts
+// TestE2ERule3SettingASourceStartsTheRestore: docs/CONTRACT.md §5 lifecycle rule 3 (setting a source acts
 // at once: a degraded rank starts its restore). Issue 11 bug 2.
 func TestE2ERule3SettingASourceStartsTheRestore(t *testing.T) {
 	rk := event.Rank{WorkerID: 7}
@@ -279,7 +279,7 @@ func newDelayedUpstream(t *testing.T, delay time.Duration) *delayedUpstream {
 	return u
 }
 
-// TestE2ERule4RemovalWins: SPEC §5 lifecycle rule 4 (removing a worker or rank cancels its
+// TestE2ERule4RemovalWins: docs/CONTRACT.md §5 lifecycle rule 4 (removing a worker or rank cancels its
 // recovery; a late answer is discarded; the rank reappears only with a new event). Issue 11
 // bug 3.
 func TestE2ERule4RemovalWins(t *testing.T) {
@@ -347,7 +347,7 @@ func TestE2ERule4RemovalWins(t *testing.T) {
 	}
 }
 
-// TestE2ERule5ReadsCreateNoState: SPEC §5 lifecycle rule 5 (range, dump and status reads for an
+// TestE2ERule5ReadsCreateNoState: docs/CONTRACT.md §5 lifecycle rule 5 (range, dump and status reads for an
 // unknown rank answer without registering it or assigning it a lane). Issue 11 bug 4.
 func TestE2ERule5ReadsCreateNoState(t *testing.T) {
 	p := start(t, t.TempDir(), "--lanes", "8")

@@ -7,7 +7,7 @@ import (
 	"github.com/kvindex/kvindex/event"
 )
 
-// TestServeKill9KeepsEveryTier (SPEC §7): the real binary, fed device, host_pinned, disk and
+// TestServeKill9KeepsEveryTier (docs/CONTRACT.md §7): the real binary, fed device, host_pinned, disk and
 // external events, is killed with SIGKILL; restarted on its data dir it answers the same tiered
 // find_matches, /v1/ranks tier counts and dump.
 func TestServeKill9KeepsEveryTier(t *testing.T) {

@@ -29,7 +29,7 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 // env is the environment variable of a command's flag: KVINDEX_<COMMAND>_<FLAG> (dashes become
 // underscores), so one variable never sets the same-named flag of two commands; a global flag
 // (cmd "") is KVINDEX_<FLAG>. also lists older names that keep working (serve's KVINDEX_<FLAG>,
-// which API.md promises).
+// which docs/API.md promises).
 func env(cmd, flag string, also ...string) []string {
 	name := flag
 	if cmd != "" {
