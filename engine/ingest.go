@@ -194,3 +194,67 @@ func (e *Engine) Flush(ctx context.Context) error {
 
 // Do runs fn on rk's lane (consistent with the rank's writes).
 func (e *Engine) Do(ctx context.Context, rk Rank, fn func()) error { return e.pipe.Do(ctx, rk, fn) }
+
+// Batch is one partition's share of a write that spans partitions (an NDJSON body with
+// partition lines): its partition, the block size it is created with (0: the default), and its
+// events.
+type Batch struct {
+	Key       partition.Key
+	BlockSize int
+	Events    []event.RouterEvent
+}
+
+// IngestBatches ingests several partitions' batches as one write: every batch is validated and
+// its placement checked against the partitions and claims as they are, and against the other
+// batches (a worker in two of them), before anything is written; then each batch goes through
+// IngestSized. A refusal names the event by its index across all batches.
+func (e *Engine) IngestBatches(ctx context.Context, batches []Batch) (Result, error) {
+	if len(batches) == 1 { // one partition: IngestSized checks it whole before writing
+		return e.IngestSized(ctx, batches[0].Key, batches[0].BlockSize, batches[0].Events)
+	}
+	claims := map[uint64]partition.Key{}
+	offset := 0
+	for _, b := range batches {
+		if err := Validate(b.Events); err != nil {
+			return Result{}, shifted(err, offset)
+		}
+		if err := e.parts.CheckSize(b.Key, b.BlockSize); err != nil {
+			return Result{}, &PlaceError{Index: -1, Err: err}
+		}
+		p, exists := e.parts.Lookup(b.Key)
+		for i := range b.Events {
+			w := b.Events[i].WorkerID
+			if k, ok := claims[w]; ok && k != b.Key {
+				return Result{}, &PlaceError{Index: offset + i, Err: fmt.Errorf("%w: worker %d is in partitions %s and %s of one write",
+					partition.ErrWorkerElsewhere, w, k, b.Key)}
+			}
+			claims[w] = b.Key
+			if own, ok := e.parts.WorkerPartition(w); ok && (!exists || own != p.ID) {
+				return Result{}, &PlaceError{Index: offset + i, Err: fmt.Errorf("%w: worker %d has ranks in partition %s",
+					partition.ErrWorkerElsewhere, w, e.parts.Get(own).Key)}
+			}
+		}
+		offset += len(b.Events)
+	}
+	var total Result
+	offset = 0
+	for _, b := range batches {
+		res, err := e.IngestSized(ctx, b.Key, b.BlockSize, b.Events)
+		total.Accepted += res.Accepted
+		total.Ignored += res.Ignored
+		if err != nil {
+			return total, shifted(err, offset)
+		}
+		offset += len(b.Events)
+	}
+	return total, nil
+}
+
+// shifted moves a PlaceError's index by offset (an index within one batch of several).
+func shifted(err error, offset int) error {
+	var pe *PlaceError
+	if errors.As(err, &pe) && pe.Index >= 0 {
+		return &PlaceError{Index: pe.Index + offset, Err: pe.Err}
+	}
+	return err
+}

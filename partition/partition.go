@@ -212,6 +212,17 @@ func (s *Set) Ensure(ctx context.Context, k Key, blockSize int) (*Partition, err
 	return p, nil
 }
 
+// CheckSize reports, without changing anything, whether Ensure(k, blockSize) would refuse the
+// block size (ErrBlockSizeMismatch).
+func (s *Set) CheckSize(k Key, blockSize int) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if p := s.byKey[k]; p != nil && p.persisted && blockSize != 0 && blockSize != p.BlockSize {
+		return fmt.Errorf("%w: partition %s has block size %d, not %d", ErrBlockSizeMismatch, k, p.BlockSize, blockSize)
+	}
+	return nil
+}
+
 // Claim records that worker belongs to partition id; a worker of another partition is refused.
 func (s *Set) Claim(worker uint64, id uint32) error {
 	s.mu.Lock()

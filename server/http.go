@@ -228,25 +228,17 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.SubmitTimeout)
 	defer cancel()
-	var total engine.Result
-	offset = 0
+	in := make([]engine.Batch, len(segs))
 	for i, sg := range segs {
-		key := reqKey
+		in[i] = engine.Batch{Key: reqKey, BlockSize: sg.BlockSize, Events: batches[i]}
 		if sg.Named {
-			key = sg.Key
+			in[i].Key = sg.Key
 		}
-		res, err := s.e.IngestSized(ctx, key, sg.BlockSize, batches[i])
-		if err != nil {
-			var pe *engine.PlaceError
-			if errors.As(err, &pe) && pe.Index >= 0 {
-				pe.Index += offset
-			}
-			s.ingestError(w, err)
-			return
-		}
-		total.Accepted += res.Accepted
-		total.Ignored += res.Ignored
-		offset += len(batches[i])
+	}
+	total, err := s.e.IngestBatches(ctx, in)
+	if err != nil {
+		s.ingestError(w, err)
+		return
 	}
 	writeJSON(w, http.StatusOK, map[string]int{"accepted": total.Accepted, "ignored": total.Ignored})
 }

@@ -121,6 +121,21 @@ func TestWholeDumpRestoresEveryPartition(t *testing.T) {
 			t.Errorf("rank %d/%d restored into %s:%s (found %v), want block size %d", r.WorkerID, r.DPRank, r.ModelName, r.RoutingGroup, ok, want)
 		}
 	}
+	// A body whose later partition refuses a worker (it belongs to another partition) writes
+	// nothing of its earlier partitions either.
+	clash := string(partition.AppendLine(nil, partition.Key{ModelName: "fresh", RoutingGroup: "default"}, 16)) +
+		strings.TrimSpace(eventsJSON(event.Stored(rk(70), 1, nil, event.Block{BlockHash: 71, TokensHash: 1})))[1:] + "\n"
+	clash = strings.Replace(clash, "}]\n", "}\n", 1)
+	clash += string(partition.AppendLine(nil, partition.Key{ModelName: "qwen", RoutingGroup: "blue"}, 16))
+	line1 := eventsJSON(event.Stored(rk(1), 9, nil, event.Block{BlockHash: 72, TokensHash: 1})) // worker 1 is default's
+	clash += line1[1:len(line1)-1] + "\n"
+	code, body := fresh.doType("POST", "/v1/events", "application/x-ndjson", clash)
+	if code != http.StatusConflict || !strings.Contains(body, `"index":1`) {
+		t.Errorf("a worker of another partition in the second segment: %d %s, want 409 naming index 1", code, body)
+	}
+	if _, ok := fresh.s.parts.Lookup(partition.Key{ModelName: "fresh", RoutingGroup: "default"}); ok {
+		t.Errorf("the refused body created partition fresh")
+	}
 	// A partition line that does not parse refuses the whole body.
 	line := eventsJSON(event.Cleared(rk(1), 9))
 	bad := `{"partition":{"model_name":""` + "\n" + line[1:len(line)-1] + "\n"
