@@ -130,6 +130,11 @@ type RouterEvent struct {
 	// the vLLM ZMQ batch that carried it), kept in the log record. Not part of the wire shape.
 	HasSourceSeq bool
 	SourceSeq    uint64
+
+	// HasGroup/Group: the engine's KV-cache group the event reports (Stored and Removed only),
+	// kept in the log record. Without it the event is indexed as its rank's one main group.
+	HasGroup bool
+	Group    Group
 }
 
 // Rank returns the event's rank.

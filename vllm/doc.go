@@ -19,7 +19,7 @@
 //
 //	["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium,
 //	 lora_name, extra_keys?, group_idx?, kv_cache_spec_kind?, kv_cache_spec_sliding_window?]
-//	["BlockRemoved", block_hashes, medium, group_idx?]
+//	["BlockRemoved", block_hashes, medium, group_idx?, kv_cache_spec_kind?, kv_cache_spec_sliding_window?]
 //	["AllBlocksCleared"]
 //
 // or a map with "type" = the tag and the same field names (newer vLLM, trailing defaults

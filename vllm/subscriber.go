@@ -41,13 +41,16 @@ type counters struct {
 // subscriber is one source: one SUB socket (redialled with backoff) and its seq cursor. Only its
 // goroutine touches the cursor fields; Status reads the atomics and mu-guarded fields.
 type subscriber struct {
-	cfg  Config
-	m    *Manager
-	lg   *slog.Logger
-	dec  Decoder
-	evs  []event.RouterEvent
-	ctr  counters
-	meta string // CursorMeta(cfg.ID)
+	cfg Config
+	m   *Manager
+	lg  *slog.Logger
+	dec Decoder
+	evs []event.RouterEvent
+	// unknownKinds are the kv_cache_spec_kind names this build does not know, seen by the
+	// source (each logged once); the goroutine's own.
+	unknownKinds map[string]bool
+	ctr          counters
+	meta         string // CursorMeta(cfg.ID)
 
 	// Cursor, owned by the goroutine: the newest seq applied (or skipped as malformed), and the
 	// newest seq received live on the SUB socket.
@@ -333,6 +336,14 @@ func (s *subscriber) apply(ctx context.Context, topic []byte, seq uint64, payloa
 	if c.UnknownMedium > 0 {
 		s.ctr.unknownMedium.Add(uint64(c.UnknownMedium))
 	}
+	if c.UnknownKind != "" && !s.unknownKinds[c.UnknownKind] {
+		if s.unknownKinds == nil {
+			s.unknownKinds = map[string]bool{}
+		}
+		s.unknownKinds[c.UnknownKind] = true // logged once per source and kind
+		s.lg.Warn("zmq events of an unknown KV-cache group kind: treated as non-main, not indexed", "source", s.cfg.ID,
+			"kind", c.UnknownKind, "worker_id", rk.WorkerID, "dp_rank", rk.DPRank)
+	}
 	if len(s.evs) > 0 {
 		var v [8]byte
 		binary.BigEndian.PutUint64(v[:], seq)
@@ -350,14 +361,26 @@ func (s *subscriber) apply(ctx context.Context, topic []byte, seq uint64, payloa
 	return nil
 }
 
-// batchBlockSize is the block size of the batch's first BlockStored (0 when it stores nothing).
+// batchBlockSize is the block size of the batch's first BlockStored of a main attention group
+// (or without group metadata), else of its first BlockStored (0 when it stores nothing): a
+// hybrid model's Mamba or sliding-window groups may use another block size than the one its
+// prefix is hashed with.
 func batchBlockSize(b *Batch) int {
+	first := 0
 	for i := range b.Events {
-		if b.Events[i].Kind == BlockStored && b.Events[i].BlockSize > 0 {
-			return b.Events[i].BlockSize
+		ev := &b.Events[i]
+		if ev.Kind != BlockStored || ev.BlockSize <= 0 {
+			continue
+		}
+		k, _ := event.ParseGroupKind(ev.SpecKind)
+		if !ev.HasGroup || k == event.GroupKindUnset || event.MainGroupKinds.Has(k) {
+			return ev.BlockSize
+		}
+		if first == 0 {
+			first = ev.BlockSize
 		}
 	}
-	return 0
+	return first
 }
 
 // applied records that a batch stamped ts (unix seconds; 0 = none) was just applied: its age

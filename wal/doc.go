@@ -39,14 +39,21 @@
 // Part of the on-disk format (store.FormatVersion). Hashes are fixed 8 bytes little-endian
 // (they are uniformly random: varints would grow them); counts are uvarints.
 //
-//	+---------+------+------+-------+--------------------+-------------------+-----------+---------+--------+
-//	| ver = 1 | kind | tier | flags | parent_hash u64 LE | source_seq u64 LE | n uvarint | n items | crc32c |
-//	|   u8    |  u8  |  u8  |  u8   | (iff flags&1)      | (iff flags&2)     |           |         | u32 LE |
-//	+---------+------+------+-------+--------------------+-------------------+-----------+---------+--------+
+//	+---------+------+------+-------+--------------------+-------------------+---------------+-----------+---------+--------+
+//	| ver = 1 | kind | tier | flags | parent_hash u64 LE | source_seq u64 LE | group         | n uvarint | n items | crc32c |
+//	|   u8    |  u8  |  u8  |  u8   | (iff flags&1)      | (iff flags&2)     | (iff flags&4) |           |         | u32 LE |
+//	+---------+------+------+-------+--------------------+-------------------+---------------+-----------+---------+--------+
 //	kind:  1 stored, 2 removed, 3 cleared (event.Kind)
 //	tier:  0 device, 1 host_pinned, 2 disk, 3 external (event.Tier)
 //	flags: bit 0 = has parent (Stored only); bit 1 = has source_seq (the seq of the vLLM batch
-//	       that carried the event, event.RouterEvent.SourceSeq); other bits must be 0
+//	       that carried the event, event.RouterEvent.SourceSeq); bit 2 = has group (Stored and
+//	       Removed only: the engine's KV-cache group, event.RouterEvent.Group); other bits must be 0
+//	group: group_idx uvarint | kind u8 (event.GroupKind: 0 unset, 1 full_attention,
+//	       2 mla_attention, 3 sink_full_attention, 4 sliding_window, 5 sliding_window_mla,
+//	       6 mamba, 7 chunked_local_attention, 8 encoder_only_attention, 9 cross_attention,
+//	       255 other) | sliding_window uvarint (tokens, 0 none) | block_size uvarint (0 unknown).
+//	       A record without it (every record written before groups existed) has no group
+//	       metadata: its rank's one main group.
 //	items: stored:  n × ( block_hash u64 LE | tokens_hash u64 LE )     16 bytes each
 //	       removed: n × ( block_hash u64 LE )                            8 bytes each
 //	       cleared: n = 0, no items
