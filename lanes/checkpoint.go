@@ -63,8 +63,8 @@ func (ln *lane) maybeCheckpoint(bs *batchState) {
 	}
 	p := ln.p
 	for rs := range bs.touched {
-		if rs.sinceSnap <= p.opts.CheckpointMinBlocks {
-			continue
+		if rs.sinceSnap <= p.opts.CheckpointMinBlocks || rs.multiGroup() {
+			continue // a rank of several indexed groups keeps its state in the log (groups.go)
 		}
 		d, ok := p.ix(rs.rank).(dumper)
 		if !ok {

@@ -1,0 +1,460 @@
+package lanes
+
+import (
+	"sort"
+
+	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/index"
+)
+
+// KV-cache groups of hybrid models (docs/API.md "KV-cache groups").
+//
+// vLLM keeps one KV-cache group per attention kind of a hybrid model and reports every block once
+// per group, with the same engine hash in each (event.RouterEvent.Group). Only the indexed kinds
+// (Options.IndexedKinds, by default the main attention kinds full_attention, mla_attention and
+// sink_full_attention) describe a reusable prefix. Two places in the write path handle them:
+//
+//   - On the decider, before an event is logged (classify): the rank learns each group it
+//     reports, (group_idx) → kind, block size, sliding window; a removal that names its group
+//     but not its kind takes the kind the group was seen with. An event of a kind that is not
+//     indexed (sliding window, Mamba, an unknown future kind, ...) is logged with its group but
+//     without its blocks: it keeps its event id (ids stay contiguous) and never changes the
+//     tree, whoever replays the log (restart, retention, range answers, exports). It is counted
+//     per rank and group (RankStatus.Groups) and by kind (Listener.GroupIgnored).
+//   - On the applier, in front of the tree (groupGate): while a rank has one indexed group, its
+//     events go to the tree as they are (the tree's own rules, no extra state). Once a second
+//     indexed group reports a block, the rank's tree holds exactly the blocks every indexed
+//     group holds whose parent chain the tree holds too, so the rank's score is the prefix all
+//     its indexed groups share: exact, never an over-count. The gate keeps which groups hold
+//     each block and derives the tree's Stored and Removed from it.
+//
+// Events without group metadata (older vLLM, SGLang, HTTP RouterEvents), and events that name a
+// group but no kind the rank ever saw it with, are indexed as today. The gate sees only
+// device-tier events; lower tiers take a group's events as they come.
+
+// GroupStatus is what a rank learned of one of its KV-cache groups (RankStatus.Groups).
+type GroupStatus struct {
+	Idx           uint32
+	Kind          event.GroupKind
+	BlockSize     uint32 // of the group's newest BlockStored; 0 before one
+	SlidingWindow uint32 // 0 when the group has none
+	Indexed       bool   // its events change the tree
+	Events        uint64 // events of the group accepted since the process started
+	Ignored       uint64 // of those, events not indexed (logged without their blocks)
+}
+
+// indexed reports whether events of kind k change the tree.
+func (p *Pipeline) indexed(k event.GroupKind) bool {
+	return k == event.GroupKindUnset || p.opts.IndexedKinds.Has(k)
+}
+
+// learnGroup records ev's group in the rank's table, resolves an unset kind from it and returns
+// the group's entry. Caller holds rs.mu.
+func (rs *rankState) learnGroup(g event.Group) *GroupStatus {
+	i := sort.Search(len(rs.groups), func(i int) bool { return rs.groups[i].Idx >= g.Idx })
+	if i == len(rs.groups) || rs.groups[i].Idx != g.Idx {
+		rs.groups = append(rs.groups, GroupStatus{})
+		copy(rs.groups[i+1:], rs.groups[i:])
+		rs.groups[i] = GroupStatus{Idx: g.Idx}
+	}
+	gs := &rs.groups[i]
+	if g.Kind != event.GroupKindUnset {
+		gs.Kind = g.Kind
+	}
+	if g.BlockSize != 0 {
+		gs.BlockSize = g.BlockSize
+	}
+	if g.SlidingWindow != 0 {
+		gs.SlidingWindow = g.SlidingWindow
+	}
+	return gs
+}
+
+// classify (decider, before the event is logged) learns ev's group and returns the event to log:
+// ev itself, a copy in scratch with the group's learned kind filled in, or, for a kind that is not
+// indexed, a copy without blocks. kind is the resolved kind when ev reports a group (ok).
+func (p *Pipeline) classify(rs *rankState, ev *event.RouterEvent, scratch *event.RouterEvent) (out *event.RouterEvent, kind event.GroupKind, ok bool) {
+	if !ev.HasGroup || ev.Kind == event.KindCleared {
+		return ev, 0, false
+	}
+	rs.mu.Lock()
+	gs := rs.learnGroup(ev.Group)
+	kind = gs.Kind
+	gs.Indexed = p.indexed(kind)
+	first := gs.Events == 0 && kind == event.GroupKindOther
+	rs.mu.Unlock()
+	if first {
+		p.lg.Warn("KV-cache group of a kind kvindex does not know: not indexed", "worker_id", rs.rank.WorkerID,
+			"dp_rank", rs.rank.DPRank, "group_idx", ev.Group.Idx)
+	}
+	if !p.indexed(kind) {
+		*scratch = *ev
+		scratch.Group.Kind = kind
+		scratch.Blocks, scratch.Removed, scratch.HasParent, scratch.ParentHash = nil, nil, false, 0
+		return scratch, kind, true
+	}
+	if kind != ev.Group.Kind {
+		*scratch = *ev
+		scratch.Group.Kind = kind
+		return scratch, kind, true
+	}
+	return ev, kind, true
+}
+
+// countGroup counts an accepted event of a group (decider, after its decision): ignored says it
+// was logged without its blocks (nblocks of them).
+func (p *Pipeline) countGroup(rs *rankState, g event.Group, kind event.GroupKind, nblocks int) {
+	ignored := !p.indexed(kind)
+	rs.mu.Lock()
+	gs := rs.learnGroup(g)
+	gs.Events++
+	if ignored {
+		gs.Ignored++
+	}
+	rs.mu.Unlock()
+	if f := p.opts.Listener.GroupIgnored; ignored && f != nil {
+		f(rs.rank, kind, nblocks)
+	}
+}
+
+// applyEvent applies a logged event of rs to t through the rank's group gate (applier, restart
+// replay).
+func (p *Pipeline) applyEvent(rs *rankState, t Tree, ev *event.RouterEvent) index.Result {
+	if ev.Kind == event.KindCleared {
+		if rs.gate != nil {
+			rs.gate.clear()
+		}
+		return t.Apply(ev)
+	}
+	if !ev.HasGroup || ev.Group.Kind == event.GroupKindUnset || ev.Tier != event.TierDevice {
+		return t.Apply(ev)
+	}
+	if !p.indexed(ev.Group.Kind) {
+		return index.Result{Status: index.StatusOK} // logged without blocks, or indexed no more
+	}
+	if rs.gate == nil {
+		rs.gate = &groupGate{rank: rs.rank}
+	}
+	return rs.gate.apply(t, ev)
+}
+
+// resetGate forgets the rank's group membership (reset, TreeDump install, removal); the groups
+// it learned stay, except on removal (forget).
+func (rs *rankState) resetGate(forget bool) {
+	rs.gate = nil
+	if forget {
+		rs.mu.Lock()
+		rs.groups = nil
+		rs.mu.Unlock()
+	}
+}
+
+// multiGroup reports whether the rank's tree is gated by two or more indexed groups (applier).
+// Its state is then in the gate and the log, not in the tree alone: it is neither checkpointed
+// nor folded (a snapshot holds the tree only).
+func (rs *rankState) multiGroup() bool { return rs.gate != nil && rs.gate.multi }
+
+// gatedTree applies a rank's replayed events through its gate (restart replay), learning its
+// groups on the way.
+type gatedTree struct {
+	p  *Pipeline
+	rs *rankState
+	t  Tree
+}
+
+func (g gatedTree) Apply(ev *event.RouterEvent) index.Result {
+	if ev.HasGroup && ev.Kind != event.KindCleared {
+		g.rs.mu.Lock()
+		gs := g.rs.learnGroup(ev.Group)
+		gs.Indexed = g.p.indexed(gs.Kind)
+		g.rs.mu.Unlock()
+	}
+	return g.p.applyEvent(g.rs, g.t, ev)
+}
+
+// Reserve passes the replay's size hint on (recovery.ReplayRank).
+func (g gatedTree) Reserve(r event.Rank, n int) {
+	if rv, ok := g.t.(interface{ Reserve(event.Rank, int) }); ok {
+		rv.Reserve(r, n)
+	}
+}
+
+// maxGateGroups bounds the indexed groups of one rank the gate tells apart (one bit each).
+const maxGateGroups = 64
+
+// groupGate is one rank's membership of its indexed groups, owned by the rank's applier. With
+// one indexed group it only remembers which one; from the second on (multi) it keeps every
+// block any indexed group holds, which groups hold it, and whether the tree holds it. The tree
+// holds a block exactly when every group holds it and the tree holds its parent (or it hangs
+// under the root): the reachable part of the groups' intersection.
+type groupGate struct {
+	rank  event.Rank
+	mains []uint32 // the indexed groups seen storing a block, in order; bit i of a mask is mains[i]
+	multi bool
+
+	blocks map[uint64]*gateBlock // block hash → membership (multi only)
+	kids   map[uint64][]uint64   // parent block hash → the held blocks stored under it (multi only)
+	ops    []event.Block         // scratch
+	rm     []uint64              // scratch
+}
+
+type gateBlock struct {
+	tokens    uint64
+	parent    uint64
+	hasParent bool
+	mask      uint64 // bit i: mains[i] holds the block
+	inTree    bool
+}
+
+func (g *groupGate) full() uint64 { return 1<<len(g.mains) - 1 }
+
+// clear forgets every block (a Cleared: every group dropped everything); the groups stay.
+func (g *groupGate) clear() {
+	if g.multi {
+		clear(g.blocks)
+		clear(g.kids)
+	}
+}
+
+// bit returns the mask bit of group idx, adding it when add (a Stored with blocks), and whether
+// it was new.
+func (g *groupGate) bit(idx uint32, add bool) (b uint64, isNew, ok bool) {
+	for i, m := range g.mains {
+		if m == idx {
+			return 1 << i, false, true
+		}
+	}
+	if !add || len(g.mains) == maxGateGroups {
+		return 0, false, false
+	}
+	g.mains = append(g.mains, idx)
+	return 1 << (len(g.mains) - 1), true, true
+}
+
+func (g *groupGate) apply(t Tree, ev *event.RouterEvent) index.Result {
+	storing := ev.Kind == event.KindStored && len(ev.Blocks) > 0
+	b, isNew, ok := g.bit(ev.Group.Idx, storing)
+	if !g.multi && (!isNew || len(g.mains) == 1) {
+		if ok {
+			return t.Apply(ev) // one indexed group: the tree's own rules
+		}
+		// A group that never stored a block holds nothing: its removals change nothing.
+		return index.Result{Status: index.StatusOK, NotFound: len(ev.Removed)}
+	}
+	if isNew {
+		g.addGroup(t)
+	}
+	switch ev.Kind {
+	case event.KindStored:
+		if !ok {
+			return index.Result{Status: index.StatusOK} // an empty Stored of an unseen group
+		}
+		return g.store(t, ev, b)
+	case event.KindRemoved:
+		if !ok {
+			return index.Result{Status: index.StatusOK, NotFound: len(ev.Removed)}
+		}
+		return g.remove(t, ev, b)
+	}
+	return index.Result{Status: index.StatusOK}
+}
+
+// addGroup (a new indexed group stored its first block): no block is held by every group any
+// more, so the tree lets go of the rank's blocks. The first time (single → multi), the blocks
+// the tree holds become the first group's, from the rank's dump.
+func (g *groupGate) addGroup(t Tree) {
+	if !g.multi {
+		g.multi = true
+		g.blocks = map[uint64]*gateBlock{}
+		g.kids = map[uint64][]uint64{}
+		if d, ok := t.(dumper); ok {
+			_ = d.DumpRank(g.rank, func(ev *event.RouterEvent) error {
+				if ev.Kind != event.KindStored || ev.Tier != event.TierDevice {
+					return nil
+				}
+				parent, has := ev.ParentHash, ev.HasParent
+				for _, blk := range ev.Blocks {
+					if _, dup := g.blocks[blk.BlockHash]; !dup {
+						g.blocks[blk.BlockHash] = &gateBlock{tokens: blk.TokensHash, parent: parent, hasParent: has, mask: 1, inTree: true}
+						if has {
+							g.kids[parent] = append(g.kids[parent], blk.BlockHash)
+						}
+					}
+					parent, has = blk.BlockHash, true
+				}
+				return nil
+			})
+		}
+	}
+	rm := g.rm[:0]
+	for h, e := range g.blocks {
+		if e.inTree {
+			e.inTree = false
+			rm = append(rm, h)
+		}
+	}
+	g.rm = rm[:0]
+	if len(rm) > 0 {
+		ev := event.Removed(g.rank, 0, rm...)
+		t.Apply(&ev)
+	}
+}
+
+func (g *groupGate) parentInTree(e *gateBlock) bool {
+	if !e.hasParent {
+		return true
+	}
+	p := g.blocks[e.parent]
+	return p != nil && p.inTree
+}
+
+// store applies group bit b's Stored: the group's own rules first (its parent must be a block
+// it holds; no block is its own parent), then the blocks the whole intersection now holds enter
+// the tree, with the held blocks under them.
+func (g *groupGate) store(t Tree, ev *event.RouterEvent, b uint64) index.Result {
+	parent, has := ev.ParentHash, ev.HasParent
+	if has {
+		if p := g.blocks[parent]; p == nil || p.mask&b == 0 {
+			return index.Result{Status: index.StatusParentNotFound}
+		}
+	}
+	prev, hasPrev := parent, has
+	for _, blk := range ev.Blocks {
+		if hasPrev && blk.BlockHash == prev {
+			return index.Result{Status: index.StatusInvalidBlock}
+		}
+		prev, hasPrev = blk.BlockHash, true
+	}
+	full := g.full()
+	var enter []uint64
+	for _, blk := range ev.Blocks {
+		e := g.blocks[blk.BlockHash]
+		if e == nil {
+			e = &gateBlock{tokens: blk.TokensHash, parent: parent, hasParent: has}
+			g.blocks[blk.BlockHash] = e
+			if has {
+				g.kids[parent] = append(g.kids[parent], blk.BlockHash)
+			}
+		}
+		e.mask |= b
+		if e.mask == full && !e.inTree && g.parentInTree(e) {
+			enter = append(enter, blk.BlockHash)
+		}
+		parent, has = blk.BlockHash, true
+	}
+	for _, h := range enter {
+		g.enter(t, h)
+	}
+	return index.Result{Status: index.StatusOK, Blocks: len(ev.Blocks)}
+}
+
+// enter stores h (held by every group, its parent in the tree) and then, depth first, the held
+// blocks under it that every group holds, a chain per Stored.
+func (g *groupGate) enter(t Tree, h uint64) {
+	stack := append(g.rm[:0], h)
+	for len(stack) > 0 {
+		x := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		e := g.blocks[x]
+		if !g.eligible(e) {
+			continue
+		}
+		var p *uint64
+		if e.hasParent {
+			v := e.parent
+			p = &v
+		}
+		chain := g.ops[:0]
+		for e != nil {
+			e.inTree = true
+			chain = append(chain, event.Block{BlockHash: x, TokensHash: e.tokens})
+			var next *gateBlock
+			for _, k := range g.kids[x] {
+				ke := g.blocks[k]
+				if !g.eligible(ke) {
+					continue
+				}
+				if next == nil {
+					next, x = ke, k
+				} else {
+					stack = append(stack, k) // a branch: its own Stored, after this chain
+				}
+			}
+			e = next
+		}
+		g.ops = chain[:0]
+		st := event.Stored(g.rank, 0, p, chain...)
+		t.Apply(&st)
+	}
+	g.rm = stack[:0]
+}
+
+func (g *groupGate) eligible(e *gateBlock) bool {
+	return e != nil && !e.inTree && e.mask == g.full() && g.parentInTree(e)
+}
+
+// remove applies group bit b's Removed: each named block the group holds leaves it; a block that
+// leaves the intersection leaves the tree with the blocks under it the tree holds.
+func (g *groupGate) remove(t Tree, ev *event.RouterEvent, b uint64) index.Result {
+	res := index.Result{Status: index.StatusOK}
+	rm := g.rm[:0]
+	for _, h := range ev.Removed {
+		e := g.blocks[h]
+		if e == nil || e.mask&b == 0 {
+			res.NotFound++
+			continue
+		}
+		res.Blocks++
+		e.mask &^= b
+		if e.inTree {
+			rm = g.leave(h, rm)
+		}
+		if e.mask == 0 {
+			g.forget(h, e)
+		}
+	}
+	g.rm = rm[:0]
+	if len(rm) > 0 {
+		out := event.Removed(g.rank, 0, rm...)
+		t.Apply(&out)
+	}
+	return res
+}
+
+// leave takes h and the blocks under it out of the tree (appending their hashes to rm).
+func (g *groupGate) leave(h uint64, rm []uint64) []uint64 {
+	stack := []uint64{h}
+	for len(stack) > 0 {
+		x := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		e := g.blocks[x]
+		if e == nil || !e.inTree {
+			continue
+		}
+		e.inTree = false
+		rm = append(rm, x)
+		stack = append(stack, g.kids[x]...)
+	}
+	return rm
+}
+
+// forget drops a block no group holds; the blocks under it keep their place under its hash.
+func (g *groupGate) forget(h uint64, e *gateBlock) {
+	delete(g.blocks, h)
+	if !e.hasParent {
+		return
+	}
+	ks := g.kids[e.parent]
+	for i, k := range ks {
+		if k == h {
+			ks[i] = ks[len(ks)-1]
+			ks = ks[:len(ks)-1]
+			break
+		}
+	}
+	if len(ks) == 0 {
+		delete(g.kids, e.parent)
+	} else {
+		g.kids[e.parent] = ks
+	}
+}
