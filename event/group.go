@@ -64,6 +64,9 @@ func ParseGroupKind(s string) (k GroupKind, known bool) {
 	return GroupKindOther, false
 }
 
+// MarshalText writes the wire name (JSON: "full_attention", ...; "unset", "other").
+func (k GroupKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
 // Valid reports whether k is one of the constants above (what a log record may hold).
 func (k GroupKind) Valid() bool { return int(k) < len(groupKindNames) || k == GroupKindOther }
 

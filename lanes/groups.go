@@ -33,14 +33,15 @@ import (
 // device-tier events; lower tiers take a group's events as they come.
 
 // GroupStatus is what a rank learned of one of its KV-cache groups (RankStatus.Groups).
+// Its JSON is the "groups" entry of /v1/ranks (docs/API.md).
 type GroupStatus struct {
-	Idx           uint32
-	Kind          event.GroupKind
-	BlockSize     uint32 // of the group's newest BlockStored; 0 before one
-	SlidingWindow uint32 // 0 when the group has none
-	Indexed       bool   // its events change the tree
-	Events        uint64 // events of the group accepted since the process started
-	Ignored       uint64 // of those, events not indexed (logged without their blocks)
+	Idx           uint32          `json:"group_idx"`
+	Kind          event.GroupKind `json:"kind"`
+	BlockSize     uint32          `json:"block_size"`     // of the group's newest BlockStored; 0 before one
+	SlidingWindow uint32          `json:"sliding_window"` // 0 when the group has none
+	Indexed       bool            `json:"indexed"`        // its events change the tree
+	Events        uint64          `json:"events"`         // events of the group accepted since the process started
+	Ignored       uint64          `json:"ignored"`        // of those, events not indexed (logged without their blocks)
 }
 
 // indexed reports whether events of kind k change the tree.

@@ -70,6 +70,10 @@ type Config struct {
 	MemTableSize int64
 	CacheSize    int64
 	Version      string // reported in the start log line; default the module version from the build info
+
+	// IndexedGroupKinds: the KV-cache group kinds of hybrid models that are indexed
+	// (lanes.Options.IndexedKinds); default (0) the main attention kinds.
+	IndexedGroupKinds event.GroupKinds
 }
 
 // DefaultRetainEvents is the default of Config.RetainEvents (docs/API.md).
@@ -176,7 +180,7 @@ func Open(cfg Config) (*Server, error) {
 		Logger: cfg.Logger, AuthToken: cfg.AuthToken})
 	trees := lanes.TreeFunc(func(id uint32) lanes.Tree { return s.parts.TiersOf(id) })
 	s.pipe = lanes.New(lg, trees, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, CheckpointRatio: cfg.CheckpointRatio, Logger: cfg.Logger,
-		Listener: s.m.listener(mode), Source: s.sourceOf, Fetcher: fetcher})
+		IndexedKinds: cfg.IndexedGroupKinds, Listener: s.m.listener(mode), Source: s.sourceOf, Fetcher: fetcher})
 	s.approx = approx.New(s.pipe, cfg.approxOptions())
 	if _, err := zmqConfigs(cfg.ZMQ); err != nil {
 		_ = st.Close()
