@@ -1,7 +1,10 @@
 package lanes
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +13,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/store"
+	"github.com/kvindex/kvindex/wal"
 	"pgregory.net/rapid"
 )
 
@@ -377,4 +382,68 @@ func (m *groupsRef) seen(g uint32, id uint64, _ event.RouterEvent) bool {
 	}
 	m.first[g] = id
 	return false
+}
+
+// TestFormat2DirIndexesAsToday: a data dir of the last format before groups (testdata/format2)
+// is upgraded in place and replays as streams without group metadata; a rank then learns its
+// groups from new events, and a restart reproduces both.
+func TestFormat2DirIndexesAsToday(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.CopyFS(dir, os.DirFS("../testdata/format2/datadir")); err != nil {
+		t.Fatal(err)
+	}
+	chain := make([]uint64, 12)
+	for i := range chain {
+		chain[i] = uint64(i + 1) // tokens hashes 1..12
+	}
+	w1 := event.Rank{WorkerID: 1}
+	for round := 0; round < 2; round++ {
+		st, err := store.Open(dir, store.Options{Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lg, err := wal.Open(st, wal.Options{Durability: wal.Sync, Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ix := index.New(index.Options{})
+		p := New(lg, OneIndex(ix), Options{Logger: quiet()})
+		if err := p.Replay(context.Background(), nil); err != nil {
+			t.Fatal(err)
+		}
+		p.Start()
+		score := func(q []uint64) uint32 {
+			for _, s := range ix.FindMatches(q, false) {
+				if s.Rank() == w1 {
+					return s.Score
+				}
+			}
+			return 0
+		}
+		if got := score(chain); got != 12 {
+			t.Fatalf("round %d: worker 1 score %d, want 12", round, got)
+		}
+		if round == 0 {
+			// A hybrid publisher takes over worker 1: its Mamba group's store is not indexed.
+			mamba := event.Stored(w1, 13, nil, event.Block{BlockHash: 1200, TokensHash: 999})
+			mamba.HasGroup, mamba.Group = true, event.Group{Idx: 1, Kind: event.GroupKindMamba}
+			if _, err := p.Submit(context.Background(), []event.RouterEvent{mamba}); err != nil {
+				t.Fatal(err)
+			}
+			if got := score(chain); got != 12 {
+				t.Fatalf("after a Mamba store: score %d, want 12", got)
+			}
+		}
+		rs, _ := p.RankStatus(w1)
+		if len(rs.Groups) != 1 || rs.Groups[0].Kind != event.GroupKindMamba {
+			t.Fatalf("round %d: groups %+v", round, rs.Groups)
+		}
+		if st.Version() != store.FormatVersion {
+			t.Fatalf("format %d", st.Version())
+		}
+		p.Close()
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -93,9 +93,17 @@
 // Format 1 had no partition in the rank keys or in the crcs. wal.Open upgrades a format-1 dir in
 // place: every per-rank key moves to partition 0, each value keeping its bytes but its crc
 // (re-computed over the new rank bytes when the old crc checks; a damaged value keeps its bad
-// crc), in atomic synced batches of 4,096 keys, the version record set to 2 last. A crash
-// mid-upgrade leaves version 1 and a mix of old and new keys (told apart by length): the next
-// open finishes it.
+// crc), in atomic synced batches of 4,096 keys, the version record set to the current format
+// last. A crash mid-upgrade leaves version 1 and a mix of old and new keys (told apart by
+// length): the next open finishes it.
+//
+// # Format 2 → 3
+//
+// Format 3 added the record flag bit 2 (a KV-cache group after source_seq). A format-2 dir holds
+// no such record, so it is a valid format-3 dir: a read-write wal.Open only sets the version
+// record to 3 (a format-2 binary then refuses the dir instead of reading group records as
+// corrupt); a read-only open reads a format-2 dir as it is. testdata/format2 is a dir of the last
+// format-2 binary (TestUpgradeFormat2InPlace).
 //
 // Gap sequence numbers rise per rank (1, 2, ...); a gap outcome is 0 lost, 1 recovered,
 // 2 pending. Global metadata ('K'|name) values are opaque here.
