@@ -106,6 +106,9 @@ func TestHybridGroupsOverTheWire(t *testing.T) {
 			if fmt.Sprint(st.Groups) != fmt.Sprint(want) {
 				t.Fatalf("groups %+v\nwant   %+v", st.Groups, want)
 			}
+			if ge := n.status(id).GroupEvents; fmt.Sprint(ge) != "map[full_attention:1 mamba:1 sliding_window:2 unset:1]" {
+				t.Fatalf("source's group events %v", ge)
+			}
 
 			pub.close()
 			n.close()

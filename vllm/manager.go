@@ -165,9 +165,13 @@ type Status struct {
 	OffDevice    uint64  `json:"off_device"`          // events of a lower tier (host_pinned, disk, external medium)
 	// UnknownMedium counts events whose medium kvindex does not know: taken as device.
 	UnknownMedium uint64 `json:"unknown_medium"`
-	Epochs        uint64 `json:"epochs"`     // publisher restarts (seq back to 0)
-	Reconnects    uint64 `json:"reconnects"` // sessions ended (dial failures and lost connections)
-	LastError     string `json:"last_error,omitempty"`
+	// GroupEvents counts the events that carried KV-cache group metadata, by kind ("unset": a
+	// group_idx without kv_cache_spec_kind; "other": a kind kvindex does not know); the lanes
+	// index only the main attention kinds (docs/API.md "KV-cache groups").
+	GroupEvents map[string]uint64 `json:"group_events,omitempty"`
+	Epochs      uint64            `json:"epochs"`     // publisher restarts (seq back to 0)
+	Reconnects  uint64            `json:"reconnects"` // sessions ended (dial failures and lost connections)
+	LastError   string            `json:"last_error,omitempty"`
 	// LastEventAt is when the newest batch with events was applied (nil before the first);
 	// LastBatchTS is that batch's publisher timestamp (unix seconds; 0 when it carried none).
 	LastEventAt *time.Time `json:"last_event_at,omitempty"`
@@ -304,7 +308,9 @@ func (m *Manager) Close() {
 var (
 	descConnected = prometheus.NewDesc("kvindex_zmq_connected", "1 while the source's SUB socket is connected.", []string{"source"}, nil)
 	descSeq       = prometheus.NewDesc("kvindex_zmq_seq", "Newest publisher seq applied by the source.", []string{"source"}, nil)
-	descSilent    = prometheus.NewDesc("kvindex_zmq_seconds_since_last_event",
+	descGroups    = prometheus.NewDesc("kvindex_zmq_group_events_total",
+		"Events that carried a KV-cache group (hybrid models), by kind as the publisher sent it.", []string{"source", "kind"}, nil)
+	descSilent = prometheus.NewDesc("kvindex_zmq_seconds_since_last_event",
 		"Seconds since the source's newest batch with events was applied (absent before its first).", []string{"source"}, nil)
 	descCounters = []struct {
 		d   *prometheus.Desc
@@ -329,6 +335,7 @@ func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descConnected
 	ch <- descSeq
 	ch <- descSilent
+	ch <- descGroups
 	for _, c := range descCounters {
 		ch <- c.d
 	}
@@ -349,6 +356,9 @@ func (m *Manager) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, c := range descCounters {
 			ch <- prometheus.MustNewConstMetric(c.d, prometheus.CounterValue, float64(c.get(&st)), st.ID)
+		}
+		for kind, n := range st.GroupEvents {
+			ch <- prometheus.MustNewConstMetric(descGroups, prometheus.CounterValue, float64(n), st.ID, kind)
 		}
 	}
 	m.age.Collect(ch)

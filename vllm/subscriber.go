@@ -36,6 +36,7 @@ const (
 // counters are a source's monotonic counters (read by Status without locks).
 type counters struct {
 	batches, events, gaps, replayed, lost, decodeErrs, rejected, offDevice, unknownMedium, epochs, reconnects atomic.Uint64
+	groups                                                                                                    [256]atomic.Uint64 // events with KV-cache group metadata, by event.GroupKind
 }
 
 // subscriber is one source: one SUB socket (redialled with backoff) and its seq cursor. Only its
@@ -326,6 +327,9 @@ func (s *subscriber) apply(ctx context.Context, topic []byte, seq uint64, payloa
 	s.evs, c = Convert(s.evs[:0], &b, rk, s.nextID(rk))
 	for i := range s.evs {
 		s.evs[i].HasSourceSeq, s.evs[i].SourceSeq = true, seq // kept in the log record
+		if s.evs[i].HasGroup {
+			s.ctr.groups[s.evs[i].Group.Kind].Add(1)
+		}
 	}
 	if c.Rejected > 0 {
 		s.ctr.rejected.Add(uint64(c.Rejected))
@@ -400,6 +404,14 @@ func (s *subscriber) status() Status {
 		Batches: s.ctr.batches.Load(), Events: s.ctr.events.Load(), Gaps: s.ctr.gaps.Load(), Replayed: s.ctr.replayed.Load(),
 		Lost: s.ctr.lost.Load(), DecodeErrors: s.ctr.decodeErrs.Load(), Rejected: s.ctr.rejected.Load(),
 		OffDevice: s.ctr.offDevice.Load(), UnknownMedium: s.ctr.unknownMedium.Load(), Epochs: s.ctr.epochs.Load(), Reconnects: s.ctr.reconnects.Load()}
+	for k := range s.ctr.groups {
+		if n := s.ctr.groups[k].Load(); n > 0 {
+			if st.GroupEvents == nil {
+				st.GroupEvents = map[string]uint64{}
+			}
+			st.GroupEvents[event.GroupKind(k).String()] = n
+		}
+	}
 	s.mu.Lock()
 	st.State, st.Connected, st.LastError = s.state, s.connected, s.lastErr
 	st.HasSeq, st.Seq = s.hasSeq, s.seq
