@@ -1,10 +1,14 @@
 package lanes
 
 import (
+	"context"
+	"fmt"
 	"sort"
 
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/recovery"
+	"github.com/kvindex/kvindex/tier"
 )
 
 // KV-cache groups of hybrid models (docs/API.md "KV-cache groups").
@@ -26,7 +30,9 @@ import (
 //     indexed group reports a block, the rank's tree holds exactly the blocks every indexed
 //     group holds whose parent chain the tree holds too, so the rank's score is the prefix all
 //     its indexed groups share: exact, never an over-count. The gate keeps which groups hold
-//     each block and derives the tree's Stored and Removed from it.
+//     each block and derives the tree's Stored and Removed from it. Snapshots of a rank with
+//     group state (retention: foldGroups; online checkpoints) hold each indexed group's blocks
+//     tagged with the group (groupDump), so the restart replay rebuilds the same gate.
 //
 // Events without group metadata (older vLLM, SGLang, HTTP RouterEvents), and events that name a
 // group but no kind the rank ever saw it with, are indexed as today. The gate sees only
@@ -150,11 +156,6 @@ func (rs *rankState) resetGate(forget bool) {
 	}
 }
 
-// multiGroup reports whether the rank's tree is gated by two or more indexed groups (applier).
-// Its state is then in the gate and the log, not in the tree alone: it is neither checkpointed
-// nor folded (a snapshot holds the tree only).
-func (rs *rankState) multiGroup() bool { return rs.gate != nil && rs.gate.multi }
-
 // gatedTree applies a rank's replayed events through its gate (restart replay), learning its
 // groups on the way.
 type gatedTree struct {
@@ -190,7 +191,7 @@ const maxGateGroups = 64
 // under the root): the reachable part of the groups' intersection.
 type groupGate struct {
 	rank  event.Rank
-	mains []uint32 // the indexed groups seen storing a block, in order; bit i of a mask is mains[i]
+	mains []uint32 // the indexed groups, in the order of their first event; bit i of a mask is mains[i]
 	multi bool
 
 	blocks map[uint64]*gateBlock // block hash → membership (multi only)
@@ -217,15 +218,15 @@ func (g *groupGate) clear() {
 	}
 }
 
-// bit returns the mask bit of group idx, adding it when add (a Stored with blocks), and whether
-// it was new.
-func (g *groupGate) bit(idx uint32, add bool) (b uint64, isNew, ok bool) {
+// bit returns the mask bit of group idx, adding the group on its first event, and whether it
+// was new; ok is false past maxGateGroups groups.
+func (g *groupGate) bit(idx uint32) (b uint64, isNew, ok bool) {
 	for i, m := range g.mains {
 		if m == idx {
 			return 1 << i, false, true
 		}
 	}
-	if !add || len(g.mains) == maxGateGroups {
+	if len(g.mains) == maxGateGroups {
 		return 0, false, false
 	}
 	g.mains = append(g.mains, idx)
@@ -233,35 +234,27 @@ func (g *groupGate) bit(idx uint32, add bool) (b uint64, isNew, ok bool) {
 }
 
 func (g *groupGate) apply(t Tree, ev *event.RouterEvent) index.Result {
-	storing := ev.Kind == event.KindStored && len(ev.Blocks) > 0
-	b, isNew, ok := g.bit(ev.Group.Idx, storing)
-	if !g.multi && (!isNew || len(g.mains) == 1) {
-		if ok {
-			return t.Apply(ev) // one indexed group: the tree's own rules
-		}
-		// A group that never stored a block holds nothing: its removals change nothing.
+	b, isNew, ok := g.bit(ev.Group.Idx)
+	if !ok {
 		return index.Result{Status: index.StatusOK, NotFound: len(ev.Removed)}
+	}
+	if !g.multi && len(g.mains) == 1 {
+		return t.Apply(ev) // one indexed group: the tree's own rules
 	}
 	if isNew {
 		g.addGroup(t)
 	}
 	switch ev.Kind {
 	case event.KindStored:
-		if !ok {
-			return index.Result{Status: index.StatusOK} // an empty Stored of an unseen group
-		}
 		return g.store(t, ev, b)
 	case event.KindRemoved:
-		if !ok {
-			return index.Result{Status: index.StatusOK, NotFound: len(ev.Removed)}
-		}
 		return g.remove(t, ev, b)
 	}
 	return index.Result{Status: index.StatusOK}
 }
 
-// addGroup (a new indexed group stored its first block): no block is held by every group any
-// more, so the tree lets go of the rank's blocks. The first time (single → multi), the blocks
+// addGroup (a new indexed group's first event): no block is held by every group any more, so
+// the tree lets go of the rank's blocks. The first time (single → multi), the blocks
 // the tree holds become the first group's, from the rank's dump.
 func (g *groupGate) addGroup(t Tree) {
 	if !g.multi {
@@ -458,4 +451,162 @@ func (g *groupGate) forget(h uint64, e *gateBlock) {
 	} else {
 		g.kids[e.parent] = ks
 	}
+}
+
+// groupDump returns the events that rebuild rank rs's state in t through its gate (replayed by
+// applyEvent, as a snapshot is at restart): an empty Stored for each group of a kind not indexed
+// (so the rank's groups are listed again) and for each indexed group in the gate's order (which
+// registers it), then for a rank of one indexed group its tree dump tagged with that group, or,
+// with several, each indexed group's own blocks, group by group, each parent before its
+// children. Lower-tier events follow untagged. ok is
+// false when the state holds blocks no dump can express (a block held below one its group or
+// the tree dropped): the caller keeps the log instead, as recovery.Fold does.
+func (p *Pipeline) groupDump(rs *rankState, t Tree) (out []event.RouterEvent, ok bool, err error) {
+	g := rs.gate
+	d, isDumper := t.(dumper)
+	if g == nil || !isDumper {
+		return nil, false, nil
+	}
+	r := rs.rank
+	rs.mu.Lock()
+	groups := append([]GroupStatus(nil), rs.groups...)
+	rs.mu.Unlock()
+	groupOf := func(idx uint32) event.Group {
+		for _, gs := range groups {
+			if gs.Idx == idx {
+				return event.Group{Idx: idx, Kind: gs.Kind, SlidingWindow: gs.SlidingWindow, BlockSize: gs.BlockSize}
+			}
+		}
+		return event.Group{Idx: idx, Kind: event.GroupKindFullAttention}
+	}
+	for _, gs := range groups {
+		if gs.Kind != event.GroupKindUnset && !p.indexed(gs.Kind) {
+			ev := event.Stored(r, 0, nil)
+			ev.HasGroup, ev.Group = true, groupOf(gs.Idx)
+			out = append(out, ev)
+		}
+	}
+	for _, idx := range g.mains {
+		ev := event.Stored(r, 0, nil)
+		ev.HasGroup, ev.Group = true, groupOf(idx)
+		out = append(out, ev)
+	}
+	var lower []event.RouterEvent
+	device := uint64(0)
+	if err := d.DumpRank(r, func(ev *event.RouterEvent) error {
+		c := ev.Clone()
+		if c.Tier != event.TierDevice {
+			lower = append(lower, c)
+			return nil
+		}
+		device += uint64(len(c.Blocks))
+		if !g.multi && len(g.mains) == 1 {
+			c.HasGroup, c.Group = true, groupOf(g.mains[0])
+			out = append(out, c)
+		}
+		return nil
+	}); err != nil {
+		return nil, false, err
+	}
+	if held := d.TierBlocks(r)[event.TierDevice]; held != device {
+		return nil, false, nil
+	}
+	if g.multi {
+		for i, idx := range g.mains {
+			evs, expressible := g.groupEvents(uint64(1)<<i, groupOf(idx))
+			if !expressible {
+				return nil, false, nil
+			}
+			out = append(out, evs...)
+		}
+	}
+	return append(out, lower...), true, nil
+}
+
+// groupEvents returns the Stored events of the blocks group bit b holds, each parent first (a
+// chain per event); expressible is false when the group holds a block whose parent it does not.
+func (g *groupGate) groupEvents(b uint64, grp event.Group) (out []event.RouterEvent, expressible bool) {
+	held := 0
+	var roots []uint64
+	for h, e := range g.blocks {
+		if e.mask&b == 0 {
+			continue
+		}
+		held++
+		if !e.hasParent {
+			roots = append(roots, h)
+		} else if p := g.blocks[e.parent]; p == nil || p.mask&b == 0 {
+			return nil, false
+		}
+	}
+	sort.Slice(roots, func(i, j int) bool { return roots[i] < roots[j] }) // a deterministic dump
+	emitted := 0
+	stack := roots
+	for len(stack) > 0 {
+		x := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		e := g.blocks[x]
+		var parent *uint64
+		if e.hasParent {
+			v := e.parent
+			parent = &v
+		}
+		var chain []event.Block
+		for e != nil {
+			chain = append(chain, event.Block{BlockHash: x, TokensHash: e.tokens})
+			var next *gateBlock
+			for _, k := range g.kids[x] {
+				ke := g.blocks[k]
+				if ke == nil || ke.mask&b == 0 {
+					continue
+				}
+				if next == nil {
+					next, x = ke, k
+				} else {
+					stack = append(stack, k)
+				}
+			}
+			e = next
+		}
+		emitted += len(chain)
+		ev := event.Stored(g.rank, 0, parent, chain...)
+		ev.HasGroup, ev.Group = true, grp
+		out = append(out, ev)
+	}
+	return out, emitted == held
+}
+
+// foldGroups is retention for a rank with group state (rs.gate set): its state at upTo is rebuilt
+// from its snapshot and log through a scratch gate and written as a snapshot of groupDump's
+// events, and the log prefix is deleted. An already newer snapshot only trims the log, as
+// recovery.Fold does. Caller: the rank's lane, the pipeline drained.
+func (p *Pipeline) foldGroups(ctx context.Context, rs *rankState, upTo uint64) error {
+	r := rs.rank
+	meta, err := p.log.RankMeta(r)
+	if err != nil {
+		return err
+	}
+	if meta.SnapshotID != 0 && meta.SnapshotID >= upTo {
+		return recovery.Fold(ctx, p.log, r, upTo) // trims the log only
+	}
+	scratch := &rankState{rank: r}
+	st := tier.New(nil)
+	rep, err := recovery.ReplayRank(ctx, p.log, gatedTree{p: p, rs: scratch, t: st}, r, upTo)
+	if err != nil {
+		return err
+	}
+	if rep.Damaged != nil {
+		return fmt.Errorf("lanes: fold of rank %v: %w", r, rep.Damaged)
+	}
+	if scratch.gate == nil {
+		return recovery.Fold(ctx, p.log, r, upTo) // no group state at the cut
+	}
+	evs, ok, err := p.groupDump(scratch, st)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &recovery.NotFoldableError{Rank: r, UpTo: upTo}
+	}
+	return p.log.WriteSnapshot(ctx, r, upTo, evs)
 }

@@ -196,8 +196,8 @@ func TestGroups(t *testing.T) {
 }
 
 // groupsRef is the reference model of a rank's KV-cache groups: per indexed group the blocks it
-// holds (a store needs its parent held by the same group), and the indexed groups that stored a
-// block, in order. A block counts while every one of them holds it.
+// holds (a store needs its parent held by the same group), and the indexed groups in the order of
+// their first event. A block counts while every one of them holds it.
 type groupsRef struct {
 	held  map[uint32]map[uint64]bool
 	mains []uint32
@@ -217,8 +217,9 @@ func (m *groupsRef) isMain(g uint32) bool {
 	return false
 }
 
-func (m *groupsRef) store(g uint32, parent *uint64, blocks []uint64) {
-	if len(blocks) > 0 && !m.isMain(g) {
+// register makes g a main group on its first event.
+func (m *groupsRef) register(g uint32) {
+	if !m.isMain(g) {
 		m.mains = append(m.mains, g)
 		if len(m.mains) == 2 {
 			// Becoming a rank of several groups, the first group's blocks are read from the
@@ -234,6 +235,10 @@ func (m *groupsRef) store(g uint32, parent *uint64, blocks []uint64) {
 			}
 		}
 	}
+}
+
+func (m *groupsRef) store(g uint32, parent *uint64, blocks []uint64) {
+	m.register(g)
 	if parent != nil && !m.held[g][*parent] {
 		return
 	}
@@ -306,7 +311,11 @@ func TestGroupsMatchReference(t *testing.T) {
 				ref.held[uint32(g)] = map[uint64]bool{}
 			}
 		}
-		f := open(t, vfs.NewMem(), Options{Lanes: 1})
+		// Online retention and checkpoints write snapshots of the group state the restarts
+		// below read back.
+		opts := Options{Lanes: 1, RetainEvents: uint64(rapid.SampledFrom([]int{0, 2, 5}).Draw(rt, "retain")),
+			CheckpointRatio: rapid.SampledFrom([]float64{0, 0.5}).Draw(rt, "checkpointRatio"), CheckpointMinBlocks: 1}
+		f := open(t, vfs.NewMem(), opts)
 		defer func() { f.close() }()
 		check := func(when string) {
 			for _, c := range chains {
@@ -347,6 +356,9 @@ func TestGroupsMatchReference(t *testing.T) {
 				if rapid.Bool().Draw(rt, "kindless") {
 					grp.Kind = event.GroupKindUnset // the group only: its learned kind
 				}
+				if ref.held[g] != nil {
+					ref.register(g)
+				}
 				for _, h := range hs {
 					delete(ref.held[g], h)
 				}
@@ -364,9 +376,14 @@ func TestGroupsMatchReference(t *testing.T) {
 			}
 			f.submit(ev)
 			check(fmt.Sprintf("after event %d (%v group %d)", id, ev.Kind, g))
+			if rapid.IntRange(0, 9).Draw(rt, "restart") == 0 {
+				f.close()
+				f = open(t, f.fs, opts)
+				check(fmt.Sprintf("after a restart at event %d", id))
+			}
 		}
 		f.close()
-		f = open(t, f.fs, Options{Lanes: 1})
+		f = open(t, f.fs, opts)
 		check("after restart")
 	})
 }

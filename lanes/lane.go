@@ -664,10 +664,8 @@ func (ln *lane) retain(rs *rankState) {
 	upTo := rs.last - p.opts.RetainEvents
 	rs.mu.Unlock()
 	var err error
-	if rs.multiGroup() {
-		// The membership of several indexed groups lives in the log (groups.go): a snapshot
-		// holds the tree only.
-		err = &recovery.NotFoldableError{Rank: rs.rank, UpTo: upTo}
+	if rs.gate != nil {
+		err = p.foldGroups(context.Background(), rs, upTo) // the snapshot keeps the groups (groups.go)
 	} else {
 		err = recovery.Fold(context.Background(), p.log, rs.rank, upTo)
 	}
