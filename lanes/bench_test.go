@@ -107,13 +107,14 @@ func benchSubmit(b *testing.B, producers, batch int, variant string) {
 // the tree (groups.go): a rank stores a 16-block chain and removes it, as events without group
 // metadata, as one main group, as two main groups (each block stored and removed by both: the
 // gate's membership) and as a main group beside a sliding-window group (whose events the lanes
-// log without blocks). ns/block counts the blocks the tree is asked to hold, once per block.
+// log without blocks), next to the tree alone (tree-only). ns/block counts the blocks the tree is
+// asked to hold, once per block.
 //
 //	go test ./lanes -run '^$' -bench BenchmarkGroupGate
 func BenchmarkGroupGate(b *testing.B) {
 	const chain = 16
 	full := event.Group{Kind: event.GroupKindFullAttention, BlockSize: 16}
-	for _, variant := range []string{"no-metadata", "one-group", "two-groups", "full+sliding"} {
+	for _, variant := range []string{"tree-only", "no-metadata", "one-group", "two-groups", "full+sliding"} {
 		b.Run(variant, func(b *testing.B) {
 			p := &Pipeline{opts: Options{IndexedKinds: event.MainGroupKinds}}
 			r := event.Rank{WorkerID: 1}
@@ -141,6 +142,11 @@ func BenchmarkGroupGate(b *testing.B) {
 				}
 				st := event.Stored(r, 0, nil, blocks...)
 				rm := event.Removed(r, 0, hashes...)
+				if variant == "tree-only" { // the tree without the gate in front: the baseline
+					ts.Apply(&st)
+					ts.Apply(&rm)
+					continue
+				}
 				if len(groups) == 0 {
 					p.applyEvent(rs, ts, &st)
 					p.applyEvent(rs, ts, &rm)

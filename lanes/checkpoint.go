@@ -90,7 +90,7 @@ func (ln *lane) checkpoint(rs *rankState, d dumper) {
 	enc := &ln.enc
 	enc.Reset()
 	var err error
-	if rs.gate != nil {
+	if rs.hasGroups() {
 		// A rank with group state: the snapshot keeps each indexed group's blocks (groups.go).
 		var evs []event.RouterEvent
 		var ok bool

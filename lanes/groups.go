@@ -198,6 +198,24 @@ type groupGate struct {
 	kids   map[uint64][]uint64   // parent block hash → the held blocks stored under it (multi only)
 	ops    []event.Block         // scratch
 	rm     []uint64              // scratch
+	free   []*gateBlock          // forgotten blocks, reused
+}
+
+// gateSlab is how many gateBlocks newBlock allocates at once.
+const gateSlab = 128
+
+// newBlock returns a *gateBlock holding v, from the free list or a new slab.
+func (g *groupGate) newBlock(v gateBlock) *gateBlock {
+	if len(g.free) == 0 {
+		slab := make([]gateBlock, gateSlab)
+		for i := range slab {
+			g.free = append(g.free, &slab[i])
+		}
+	}
+	e := g.free[len(g.free)-1]
+	g.free = g.free[:len(g.free)-1]
+	*e = v
+	return e
 }
 
 type gateBlock struct {
@@ -213,6 +231,10 @@ func (g *groupGate) full() uint64 { return 1<<len(g.mains) - 1 }
 // clear forgets every block (a Cleared: every group dropped everything); the groups stay.
 func (g *groupGate) clear() {
 	if g.multi {
+		for _, e := range g.blocks {
+			*e = gateBlock{}
+			g.free = append(g.free, e)
+		}
 		clear(g.blocks)
 		clear(g.kids)
 	}
@@ -269,7 +291,7 @@ func (g *groupGate) addGroup(t Tree) {
 				parent, has := ev.ParentHash, ev.HasParent
 				for _, blk := range ev.Blocks {
 					if _, dup := g.blocks[blk.BlockHash]; !dup {
-						g.blocks[blk.BlockHash] = &gateBlock{tokens: blk.TokensHash, parent: parent, hasParent: has, mask: 1, inTree: true}
+						g.blocks[blk.BlockHash] = g.newBlock(gateBlock{tokens: blk.TokensHash, parent: parent, hasParent: has, mask: 1, inTree: true})
 						if has {
 							g.kids[parent] = append(g.kids[parent], blk.BlockHash)
 						}
@@ -324,7 +346,7 @@ func (g *groupGate) store(t Tree, ev *event.RouterEvent, b uint64) index.Result 
 	for _, blk := range ev.Blocks {
 		e := g.blocks[blk.BlockHash]
 		if e == nil {
-			e = &gateBlock{tokens: blk.TokensHash, parent: parent, hasParent: has}
+			e = g.newBlock(gateBlock{tokens: blk.TokensHash, parent: parent, hasParent: has})
 			g.blocks[blk.BlockHash] = e
 			if has {
 				g.kids[parent] = append(g.kids[parent], blk.BlockHash)
@@ -435,10 +457,13 @@ func (g *groupGate) leave(h uint64, rm []uint64) []uint64 {
 // forget drops a block no group holds; the blocks under it keep their place under its hash.
 func (g *groupGate) forget(h uint64, e *gateBlock) {
 	delete(g.blocks, h)
-	if !e.hasParent {
+	parent, hasParent := e.parent, e.hasParent
+	*e = gateBlock{}
+	g.free = append(g.free, e)
+	if !hasParent {
 		return
 	}
-	ks := g.kids[e.parent]
+	ks := g.kids[parent]
 	for i, k := range ks {
 		if k == h {
 			ks[i] = ks[len(ks)-1]
@@ -447,9 +472,9 @@ func (g *groupGate) forget(h uint64, e *gateBlock) {
 		}
 	}
 	if len(ks) == 0 {
-		delete(g.kids, e.parent)
+		delete(g.kids, parent)
 	} else {
-		g.kids[e.parent] = ks
+		g.kids[parent] = ks
 	}
 }
 
@@ -464,8 +489,11 @@ func (g *groupGate) forget(h uint64, e *gateBlock) {
 func (p *Pipeline) groupDump(rs *rankState, t Tree) (out []event.RouterEvent, ok bool, err error) {
 	g := rs.gate
 	d, isDumper := t.(dumper)
-	if g == nil || !isDumper {
+	if !isDumper {
 		return nil, false, nil
+	}
+	if g == nil {
+		g = &groupGate{rank: rs.rank} // groups learned, none indexed: the tree as it is
 	}
 	r := rs.rank
 	rs.mu.Lock()
@@ -576,7 +604,18 @@ func (g *groupGate) groupEvents(b uint64, grp event.Group) (out []event.RouterEv
 	return out, emitted == held
 }
 
-// foldGroups is retention for a rank with group state (rs.gate set): its state at upTo is rebuilt
+// hasGroups reports whether the rank learned KV-cache groups or gates its tree by them: its
+// snapshots are then written by groupDump. Applier (or the decider with the pipeline drained).
+func (rs *rankState) hasGroups() bool {
+	if rs.gate != nil {
+		return true
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return len(rs.groups) > 0
+}
+
+// foldGroups is retention for a rank with group state (hasGroups): its state at upTo is rebuilt
 // from its snapshot and log through a scratch gate and written as a snapshot of groupDump's
 // events, and the log prefix is deleted. An already newer snapshot only trims the log, as
 // recovery.Fold does. Caller: the rank's lane, the pipeline drained.
@@ -598,7 +637,7 @@ func (p *Pipeline) foldGroups(ctx context.Context, rs *rankState, upTo uint64) e
 	if rep.Damaged != nil {
 		return fmt.Errorf("lanes: fold of rank %v: %w", r, rep.Damaged)
 	}
-	if scratch.gate == nil {
+	if !scratch.hasGroups() {
 		return recovery.Fold(ctx, p.log, r, upTo) // no group state at the cut
 	}
 	evs, ok, err := p.groupDump(scratch, st)

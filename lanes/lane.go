@@ -664,7 +664,7 @@ func (ln *lane) retain(rs *rankState) {
 	upTo := rs.last - p.opts.RetainEvents
 	rs.mu.Unlock()
 	var err error
-	if rs.gate != nil {
+	if rs.hasGroups() {
 		err = p.foldGroups(context.Background(), rs, upTo) // the snapshot keeps the groups (groups.go)
 	} else {
 		err = recovery.Fold(context.Background(), p.log, rs.rank, upTo)
