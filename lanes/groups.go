@@ -9,6 +9,7 @@ import (
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/tier"
+	"github.com/kvindex/kvindex/wal"
 )
 
 // KV-cache groups of hybrid models (docs/API.md "KV-cache groups").
@@ -648,4 +649,15 @@ func (p *Pipeline) foldGroups(ctx context.Context, rs *rankState, upTo uint64) e
 		return &recovery.NotFoldableError{Rank: r, UpTo: upTo}
 	}
 	return p.log.WriteSnapshot(ctx, r, upTo, evs)
+}
+
+// ReplayGroups is recovery.ReplayRank through a KV-cache group gate (the one the lanes apply
+// with, indexing the kinds of indexed, default event.MainGroupKinds): the offline tools rebuild
+// a rank of several main groups to the tree the server holds, not to the union of its groups.
+func ReplayGroups(ctx context.Context, log *wal.Log, t Tree, r event.Rank, upTo uint64, indexed event.GroupKinds) (recovery.Replayed, error) {
+	if indexed == 0 {
+		indexed = event.MainGroupKinds
+	}
+	p := &Pipeline{opts: Options{IndexedKinds: indexed}}
+	return recovery.ReplayRank(ctx, log, gatedTree{p: p, rs: &rankState{rank: r}, t: t}, r, upTo)
 }
