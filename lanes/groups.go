@@ -646,9 +646,32 @@ func (p *Pipeline) foldGroups(ctx context.Context, rs *rankState, upTo uint64) e
 		return err
 	}
 	if !ok {
-		return &recovery.NotFoldableError{Rank: r, UpTo: upTo}
+		held := st.TierBlocks(r)[event.TierDevice]
+		return &recovery.NotFoldableError{Rank: r, UpTo: upTo, Held: held, Reachable: uint64(max(0, countDevice(evs)))}
 	}
 	return p.log.WriteSnapshot(ctx, r, upTo, evs)
+}
+
+func countDevice(evs []event.RouterEvent) int {
+	n := 0
+	for i := range evs {
+		if evs[i].Tier == event.TierDevice {
+			n += len(evs[i].Blocks)
+		}
+	}
+	return n
+}
+
+// Fold is recovery.Fold for a rank that may have KV-cache groups (the offline compact): a rank
+// with groups is folded as online retention folds it (its snapshot keeps each indexed group's
+// blocks, tagged), any other as recovery.Fold does. indexed: the kinds the server indexes
+// (default event.MainGroupKinds).
+func Fold(ctx context.Context, log *wal.Log, r event.Rank, upTo uint64, indexed event.GroupKinds) error {
+	if indexed == 0 {
+		indexed = event.MainGroupKinds
+	}
+	p := &Pipeline{opts: Options{IndexedKinds: indexed}, log: log}
+	return p.foldGroups(ctx, &rankState{rank: r}, upTo)
 }
 
 // ReplayGroups is recovery.ReplayRank through a KV-cache group gate (the one the lanes apply
@@ -660,4 +683,25 @@ func ReplayGroups(ctx context.Context, log *wal.Log, t Tree, r event.Rank, upTo 
 	}
 	p := &Pipeline{opts: Options{IndexedKinds: indexed}}
 	return recovery.ReplayRank(ctx, log, gatedTree{p: p, rs: &rankState{rank: r}, t: t}, r, upTo)
+}
+
+// GroupTree returns t behind a fresh KV-cache group gate for rank r (indexing the kinds of
+// indexed, default event.MainGroupKinds): the offline tools apply a rank's snapshot and log
+// through it to rebuild the tree the server holds.
+func GroupTree(t Tree, r event.Rank, indexed event.GroupKinds) recovery.Tree {
+	if indexed == 0 {
+		indexed = event.MainGroupKinds
+	}
+	return gatedTree{p: &Pipeline{opts: Options{IndexedKinds: indexed}}, rs: &rankState{rank: r}, t: t}
+}
+
+// GroupSnapshot reports whether a snapshot's events were written for a rank with KV-cache
+// groups (groupDump): they rebuild its state through GroupTree, not as a plain dump.
+func GroupSnapshot(evs []event.RouterEvent) bool {
+	for i := range evs {
+		if evs[i].HasGroup {
+			return true
+		}
+	}
+	return false
 }
