@@ -165,17 +165,17 @@ type Status struct {
 	OffDevice    uint64  `json:"off_device"`          // events of a lower tier (host_pinned, disk, external medium)
 	// UnknownMedium counts events whose medium kvindex does not know: taken as device.
 	UnknownMedium uint64 `json:"unknown_medium"`
-	// GroupEvents counts the events that carried KV-cache group metadata, by kind ("unset": a
-	// group_idx without kv_cache_spec_kind; "other": a kind kvindex does not know); the lanes
-	// index only the main attention kinds (docs/API.md "KV-cache groups").
-	GroupEvents map[string]uint64 `json:"group_events,omitempty"`
-	Epochs      uint64            `json:"epochs"`     // publisher restarts (seq back to 0)
-	Reconnects  uint64            `json:"reconnects"` // sessions ended (dial failures and lost connections)
-	LastError   string            `json:"last_error,omitempty"`
+	Epochs        uint64 `json:"epochs"`     // publisher restarts (seq back to 0)
+	Reconnects    uint64 `json:"reconnects"` // sessions ended (dial failures and lost connections)
+	LastError     string `json:"last_error,omitempty"`
 	// LastEventAt is when the newest batch with events was applied (nil before the first);
 	// LastBatchTS is that batch's publisher timestamp (unix seconds; 0 when it carried none).
 	LastEventAt *time.Time `json:"last_event_at,omitempty"`
 	LastBatchTS float64    `json:"last_batch_ts,omitempty"`
+	// GroupEvents counts the events that carried KV-cache group metadata, by kind ("unset": a
+	// group_idx without kv_cache_spec_kind; "other": a kind kvindex does not know); the lanes
+	// index only the main attention kinds (docs/API.md "KV-cache groups").
+	GroupEvents map[string]uint64 `json:"group_events,omitempty"`
 }
 
 // Manager owns the running sources: one goroutine per source, stopped by Remove or Close.
@@ -308,10 +308,10 @@ func (m *Manager) Close() {
 var (
 	descConnected = prometheus.NewDesc("kvindex_zmq_connected", "1 while the source's SUB socket is connected.", []string{"source"}, nil)
 	descSeq       = prometheus.NewDesc("kvindex_zmq_seq", "Newest publisher seq applied by the source.", []string{"source"}, nil)
-	descGroups    = prometheus.NewDesc("kvindex_zmq_group_events_total",
-		"Events that carried a KV-cache group (hybrid models), by kind as the publisher sent it.", []string{"source", "kind"}, nil)
-	descSilent = prometheus.NewDesc("kvindex_zmq_seconds_since_last_event",
+	descSilent    = prometheus.NewDesc("kvindex_zmq_seconds_since_last_event",
 		"Seconds since the source's newest batch with events was applied (absent before its first).", []string{"source"}, nil)
+	descGroups = prometheus.NewDesc("kvindex_zmq_group_events_total",
+		"Events that carried a KV-cache group (hybrid models), by kind as the publisher sent it.", []string{"source", "kind"}, nil)
 	descCounters = []struct {
 		d   *prometheus.Desc
 		get func(*Status) uint64

@@ -36,22 +36,24 @@ const (
 // counters are a source's monotonic counters (read by Status without locks).
 type counters struct {
 	batches, events, gaps, replayed, lost, decodeErrs, rejected, offDevice, unknownMedium, epochs, reconnects atomic.Uint64
-	groups                                                                                                    [256]atomic.Uint64 // events with KV-cache group metadata, by event.GroupKind
+
+	groups [256]atomic.Uint64 // events with KV-cache group metadata, by event.GroupKind
 }
 
 // subscriber is one source: one SUB socket (redialled with backoff) and its seq cursor. Only its
 // goroutine touches the cursor fields; Status reads the atomics and mu-guarded fields.
 type subscriber struct {
-	cfg Config
-	m   *Manager
-	lg  *slog.Logger
-	dec Decoder
-	evs []event.RouterEvent
+	cfg  Config
+	m    *Manager
+	lg   *slog.Logger
+	dec  Decoder
+	evs  []event.RouterEvent
+	ctr  counters
+	meta string // CursorMeta(cfg.ID)
+
 	// unknownKinds are the kv_cache_spec_kind names this build does not know, seen by the
 	// source (each logged once); the goroutine's own.
 	unknownKinds map[string]bool
-	ctr          counters
-	meta         string // CursorMeta(cfg.ID)
 
 	// Cursor, owned by the goroutine: the newest seq applied (or skipped as malformed), and the
 	// newest seq received live on the SUB socket.
