@@ -121,6 +121,7 @@ type RouterEvent struct {
 	Kind      Kind
 
 	HasParent  bool   // false: the blocks hang under the root (parent_hash null/absent)
+	HasGroup   bool   // Group is set (below)
 	ParentHash uint64 // the block_hash of the parent block, when HasParent
 	Blocks     []Block
 
@@ -131,10 +132,10 @@ type RouterEvent struct {
 	HasSourceSeq bool
 	SourceSeq    uint64
 
-	// HasGroup/Group: the engine's KV-cache group the event reports (Stored and Removed only),
-	// kept in the log record. Without it the event is indexed as its rank's one main group.
-	HasGroup bool
-	Group    Group
+	// Group, when HasGroup (declared beside HasParent, in the same word): the engine's KV-cache
+	// group the event reports (Stored and Removed only), kept in the log record. Without it the
+	// event is indexed as its rank's one main group.
+	Group Group
 }
 
 // Rank returns the event's rank.
