@@ -13,6 +13,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/approx"
+	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/partition"
@@ -35,6 +36,9 @@ type Listener = lanes.Listener
 
 // RankStatus is a rank's cursor and state as the lanes keep it.
 type RankStatus = lanes.RankStatus
+
+// GroupStatus is what a rank learned of one of its KV-cache groups (hybrid models).
+type GroupStatus = lanes.GroupStatus
 
 // Result counts what a batch did: accepted and ignored (stale) events.
 type Result = lanes.Result
@@ -80,6 +84,9 @@ type Config struct {
 	// TuneGC lets the restart replay raise GOGC while it builds the index (then restore it).
 	// A process-global setting: `kvindex serve` asks for it, the library only when told.
 	TuneGC bool
+	// IndexedGroupKinds: the KV-cache group kinds of hybrid models whose events change the tree
+	// (lanes.Options.IndexedKinds); default (0) the main attention kinds.
+	IndexedGroupKinds event.GroupKinds
 }
 
 func (c *Config) defaults() {
@@ -159,7 +166,7 @@ func Open(cfg Config) (*Engine, error) {
 		Logger: cfg.Logger, AuthToken: cfg.AuthToken, Partition: e.partitionNames})
 	trees := lanes.Trees(func(id uint32) lanes.Tree { return e.parts.TiersOf(id) })
 	e.pipe = lanes.New(lg, trees, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, CheckpointRatio: cfg.CheckpointRatio,
-		Logger: cfg.Logger, Listener: cfg.Listener, Source: e.sourceOf, Fetcher: fetcher})
+		Logger: cfg.Logger, Listener: cfg.Listener, Source: e.sourceOf, Fetcher: fetcher, IndexedKinds: cfg.IndexedGroupKinds})
 	e.approx = approx.New(e.pipe, cfg.approxOptions())
 	return e, nil
 }

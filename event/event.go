@@ -121,6 +121,7 @@ type RouterEvent struct {
 	Kind      Kind
 
 	HasParent  bool   // false: the blocks hang under the root (parent_hash null/absent)
+	HasGroup   bool   // Group is set (below)
 	ParentHash uint64 // the block_hash of the parent block, when HasParent
 	Blocks     []Block
 
@@ -130,6 +131,11 @@ type RouterEvent struct {
 	// the vLLM ZMQ batch that carried it), kept in the log record. Not part of the wire shape.
 	HasSourceSeq bool
 	SourceSeq    uint64
+
+	// Group, when HasGroup (declared beside HasParent, in the same word): the engine's KV-cache
+	// group the event reports (Stored and Removed only), kept in the log record. Without it the
+	// event is indexed as its rank's one main group.
+	Group Group
 }
 
 // Rank returns the event's rank.

@@ -53,8 +53,17 @@ type jsonEvent struct {
 	Event       *struct {
 		EventID json.RawMessage `json:"event_id"`
 		DPRank  json.RawMessage `json:"dp_rank"`
+		Group   json.RawMessage `json:"group"`
 		Data    json.RawMessage `json:"data"`
 	} `json:"event"`
+}
+
+// jsonGroup is the optional "group" of an event (docs/API.md "KV-cache groups").
+type jsonGroup struct {
+	GroupIdx      json.RawMessage `json:"group_idx"`
+	Kind          *string         `json:"kind"`
+	SlidingWindow json.RawMessage `json:"sliding_window"`
+	BlockSize     json.RawMessage `json:"block_size"`
 }
 
 type jsonStored struct {
@@ -215,10 +224,51 @@ func unmarshalEvent(data []byte, ev *RouterEvent) *DecodeError {
 		}
 		ev.DPRank = uint32(v)
 	}
+	if !isNull(w.Event.Group) {
+		if derr := decodeGroupJSON(w.Event.Group, ev); derr != nil {
+			return derr
+		}
+	}
 	if isNull(w.Event.Data) {
 		return fieldErr("event.data", ErrMissingField)
 	}
 	return decodeData(w.Event.Data, ev)
+}
+
+// decodeGroupJSON reads event.group: group_idx (required), kind (a wire name; one kvindex does
+// not know is GroupKindOther, not indexed), sliding_window and block_size (optional).
+func decodeGroupJSON(raw json.RawMessage, ev *RouterEvent) *DecodeError {
+	const f = "event.group"
+	if raw[0] != '{' {
+		return fieldErr(f, fmt.Errorf("%w: want an object", ErrBadType))
+	}
+	var g jsonGroup
+	if err := json.Unmarshal(raw, &g); err != nil {
+		return jsonTypeErr(f, err)
+	}
+	idx, derr := needU64(g.GroupIdx, f+".group_idx", 32)
+	if derr != nil {
+		return derr
+	}
+	ev.HasGroup, ev.Group = true, Group{Idx: uint32(idx)}
+	if g.Kind != nil {
+		ev.Group.Kind, _ = ParseGroupKind(*g.Kind)
+	}
+	for _, x := range []struct {
+		raw  json.RawMessage
+		name string
+		dst  *uint32
+	}{{g.SlidingWindow, "sliding_window", &ev.Group.SlidingWindow}, {g.BlockSize, "block_size", &ev.Group.BlockSize}} {
+		if isNull(x.raw) {
+			continue
+		}
+		v, err := parseU64(x.raw, 32)
+		if err != nil {
+			return fieldErr(f+"."+x.name, err)
+		}
+		*x.dst = uint32(v)
+	}
+	return nil
 }
 
 func decodeData(raw json.RawMessage, ev *RouterEvent) *DecodeError {
@@ -405,6 +455,25 @@ func AppendJSON(dst []byte, ev *RouterEvent) []byte {
 	dst = strconv.AppendUint(dst, ev.EventID, 10)
 	dst = append(dst, `,"dp_rank":`...)
 	dst = strconv.AppendUint(dst, uint64(ev.DPRank), 10)
+	if ev.HasGroup && ev.Kind != KindCleared {
+		g := &ev.Group
+		dst = append(dst, `,"group":{"group_idx":`...)
+		dst = strconv.AppendUint(dst, uint64(g.Idx), 10)
+		if g.Kind != GroupKindUnset {
+			dst = append(dst, `,"kind":"`...)
+			dst = append(dst, g.Kind.String()...)
+			dst = append(dst, '"')
+		}
+		if g.SlidingWindow != 0 {
+			dst = append(dst, `,"sliding_window":`...)
+			dst = strconv.AppendUint(dst, uint64(g.SlidingWindow), 10)
+		}
+		if g.BlockSize != 0 {
+			dst = append(dst, `,"block_size":`...)
+			dst = strconv.AppendUint(dst, uint64(g.BlockSize), 10)
+		}
+		dst = append(dst, '}')
+	}
 	dst = append(dst, `,"data":`...)
 	switch ev.Kind {
 	case KindStored:

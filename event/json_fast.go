@@ -136,7 +136,7 @@ func fastUint(v *fastjson.Value, bits uint) (uint64, bool) {
 
 var (
 	fastEventKeys  = []string{"worker_id", "storage_tier", "event"}
-	fastInnerKeys  = []string{"event_id", "dp_rank", "data"}
+	fastInnerKeys  = []string{"event_id", "dp_rank", "data", "group"}
 	fastStoredKeys = []string{"parent_hash", "blocks"}
 	fastBlockKeys  = []string{"block_hash", "tokens_hash"}
 	fastRemoveKeys = []string{"block_hashes"}
@@ -181,6 +181,8 @@ func fastInner(v *fastjson.Value, ev *RouterEvent) bool {
 			n, ok := fastUint(v, 32)
 			ev.DPRank = uint32(n)
 			return ok
+		case 3:
+			return v.Type() == fastjson.TypeNull // a KV-cache group: the checked decoder reads it
 		default:
 			hasData = true
 			return fastData(v, ev)

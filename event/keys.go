@@ -30,7 +30,8 @@ var eventShape = func() *keyNode {
 	stored := &keyNode{fields: map[string]*keyNode{"parent_hash": nil, "blocks": {elem: block}}}
 	removed := &keyNode{fields: map[string]*keyNode{"block_hashes": nil}}
 	data := &keyNode{fields: map[string]*keyNode{"stored": stored, "removed": removed, "cleared": nil}}
-	ev := &keyNode{fields: map[string]*keyNode{"event_id": nil, "dp_rank": nil, "data": data}}
+	group := &keyNode{fields: map[string]*keyNode{"group_idx": nil, "kind": nil, "sliding_window": nil, "block_size": nil}}
+	ev := &keyNode{fields: map[string]*keyNode{"event_id": nil, "dp_rank": nil, "group": group, "data": data}}
 	return &keyNode{fields: map[string]*keyNode{"worker_id": nil, "storage_tier": nil, "event": ev}}
 }()
 

@@ -176,6 +176,11 @@ func fromGeneric(v interface{}, ev *RouterEvent) *DecodeError {
 		return derr
 	}
 	ev.DPRank = uint32(dp)
+	if g, ok := em["group"]; ok && g != nil {
+		if derr := groupFromGeneric(g, ev); derr != nil {
+			return derr
+		}
+	}
 	data, ok := em["data"]
 	if !ok || data == nil {
 		return fieldErr("event.data", ErrMissingField)
@@ -205,6 +210,37 @@ func fromGeneric(v interface{}, ev *RouterEvent) *DecodeError {
 			return fieldErr("event.data", fmt.Errorf("%w: %q (want stored, removed or cleared)", ErrUnknownVariant, k))
 		}
 	}
+	return nil
+}
+
+// groupFromGeneric reads event.group as decodeGroupJSON does.
+func groupFromGeneric(v interface{}, ev *RouterEvent) *DecodeError {
+	const f = "event.group"
+	m, ok := mpMap(v)
+	if !ok {
+		return fieldErr(f, fmt.Errorf("%w: want a map, got %s", ErrBadType, mpTypeName(v)))
+	}
+	idx, _, derr := mpU64(m, "group_idx", f+".group_idx", 32, true)
+	if derr != nil {
+		return derr
+	}
+	ev.HasGroup, ev.Group = true, Group{Idx: uint32(idx)}
+	if k, ok := m["kind"]; ok && k != nil {
+		s, isStr := k.(string)
+		if !isStr {
+			return fieldErr(f+".kind", fmt.Errorf("%w: want a string, got %s", ErrBadType, mpTypeName(k)))
+		}
+		ev.Group.Kind, _ = ParseGroupKind(s)
+	}
+	w, _, derr := mpU64(m, "sliding_window", f+".sliding_window", 32, false)
+	if derr != nil {
+		return derr
+	}
+	bs, _, derr := mpU64(m, "block_size", f+".block_size", 32, false)
+	if derr != nil {
+		return derr
+	}
+	ev.Group.SlidingWindow, ev.Group.BlockSize = uint32(w), uint32(bs)
 	return nil
 }
 
@@ -300,10 +336,24 @@ func encodeMsgpackEvent(e *msgpack.Encoder, ev *RouterEvent) error {
 	case KindRemoved:
 		data = map[string]interface{}{"removed": map[string]interface{}{"block_hashes": ev.Removed}}
 	}
+	inner := map[string]interface{}{"event_id": ev.EventID, "dp_rank": ev.DPRank, "data": data}
+	if ev.HasGroup && ev.Kind != KindCleared {
+		g := map[string]interface{}{"group_idx": ev.Group.Idx}
+		if ev.Group.Kind != GroupKindUnset {
+			g["kind"] = ev.Group.Kind.String()
+		}
+		if ev.Group.SlidingWindow != 0 {
+			g["sliding_window"] = ev.Group.SlidingWindow
+		}
+		if ev.Group.BlockSize != 0 {
+			g["block_size"] = ev.Group.BlockSize
+		}
+		inner["group"] = g
+	}
 	m := map[string]interface{}{
 		"worker_id":    ev.WorkerID,
 		"storage_tier": ev.Tier.String(),
-		"event":        map[string]interface{}{"event_id": ev.EventID, "dp_rank": ev.DPRank, "data": data},
+		"event":        inner,
 	}
 	return e.Encode(m)
 }

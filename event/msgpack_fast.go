@@ -335,6 +335,8 @@ func (r *mpReader) eventBody(ev *RouterEvent) bool {
 			return seenDPRank, ok
 		case "data":
 			return seenData, r.data(ev)
+		case "group":
+			return 0, r.isNil() // a KV-cache group: the checked decoder reads it
 		}
 		return 0, true
 	})

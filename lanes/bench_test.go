@@ -3,7 +3,6 @@ package lanes
 import (
 	"context"
 	"fmt"
-	"github.com/kvindex/kvindex/tier"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/store"
+	"github.com/kvindex/kvindex/tier"
 	"github.com/kvindex/kvindex/wal"
 )
 
@@ -101,4 +101,76 @@ func benchSubmit(b *testing.B, producers, batch int, variant string) {
 	}
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+}
+
+// BenchmarkGroupGate measures the applier's cost per block of a hybrid model's stream in front of
+// the tree (groups.go): a rank stores a 16-block chain and removes it, as events without group
+// metadata, as one main group, as two main groups (each block stored and removed by both: the
+// gate's membership) and as a main group beside a sliding-window group (whose events the lanes
+// log without blocks), next to the tree alone (tree-only). ns/block counts the blocks the tree is
+// asked to hold, once per block.
+//
+//	go test ./lanes -run '^$' -bench BenchmarkGroupGate
+func BenchmarkGroupGate(b *testing.B) {
+	const chain = 16
+	full := event.Group{Kind: event.GroupKindFullAttention, BlockSize: 16}
+	for _, variant := range []string{"tree-only", "no-metadata", "one-group", "two-groups", "full+sliding"} {
+		b.Run(variant, func(b *testing.B) {
+			p := &Pipeline{opts: Options{IndexedKinds: event.MainGroupKinds}}
+			r := event.Rank{WorkerID: 1}
+			rs := &rankState{rank: r}
+			ts := tier.New(nil)
+			var groups []event.Group
+			switch variant {
+			case "one-group":
+				groups = []event.Group{full}
+			case "two-groups":
+				g1 := full
+				g1.Idx = 1
+				groups = []event.Group{full, g1}
+			case "full+sliding":
+				groups = []event.Group{full, {Idx: 1, Kind: event.GroupKindSlidingWindow, SlidingWindow: 128, BlockSize: 16}}
+			}
+			blocks := make([]event.Block, chain)
+			hashes := make([]uint64, chain)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				base := uint64(i) * chain
+				for j := range blocks {
+					blocks[j] = event.Block{BlockHash: base + uint64(j) + 1, TokensHash: uint64(j) + 1}
+					hashes[j] = base + uint64(j) + 1
+				}
+				st := event.Stored(r, 0, nil, blocks...)
+				rm := event.Removed(r, 0, hashes...)
+				if variant == "tree-only" { // the tree without the gate in front: the baseline
+					ts.Apply(&st)
+					ts.Apply(&rm)
+					continue
+				}
+				if len(groups) == 0 {
+					p.applyEvent(rs, ts, &st)
+					p.applyEvent(rs, ts, &rm)
+					continue
+				}
+				for _, g := range groups {
+					st.HasGroup, st.Group = true, g
+					if g.Kind == event.GroupKindSlidingWindow {
+						st.Blocks = nil // logged without its blocks (classify)
+					}
+					p.applyEvent(rs, ts, &st)
+					st.Blocks = blocks
+				}
+				for _, g := range groups {
+					rm.HasGroup, rm.Group = true, g
+					if g.Kind == event.GroupKindSlidingWindow {
+						rm.Removed = nil
+					}
+					p.applyEvent(rs, ts, &rm)
+					rm.Removed = hashes
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*chain), "ns/block")
+		})
+	}
 }

@@ -90,17 +90,30 @@ func (ln *lane) checkpoint(rs *rankState, d dumper) {
 	r, at := rs.rank, rs.applied
 	enc := &ln.enc
 	enc.Reset()
-	device := uint64(0)
-	err := d.DumpRank(r, func(ev *event.RouterEvent) error {
-		enc.Add(ev)
-		if ev.Tier == event.TierDevice {
-			device += uint64(len(ev.Blocks))
+	var err error
+	if rs.hasGroups() {
+		// A rank with group state: the snapshot keeps each indexed group's blocks (groups.go).
+		var evs []event.RouterEvent
+		var ok bool
+		if evs, ok, err = p.groupDump(rs, p.ix(r)); err == nil && !ok {
+			err = fmt.Errorf("%w: rank holds blocks its groups' dump cannot express", ErrCheckpointSkipped)
 		}
-		return nil
-	})
-	if err == nil {
-		if held := d.TierBlocks(r)[event.TierDevice]; held != device {
-			err = fmt.Errorf("%w: rank holds %d device blocks, %d reachable from the root", ErrCheckpointSkipped, held, device)
+		for i := range evs {
+			enc.Add(&evs[i])
+		}
+	} else {
+		device := uint64(0)
+		err = d.DumpRank(r, func(ev *event.RouterEvent) error {
+			enc.Add(ev)
+			if ev.Tier == event.TierDevice {
+				device += uint64(len(ev.Blocks))
+			}
+			return nil
+		})
+		if err == nil {
+			if held := d.TierBlocks(r)[event.TierDevice]; held != device {
+				err = fmt.Errorf("%w: rank holds %d device blocks, %d reachable from the root", ErrCheckpointSkipped, held, device)
+			}
 		}
 	}
 	// Whatever the outcome, try again only after another CheckpointRatio × live operations.

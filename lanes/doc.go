@@ -65,6 +65,12 @@
 // RemoveRank goes through the rank's lane. find_matches never goes through a lane: callers read
 // the index directly.
 //
+// KV-cache groups of hybrid models (groups.go): the decider learns each rank's groups and logs
+// events of kinds that are not indexed (Options.IndexedKinds) without their blocks; the applier
+// puts a per-rank group gate in front of the tree, which with two or more indexed groups keeps
+// only the blocks every group holds. The restart replay, retention and checkpoints go through the
+// same gate, and a rank's snapshot keeps each indexed group's blocks.
+//
 // Online checkpoints (Options.CheckpointRatio, checkpoint.go) run on the applier right after a
 // batch is applied and acknowledged: a rank whose block operations since its last snapshot exceed
 // the ratio × its live blocks gets a snapshot of its live tree at its newest applied id, the log

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/wal"
 )
@@ -223,6 +222,7 @@ func (ln *lane) removeRank(r event.Rank) (int, error) {
 		return 0, err
 	}
 	ln.p.ix(r).RemoveRank(r)
+	rs.resetGate(true)
 	rs.mu.Lock()
 	if rs.cancel != nil {
 		rs.cancel()
@@ -408,6 +408,7 @@ func (ln *lane) processEvents(batch []*op) {
 	}
 	bs := ln.newBatchState()
 	results := make([]Result, len(batch))
+	var scratch event.RouterEvent
 	for i, o := range batch {
 		for _, m := range o.meta {
 			bs.b.SetMeta(m.Name, m.Value)
@@ -415,7 +416,12 @@ func (ln *lane) processEvents(batch []*op) {
 		for j := range o.events {
 			ev := &o.events[j]
 			rs := p.register(ev.Rank())
+			nblocks := ev.NumBlocks()
+			ev, kind, grouped := p.classify(rs, ev, &scratch)
 			d := ln.decide(rs, bs, ev, func(st *recovery.RankState) recovery.Decision { return st.OnLive(ev) })
+			if grouped && d.Ignored == 0 {
+				p.countGroup(rs, ev.Group, kind, nblocks)
+			}
 			if d.Ignored > 0 {
 				results[i].Ignored++
 				if f := p.opts.Listener.Ignored; f != nil {
@@ -521,12 +527,14 @@ func (ln *lane) finishCommit(pd *pending) {
 		switch s.kind {
 		case stepReset:
 			p.ix(s.rank).ClearRank(s.rank)
+			rs.resetGate(false)
 			rs.sinceSnap = 0 // the log and snapshot were deleted with it
 		case stepReplace:
 			p.ix(s.rank).ReplaceRank(s.rank, s.dump)
+			rs.resetGate(false)                  // a dump holds the tree, not the groups
 			rs.applied, rs.sinceSnap = s.last, 0 // the dump is the rank's snapshot
 		case stepApply:
-			applyOne(p, &s.ev)
+			p.applyEvent(rs, p.ix(s.rank), &s.ev)
 			rs.applied = s.ev.EventID
 			rs.sinceSnap += recovery.OpBlocks(&s.ev)
 		}
@@ -642,12 +650,6 @@ func (p *Pipeline) startFetch(rs *rankState, fr recovery.FetchRequest) {
 	}()
 }
 
-// applyOne applies a logged event to its partition's state: the device tree or a lower tier by
-// its tier, every tier for a Cleared (docs/CONTRACT.md §7).
-func applyOne(p *Pipeline, ev *event.RouterEvent) index.Result {
-	return p.ix(ev.Rank()).Apply(ev)
-}
-
 // retain folds the rank's log prefix older than the newest RetainEvents events into a snapshot.
 // The snapshot state is rebuilt from the previous snapshot and the log in a scratch index (the
 // live tree is ahead of the cut point), then written, and the prefix is deleted by the log.
@@ -657,7 +659,12 @@ func (ln *lane) retain(rs *rankState) {
 	rs.mu.Lock()
 	upTo := rs.last - p.opts.RetainEvents
 	rs.mu.Unlock()
-	err := recovery.Fold(context.Background(), p.log, rs.rank, upTo)
+	var err error
+	if rs.hasGroups() {
+		err = p.foldGroups(context.Background(), rs, upTo) // the snapshot keeps the groups (groups.go)
+	} else {
+		err = recovery.Fold(context.Background(), p.log, rs.rank, upTo)
+	}
 	if err == nil {
 		rs.mu.Lock()
 		rs.logged = p.opts.RetainEvents

@@ -80,6 +80,9 @@ type Options struct {
 	Fetcher Fetcher
 	// Now is the clock of the gap ledger's timestamps; default time.Now.
 	Now func() time.Time
+	// IndexedKinds are the KV-cache group kinds whose events change the tree (groups.go);
+	// default (0) event.MainGroupKinds. Events without group metadata are always indexed.
+	IndexedKinds event.GroupKinds
 }
 
 // Listener holds optional callbacks, called on lane goroutines (keep them cheap). Metrics and tests
@@ -107,6 +110,9 @@ type Listener struct {
 	Dropped func(r event.Rank, n int)
 	// Recovered is called for each gap a recovery filled.
 	Recovered func(r event.Rank, from, to uint64)
+	// GroupIgnored is called on the decider for each accepted event of a KV-cache group whose
+	// kind is not indexed (logged without its blocks), with the blocks it named.
+	GroupIgnored func(r event.Rank, kind event.GroupKind, blocks int)
 	// Fetch is called on the rank's lane when a recovery fetch's answer was taken, with its
 	// outcome: "events", "treedump", "too_new", "invalid_range", "failed" or "discarded" (the
 	// fetch was cancelled, superseded or its rank removed).
@@ -135,6 +141,9 @@ type RankStatus struct {
 	// restart, TreeDump install, removal): anything derived from one incarnation (a cached
 	// TreeDump) is stale in another (docs/CONTRACT.md §5 lifecycle rule 8). Unique within the process.
 	Incarnation uint64
+	// Groups are the KV-cache groups the rank's events reported, by group_idx (none for a
+	// stream without group metadata).
+	Groups []GroupStatus
 }
 
 // rankState is the lanes' record of one rank: its RankState (the decisions) and what the
@@ -158,6 +167,11 @@ type rankState struct {
 	applied    uint64 // id of the newest event applied to the tree
 	appliedInc uint64 // the incarnation the newest applied step was decided in
 	sinceSnap  uint64 // block operations applied since the rank's last snapshot (recovery.OpBlocks)
+
+	// groups: the rank's KV-cache groups, by Idx (groups.go); under mu, written by the decider
+	// (and the replay). gate: the membership of its indexed groups; the applier's (as above).
+	groups []GroupStatus
+	gate   *groupGate
 }
 
 // cursorState is what a lane commit changes of a rank beside its log: its cursor, ledger and
@@ -178,7 +192,8 @@ type cursorState struct {
 
 func (rs *rankState) status() RankStatus {
 	return RankStatus{Rank: rs.rank, Lane: rs.lane, Last: rs.last, HasLast: rs.hasLast, Degraded: rs.degraded,
-		State: rs.state, Lost: rs.lost, Recovered: rs.recovered, Pending: rs.pending, Epoch: rs.epoch, Incarnation: rs.incarnation}
+		State: rs.state, Lost: rs.lost, Recovered: rs.recovered, Pending: rs.pending, Epoch: rs.epoch, Incarnation: rs.incarnation,
+		Groups: append([]GroupStatus(nil), rs.groups...)}
 }
 
 // visible: listed in Status, answered by RankStatus (docs/CONTRACT.md §5 lifecycle rule 2).
@@ -313,6 +328,9 @@ func New(log *wal.Log, trees Trees, opts Options) *Pipeline {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.IndexedKinds == 0 {
+		opts.IndexedKinds = event.MainGroupKinds
 	}
 	p := &Pipeline{opts: opts, log: log, trees: trees, lg: opts.Logger, ranks: map[event.Rank]*rankState{},
 		stop: make(chan struct{}), closing: make(chan struct{})}
@@ -707,7 +725,7 @@ func (p *Pipeline) replayRank(ctx context.Context, rs *rankState, events *atomic
 	if meta.Removed {
 		return nil
 	}
-	rep, err := recovery.ReplayRank(ctx, p.log, p.ix(r), r, 0)
+	rep, err := recovery.ReplayRank(ctx, p.log, gatedTree{p: p, rs: rs, t: p.ix(r)}, r, 0)
 	if err != nil {
 		return fmt.Errorf("lanes: replaying rank %v: %w", r, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/store"
@@ -116,7 +117,7 @@ func Compact(ctx context.Context, w io.Writer, opts CompactOptions) (res Compact
 			pb.add(1)
 			continue
 		}
-		if err := recovery.Fold(ctx, l, r, last); err != nil {
+		if err := lanes.Fold(ctx, l, r, last, 0); err != nil { // keeps KV-cache groups (lanes/groups.go)
 			var nf *recovery.NotFoldableError
 			if !errors.As(err, &nf) {
 				return res, fmt.Errorf("compact: rank %s: %w", rankName(parts, r), err)

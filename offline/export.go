@@ -10,8 +10,8 @@ import (
 
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/partition"
-	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/tier"
 	"github.com/kvindex/kvindex/wal"
 )
@@ -302,7 +302,8 @@ func exportEvents(ctx context.Context, l *wal.Log, r event.Rank, from uint64, ou
 func exportDump(ctx context.Context, l *wal.Log, r event.Rank, out *ndjson) (ExportedRank, error) {
 	er := ExportedRank{Rank: r}
 	ix := tier.New(index.New(index.Options{RankCapacity: 1})) // every tier: the dump carries them all
-	rep, err := recovery.ReplayRank(ctx, l, ix, r, 0)
+	// Through the lanes' group gate: a rank of several main KV-cache groups holds what they all hold.
+	rep, err := lanes.ReplayGroups(ctx, l, ix, r, 0, 0)
 	if err != nil {
 		return er, err
 	}

@@ -10,7 +10,9 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/partition"
+	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/store"
 	"github.com/kvindex/kvindex/tier"
 	"github.com/kvindex/kvindex/wal"
@@ -162,6 +164,7 @@ func (v *rankVerifier) run() error {
 	}
 
 	ix := tier.New(index.New(index.Options{RankCapacity: 1})) // every tier; the checks are the tree's
+	gx := lanes.GroupTree(ix, r, 0)                           // ix behind the lanes' KV-cache group gate
 	snap, hasSnap, err := v.l.ReadSnapshot(r)
 	switch {
 	case err != nil && errors.Is(err, wal.ErrCorruption):
@@ -171,13 +174,13 @@ func (v *rankVerifier) run() error {
 	case hasSnap:
 		v.checkSnapshot(snap, meta)
 		for i := range snap.Events {
-			ix.Apply(&snap.Events[i])
+			gx.Apply(&snap.Events[i])
 		}
 	case meta.SnapshotID != 0:
 		v.problem("snapshot id metadata says %d but there is no snapshot", meta.SnapshotID)
 	}
 
-	last, err := v.replayLog(ix, snap, hasSnap, meta)
+	last, err := v.replayLog(gx, snap, hasSnap, meta)
 	if err != nil {
 		return err
 	}
@@ -199,16 +202,28 @@ func (v *rankVerifier) checkSnapshot(snap wal.Snapshot, meta wal.RankMeta) {
 		v.problem("snapshot id metadata says %d, the snapshot says %d", meta.SnapshotID, snap.LastEventID)
 	}
 	scratch := tier.New(index.New(index.Options{RankCapacity: 1}))
+	groups := lanes.GroupSnapshot(snap.Events) // each KV-cache group's blocks, not a plain dump
+	gs := lanes.GroupTree(scratch, v.r, 0)
 	for i := range snap.Events {
 		ev := &snap.Events[i]
 		if ev.Kind != event.KindStored {
 			v.problem("snapshot event %d is %v, want stored", i, ev.Kind)
 			return
 		}
+		if groups {
+			if res := gs.Apply(ev); res.Status != index.StatusOK {
+				v.problem("snapshot event %d does not apply to an empty rank through its group: %v", i, res.Status)
+				return
+			}
+			continue
+		}
 		if res := scratch.Apply(ev); res.Status != index.StatusOK {
 			v.problem("snapshot event %d does not apply to an empty rank: %v", i, res.Status)
 			return
 		}
+	}
+	if groups {
+		return
 	}
 	dump, err := dumpOf(scratch, v.r)
 	if err != nil {
@@ -222,7 +237,7 @@ func (v *rankVerifier) checkSnapshot(snap wal.Snapshot, meta wal.RankMeta) {
 
 // replayLog decodes every log record of the rank, applies the good ones to ix and checks ids.
 // It returns the newest logged id.
-func (v *rankVerifier) replayLog(ix *tier.Tiers, snap wal.Snapshot, hasSnap bool, meta wal.RankMeta) (uint64, error) {
+func (v *rankVerifier) replayLog(ix recovery.Tree, snap wal.Snapshot, hasSnap bool, meta wal.RankMeta) (uint64, error) {
 	lo, hi := store.RankLogBounds(v.r)
 	it, err := v.st.DB().NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi, KeyTypes: pebble.IterKeyTypePointsOnly})
 	if err != nil {
@@ -242,6 +257,7 @@ func (v *rankVerifier) replayLog(ix *tier.Tiers, snap wal.Snapshot, hasSnap bool
 		prev, havePrev = snap.LastEventID, true
 	}
 	under := tier.New(index.New(index.Options{RankCapacity: 1})) // the log up to the snapshot
+	underG := lanes.GroupTree(under, v.r, 0)
 	for valid := it.First(); valid; valid = it.Next() {
 		if v.records&1023 == 0 && v.ctx.Err() != nil {
 			_ = it.Close()
@@ -278,7 +294,7 @@ func (v *rankVerifier) replayLog(ix *tier.Tiers, snap wal.Snapshot, hasSnap bool
 			// Retained under an online checkpoint: replayed into under when the log was never
 			// cut, to compare with the checkpoint; the snapshot stands for it in ix.
 			if meta.Cut == 0 {
-				under.Apply(&ev)
+				underG.Apply(&ev)
 			}
 			prev, havePrev, prevCorrupt = id, true, false
 			continue
@@ -308,7 +324,19 @@ func (v *rankVerifier) replayLog(ix *tier.Tiers, snap wal.Snapshot, hasSnap bool
 		if err != nil {
 			return 0, err
 		}
-		if i, same := sameDump(want, snap.Events); !same {
+		got := snap.Events
+		if lanes.GroupSnapshot(got) {
+			// Each group's blocks: compare the trees they rebuild.
+			st := tier.New(index.New(index.Options{RankCapacity: 1}))
+			gs := lanes.GroupTree(st, v.r, 0)
+			for i := range got {
+				gs.Apply(&got[i])
+			}
+			if got, err = dumpOf(st, v.r); err != nil {
+				return 0, err
+			}
+		}
+		if i, same := sameDump(want, got); !same {
 			v.problem("snapshot at %d is not the replay of the log up to it: they differ at event %d (%d events, snapshot has %d)", snap.LastEventID, i, len(want), len(snap.Events))
 		}
 	}

@@ -429,6 +429,8 @@ type rankJSON struct {
 	LastEventID  uint64    `json:"last_event_id"`
 	State        string    `json:"state"`
 	Gaps         gapsJSON  `json:"gaps"`
+	// Groups: the rank's KV-cache groups (hybrid models); absent for streams without them.
+	Groups []engine.GroupStatus `json:"groups,omitempty"`
 }
 
 func (s *Server) listRanks(w http.ResponseWriter, r *http.Request) {
@@ -471,7 +473,7 @@ func (s *Server) listRanks(w http.ResponseWriter, r *http.Request) {
 		out = append(out, rankJSON{Mode: eventFedMode(side), ApproxBlocks: side, ModelName: p.Key.ModelName, RoutingGroup: p.Key.RoutingGroup,
 			WorkerID: st.Rank.WorkerID, DPRank: st.Rank.DPRank, Blocks: tb[event.TierDevice],
 			Lane: st.Lane, FirstEventID: first, LastEventID: st.Last, State: state, Gaps: gapsJSON{Recovered: st.Recovered, Lost: st.Lost},
-			Tiers: tiersOf(tb)})
+			Tiers: tiersOf(tb), Groups: st.Groups})
 	}
 	// Ranks fed by routing decisions only (approximate mode).
 	for _, rk := range s.approx.Ranks() {

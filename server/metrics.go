@@ -67,6 +67,7 @@ type metrics struct {
 	commits      *prometheus.CounterVec
 	logged       prometheus.Counter
 	ignored      prometheus.Counter
+	groupIgnored *prometheus.CounterVec
 	gaps         *prometheus.CounterVec
 	fetches      *prometheus.CounterVec
 	epochs       prometheus.Counter
@@ -92,6 +93,8 @@ func newMetrics(s *Server) *metrics {
 	m.logged = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvindex_events_logged_total", Help: "Events appended to the log."})
 	m.ignored = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvindex_events_ignored_total", Help: "Stale or duplicate events ignored (not logged)."})
 	m.gaps = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_gaps_total", Help: "Event id gaps by outcome."}, []string{"outcome"})
+	m.groupIgnored = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_ignored_group_events_total",
+		Help: "Events of a hybrid model's KV-cache group whose kind is not indexed (sliding_window, mamba, ...; other = a kind kvindex does not know), logged without their blocks."}, []string{"kind"})
 	m.fetches = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_recovery_fetches_total",
 		Help: "Recovery fetches from upstream sources by kind (full = TreeDump restore, range) and result: events, treedump, too_new, invalid_range, failed, discarded."}, []string{"kind", "result"})
 	for _, kind := range []string{"full", "range"} {
@@ -127,7 +130,7 @@ func newMetrics(s *Server) *metrics {
 		Buckets: prometheus.ExponentialBuckets(100e-6, 3, 12)}, []string{"route", "code"})
 	m.buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvindex_build_info", Help: "Always 1; the labels name the build."}, []string{"version", "go"})
 	m.buildInfo.WithLabelValues(BuildVersion(), runtime.Version()).Set(1)
-	for _, c := range []prometheus.Collector{m.appendSec, m.commits, m.logged, m.ignored, m.gaps, m.fetches, m.epochs, m.dropped, m.snapshots, m.checkpoints,
+	for _, c := range []prometheus.Collector{m.appendSec, m.commits, m.logged, m.ignored, m.groupIgnored, m.gaps, m.fetches, m.epochs, m.dropped, m.snapshots, m.checkpoints,
 		m.findSec, m.httpRequests, m.replayRanks, m.replayTotal, m.replayEvents, m.replaySec, m.panics, m.httpSec, m.buildInfo} {
 		f(c)
 	}
@@ -169,7 +172,10 @@ func (m *metrics) listener(mode string) engine.Listener {
 			m.appendSec.Observe(d.Seconds())
 			m.logged.Add(float64(events))
 		},
-		Ignored:   func(event.Rank, uint64) { m.ignored.Inc() },
+		Ignored: func(event.Rank, uint64) { m.ignored.Inc() },
+		GroupIgnored: func(_ event.Rank, k event.GroupKind, _ int) {
+			m.groupIgnored.WithLabelValues(k.String()).Inc()
+		},
 		GapLost:   func(event.Rank, uint64, uint64) { m.gaps.WithLabelValues("lost").Inc() },
 		Recovered: func(event.Rank, uint64, uint64) { m.gaps.WithLabelValues("recovered").Inc() },
 		Dropped:   func(_ event.Rank, n int) { m.dropped.Add(float64(n)) },

@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/approx"
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/natsrc"
 	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/vllm"
@@ -66,6 +67,10 @@ type Config struct {
 	Version      string // reported in the start log line; default the module version from the build info
 	// Conns bounds what one HTTP client can hold (conns.go; Run only).
 	Conns ConnOptions
+
+	// IndexedGroupKinds: the KV-cache group kinds of hybrid models that are indexed
+	// (lanes.Options.IndexedKinds); default (0) the main attention kinds.
+	IndexedGroupKinds event.GroupKinds
 }
 
 // DefaultRetainEvents is the default of Config.RetainEvents (docs/API.md).
@@ -127,7 +132,8 @@ func (c *Config) engineConfig(l engine.Listener) engine.Config {
 		RetainEvents: c.RetainEvents, CheckpointRatio: c.CheckpointRatio, Upstream: c.Upstream, FetchTimeout: c.FetchTimeout,
 		FetchBackoff: c.FetchBackoff, AuthToken: c.AuthToken, Logger: c.Logger, FS: c.FS, DumpCache: c.DumpCache,
 		SubmitTimeout: c.SubmitTimeout, ApproxTTL: c.ApproxTTL, ApproxTTLZero: c.ApproxTTLZero, ApproxMaxBlocks: c.ApproxMaxBlocks,
-		Now: c.Now, Force: c.Force, MemTableSize: c.MemTableSize, CacheSize: c.CacheSize, Listener: l, TuneGC: true}
+		Now: c.Now, Force: c.Force, MemTableSize: c.MemTableSize, CacheSize: c.CacheSize, Listener: l, TuneGC: true,
+		IndexedGroupKinds: c.IndexedGroupKinds}
 }
 
 // Open opens the data dir (store.ErrLocked when another process holds it, store.ErrFormatTooNew

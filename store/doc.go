@@ -30,9 +30,9 @@
 // # Key layout (part of the on-disk format: never change without a new FormatVersion)
 //
 // Every key starts with one prefix byte. Integers are big-endian so that byte order equals
-// numeric order and one rank's keys are contiguous. Format 2 (this one) put the partition (the
-// id of the rank's (model_name, routing_group), package partition; 0 = default) in front of
-// the worker in every per-rank key; format 1 had no partition field (each per-rank key 4 bytes
+// numeric order and one rank's keys are contiguous. Format 2 (kept by format 3, which changed
+// only the log record, wal/doc.go) put the partition (the id of the rank's (model_name,
+// routing_group), package partition; 0 = default) in front of the worker in every per-rank key; format 1 had no partition field (each per-rank key 4 bytes
 // shorter) and is upgraded in place by wal.Open (wal/upgrade.go).
 //
 //	log record        'L' | partition u32 | worker_id u64 | dp_rank u32 | event_id u64  (25 bytes)

@@ -30,13 +30,18 @@ type Counts struct {
 	Rejected      int // BlockStored events rejected (bad block size, token count, hash count)
 	OffDevice     int // events converted with a lower tier (host_pinned, disk, external)
 	UnknownMedium int // events whose medium is none of TierOf's: taken as device
+	// UnknownKind is a kv_cache_spec_kind this build does not know, if the batch had one: its
+	// events carry event.GroupKindOther (non-main).
+	UnknownKind string
 }
 
 // Convert appends the RouterEvents of b for rank, numbered from firstID upward (kvindex assigns
 // ids contiguously per rank). A BlockStored whose block size is 0, whose token count is not a
 // multiple of the block size or whose block count differs from its hash count is rejected
 // (counted, no event, no id used). tokens_hash is kvindex's own block hash of each block's
-// token_ids under the batch's lora_name (event.BlockHashes); block_hash is the engine hash. extra_keys
+// token_ids under the batch's lora_name (event.BlockHashes); block_hash is the engine hash. The
+// KV-cache group (group_idx, kv_cache_spec_kind, ...) is carried as event.RouterEvent.Group for
+// the lanes, which index only the main attention groups. extra_keys
 // (multimodal/cache-salt keys) are not hashed in: such blocks match only queries hashed the same
 // way, which is the engine's own behaviour for plain token queries.
 func Convert(dst []event.RouterEvent, b *Batch, rank event.Rank, firstID uint64) ([]event.RouterEvent, Counts) {
@@ -64,9 +69,11 @@ func Convert(dst []event.RouterEvent, b *Batch, rank event.Rank, firstID uint64)
 			}
 			out = event.Stored(rank, id, parent, blocks...)
 			out.Tier = c.tierOf(ev.Medium)
+			c.group(&out, ev)
 		case BlockRemoved:
 			out = event.Removed(rank, id, ev.BlockHashes...)
 			out.Tier = c.tierOf(ev.Medium)
+			c.group(&out, ev)
 		case AllBlocksCleared:
 			out = event.Cleared(rank, id)
 		default:
@@ -80,6 +87,23 @@ func Convert(dst []event.RouterEvent, b *Batch, rank event.Rank, firstID uint64)
 		id++
 	}
 	return dst, c
+}
+
+// group copies the event's KV-cache group metadata (group_idx, kv_cache_spec_kind,
+// kv_cache_spec_sliding_window, block_size) into out. The lanes decide what it means.
+func (c *Counts) group(out *event.RouterEvent, ev *Event) {
+	if !ev.HasGroup {
+		return
+	}
+	k, known := event.ParseGroupKind(ev.SpecKind)
+	if !known && c.UnknownKind == "" {
+		c.UnknownKind = ev.SpecKind
+	}
+	out.HasGroup = true
+	out.Group = event.Group{Idx: ev.GroupIdx, Kind: k, SlidingWindow: ev.SlidingWindow}
+	if ev.Kind == BlockStored {
+		out.Group.BlockSize = uint32(ev.BlockSize)
+	}
 }
 
 func (c *Counts) tierOf(medium string) event.Tier {

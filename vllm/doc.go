@@ -19,7 +19,7 @@
 //
 //	["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium,
 //	 lora_name, extra_keys?, group_idx?, kv_cache_spec_kind?, kv_cache_spec_sliding_window?]
-//	["BlockRemoved", block_hashes, medium, group_idx?]
+//	["BlockRemoved", block_hashes, medium, group_idx?, kv_cache_spec_kind?, kv_cache_spec_sliding_window?]
 //	["AllBlocksCleared"]
 //
 // or a map with "type" = the tag and the same field names (newer vLLM, trailing defaults
@@ -43,7 +43,10 @@
 // logged id + 1, or 1), so ranges served to other kvindex instances stay gap-free; the publisher's
 // seq is kept beside them as the source's cursor (below). tokens_hash is kvindex's own block hash
 // of a block's token_ids (event.BlockHashes, with the batch's block_size and lora_name), block_hash the
-// engine's hash. Media map to storage tiers as Dynamo's do (TierOf, docs/CONTRACT.md §7): GPU, DEVICE (or
+// engine's hash. group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window and the block size of
+// a hybrid model's KV-cache group become the event's event.Group (a kind this build does not know
+// is event.GroupKindOther, logged once per source); the lanes decide what it means (lanes/groups.go).
+// Media map to storage tiers as Dynamo's do (TierOf, docs/CONTRACT.md §7): GPU, DEVICE (or
 // absent) are the device tier; CPU, CPU_PINNED, CPU_TIER1 host_pinned; CPU_TIER2, DISK, NVME,
 // STORAGE disk; EXTERNAL, NETWORK, REMOTE, SHARED external; any other medium is taken as device
 // and counted (unknown_medium). The lanes apply lower-tier events to their tier's index. A BlockStored whose token count is not block_count × block_size is rejected and counted.

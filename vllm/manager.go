@@ -174,6 +174,10 @@ type Status struct {
 	LastBatchTS float64    `json:"last_batch_ts,omitempty"`
 
 	silentSince time.Time // LastEventAt, or when the source started before its first event
+	// GroupEvents counts the events that carried KV-cache group metadata, by kind ("unset": a
+	// group_idx without kv_cache_spec_kind; "other": a kind kvindex does not know); the lanes
+	// index only the main attention kinds (docs/API.md "KV-cache groups").
+	GroupEvents map[string]uint64 `json:"group_events,omitempty"`
 }
 
 // Manager owns the running sources: one goroutine per source, stopped by Remove or Close.
@@ -309,6 +313,8 @@ var (
 	descSeq       = prometheus.NewDesc("kvindex_zmq_seq", "Newest publisher seq applied by the source.", []string{"source"}, nil)
 	descSilent    = prometheus.NewDesc("kvindex_zmq_seconds_since_last_event",
 		"Seconds since the source's newest batch with events was applied, or since it started (was added, or loaded at start) before its first: a source that never delivers is as silent as one that stopped.", []string{"source"}, nil)
+	descGroups = prometheus.NewDesc("kvindex_zmq_group_events_total",
+		"Events that carried a KV-cache group (hybrid models), by kind as the publisher sent it.", []string{"source", "kind"}, nil)
 	descCounters = []struct {
 		d   *prometheus.Desc
 		get func(*Status) uint64
@@ -332,6 +338,7 @@ func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descConnected
 	ch <- descSeq
 	ch <- descSilent
+	ch <- descGroups
 	for _, c := range descCounters {
 		ch <- c.d
 	}
@@ -350,6 +357,9 @@ func (m *Manager) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSilent, prometheus.GaugeValue, time.Since(st.silentSince).Seconds(), st.ID)
 		for _, c := range descCounters {
 			ch <- prometheus.MustNewConstMetric(c.d, prometheus.CounterValue, float64(c.get(&st)), st.ID)
+		}
+		for kind, n := range st.GroupEvents {
+			ch <- prometheus.MustNewConstMetric(descGroups, prometheus.CounterValue, float64(n), st.ID, kind)
 		}
 	}
 	m.age.Collect(ch)

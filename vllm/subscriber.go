@@ -36,6 +36,8 @@ const (
 // counters are a source's monotonic counters (read by Status without locks).
 type counters struct {
 	batches, events, gaps, replayed, lost, decodeErrs, rejected, offDevice, unknownMedium, epochs, reconnects atomic.Uint64
+
+	groups [256]atomic.Uint64 // events with KV-cache group metadata, by event.GroupKind
 }
 
 // subscriber is one source: one SUB socket (redialled with backoff) and its seq cursor. Only its
@@ -48,6 +50,10 @@ type subscriber struct {
 	evs  []event.RouterEvent
 	ctr  counters
 	meta string // CursorMeta(cfg.ID)
+
+	// unknownKinds are the kv_cache_spec_kind names this build does not know, seen by the
+	// source (each logged once); the goroutine's own.
+	unknownKinds map[string]bool
 
 	// Cursor, owned by the goroutine: the newest seq applied (or skipped as malformed), and the
 	// newest seq received live on the SUB socket.
@@ -331,6 +337,9 @@ func (s *subscriber) apply(ctx context.Context, topic []byte, seq uint64, payloa
 	s.evs, c = Convert(s.evs[:0], &b, rk, s.nextID(rk))
 	for i := range s.evs {
 		s.evs[i].HasSourceSeq, s.evs[i].SourceSeq = true, seq // kept in the log record
+		if s.evs[i].HasGroup {
+			s.ctr.groups[s.evs[i].Group.Kind].Add(1)
+		}
 	}
 	if c.Rejected > 0 {
 		s.ctr.rejected.Add(uint64(c.Rejected))
@@ -340,6 +349,14 @@ func (s *subscriber) apply(ctx context.Context, topic []byte, seq uint64, payloa
 	s.ctr.offDevice.Add(uint64(c.OffDevice))
 	if c.UnknownMedium > 0 {
 		s.ctr.unknownMedium.Add(uint64(c.UnknownMedium))
+	}
+	if c.UnknownKind != "" && !s.unknownKinds[c.UnknownKind] {
+		if s.unknownKinds == nil {
+			s.unknownKinds = map[string]bool{}
+		}
+		s.unknownKinds[c.UnknownKind] = true // logged once per source and kind
+		s.lg.Warn("zmq events of an unknown KV-cache group kind: treated as non-main, not indexed", "source", s.cfg.ID,
+			"kind", c.UnknownKind, "worker_id", rk.WorkerID, "dp_rank", rk.DPRank)
 	}
 	if len(s.evs) > 0 {
 		var v [8]byte
@@ -358,14 +375,26 @@ func (s *subscriber) apply(ctx context.Context, topic []byte, seq uint64, payloa
 	return nil
 }
 
-// batchBlockSize is the block size of the batch's first BlockStored (0 when it stores nothing).
+// batchBlockSize is the block size of the batch's first BlockStored of a main attention group
+// (or without group metadata), else of its first BlockStored (0 when it stores nothing): a
+// hybrid model's Mamba or sliding-window groups may use another block size than the one its
+// prefix is hashed with.
 func batchBlockSize(b *Batch) int {
+	first := 0
 	for i := range b.Events {
-		if b.Events[i].Kind == BlockStored && b.Events[i].BlockSize > 0 {
-			return b.Events[i].BlockSize
+		ev := &b.Events[i]
+		if ev.Kind != BlockStored || ev.BlockSize <= 0 {
+			continue
+		}
+		k, _ := event.ParseGroupKind(ev.SpecKind)
+		if !ev.HasGroup || k == event.GroupKindUnset || event.MainGroupKinds.Has(k) {
+			return ev.BlockSize
+		}
+		if first == 0 {
+			first = ev.BlockSize
 		}
 	}
-	return 0
+	return first
 }
 
 // applied records that a batch stamped ts (unix seconds; 0 = none) was just applied: its age
@@ -385,6 +414,14 @@ func (s *subscriber) status() Status {
 		Batches: s.ctr.batches.Load(), Events: s.ctr.events.Load(), Gaps: s.ctr.gaps.Load(), Replayed: s.ctr.replayed.Load(),
 		Lost: s.ctr.lost.Load(), DecodeErrors: s.ctr.decodeErrs.Load(), Rejected: s.ctr.rejected.Load(),
 		OffDevice: s.ctr.offDevice.Load(), UnknownMedium: s.ctr.unknownMedium.Load(), Epochs: s.ctr.epochs.Load(), Reconnects: s.ctr.reconnects.Load()}
+	for k := range s.ctr.groups {
+		if n := s.ctr.groups[k].Load(); n > 0 {
+			if st.GroupEvents == nil {
+				st.GroupEvents = map[string]uint64{}
+			}
+			st.GroupEvents[event.GroupKind(k).String()] = n
+		}
+	}
 	s.mu.Lock()
 	st.State, st.Connected, st.LastError = s.state, s.connected, s.lastErr
 	st.HasSeq, st.Seq = s.hasSeq, s.seq

@@ -62,6 +62,14 @@ type Event struct {
 	LoraID      int64
 	Medium      string // "" when absent or nil (vLLM's default, the GPU)
 	LoraName    string // "" when absent or nil
+
+	// The KV-cache group (Stored, Removed): HasGroup when group_idx or kv_cache_spec_kind is
+	// present and not nil. SpecKind is the wire name ("" when absent: a removal may name its
+	// group only); SlidingWindow is 0 when absent or nil.
+	HasGroup      bool
+	GroupIdx      uint32
+	SpecKind      string
+	SlidingWindow uint32
 }
 
 // Batch is one decoded KVEventBatch.
@@ -310,7 +318,7 @@ func (d *Decoder) events(b *Batch) error {
 var arrayFields = map[Kind][]string{
 	BlockStored: {"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name",
 		"extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window"},
-	BlockRemoved:     {"block_hashes", "medium", "group_idx"},
+	BlockRemoved:     {"block_hashes", "medium", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window"},
 	AllBlocksCleared: {},
 }
 
@@ -480,6 +488,35 @@ func (d *Decoder) field(ev *Event, name string) error {
 		} else {
 			ev.LoraName = s
 		}
+	case "group_idx", "kv_cache_spec_sliding_window":
+		null, err := d.isNil()
+		if err != nil {
+			return malformed(name, err)
+		}
+		if null {
+			return nil
+		}
+		v, err := d.intRange(name, 0, math.MaxUint32)
+		if err != nil {
+			return err
+		}
+		if name == "group_idx" {
+			ev.GroupIdx, ev.HasGroup = uint32(v), true
+		} else {
+			ev.SlidingWindow = uint32(v)
+		}
+	case "kv_cache_spec_kind":
+		null, err := d.isNil()
+		if err != nil {
+			return malformed(name, err)
+		}
+		if null {
+			return nil
+		}
+		if ev.SpecKind, err = d.dec.DecodeString(); err != nil {
+			return malformed(name, err)
+		}
+		ev.HasGroup = ev.HasGroup || ev.SpecKind != ""
 	default:
 		if err := d.dec.Skip(); err != nil {
 			return malformed("field "+name, err)

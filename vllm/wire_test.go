@@ -136,6 +136,46 @@ var fixtures = map[string]func() []byte{
 		x.key("data_parallel_rank").u(0)
 		return x.buf.Bytes()
 	},
+	// A hybrid model (Gemma 3 / gpt-oss shape), newer vLLM map form: the same two blocks stored by
+	// a full-attention group 0 and a sliding-window group 1 (window 8), a Mamba group 2's
+	// align-mode store (one hash for an 8-token chunk), a window eviction of group 1 and a
+	// removal that names its group only (its kind is the one group 1 was seen with).
+	"hybrid_map": func() []byte {
+		x := newEnc().mp(3).key("ts").f64(6.5).key("events").arr(5)
+		for g, kind := range []string{"full_attention", "sliding_window"} {
+			x.mp(9).key("type").str("BlockStored").key("block_hashes").arr(2).u(0xa1).u(0xa2).
+				key("parent_block_hash").null().key("token_ids").tokens(1, 2, 3, 4, 5, 6, 7, 8).key("block_size").u(4).
+				key("medium").str("GPU").key("group_idx").u(uint64(g)).key("kv_cache_spec_kind").str(kind)
+			if kind == "sliding_window" {
+				x.key("kv_cache_spec_sliding_window").u(8)
+			} else {
+				x.key("kv_cache_spec_sliding_window").null()
+			}
+		}
+		x.mp(7).key("type").str("BlockStored").key("block_hashes").arr(1).u(0xa2).
+			key("parent_block_hash").null().key("token_ids").tokens(1, 2, 3, 4, 5, 6, 7, 8).key("block_size").u(8).
+			key("group_idx").u(2).key("kv_cache_spec_kind").str("mamba")
+		x.mp(5).key("type").str("BlockRemoved").key("block_hashes").arr(1).u(0xa1).key("medium").str("GPU").
+			key("group_idx").u(1).key("kv_cache_spec_kind").str("sliding_window")
+		x.mp(3).key("type").str("BlockRemoved").key("block_hashes").arr(1).u(0xa2).key("group_idx").u(1)
+		x.key("data_parallel_rank").u(0)
+		return x.buf.Bytes()
+	},
+	// The same shapes in the tagged-array form, every trailing field present: a BlockStored of
+	// 12 elements, a BlockRemoved of 6, one of 4 (group only), a future kind and a nil group.
+	"hybrid_array": func() []byte {
+		x := newEnc().arr(3).f64(6.5).arr(5)
+		x.arr(12).str("BlockStored").arr(1).u(0xa1).null().tokens(1, 2, 3, 4).u(4).null().str("GPU").null().
+			null().u(0).str("mla_attention").null()
+		x.arr(12).str("BlockStored").arr(1).u(0xa1).null().tokens(1, 2, 3, 4).u(4).null().str("GPU").null().
+			null().u(1).str("sliding_window_mla").u(128)
+		x.arr(6).str("BlockRemoved").arr(1).u(0xa1).str("GPU").u(1).str("sliding_window_mla").u(128)
+		x.arr(4).str("BlockRemoved").arr(1).u(0xa1).null().u(0)
+		x.arr(12).str("BlockStored").arr(1).u(0xb1).null().tokens(1, 2, 3, 4).u(4).null().str("GPU").null().
+			null().null().str("linear_attention_v9").null()
+		x.u(0)
+		return x.buf.Bytes()
+	},
 	// Hash above 2^63, unknown map keys, extra trailing array elements, a LoRA name.
 	"extras": func() []byte {
 		x := newEnc().arr(4).f64(4.25).arr(2)
@@ -214,6 +254,9 @@ func formatBatch(b *Batch) string {
 		if ev.Kind != AllBlocksCleared {
 			fmt.Fprintf(&out, " medium=%q", ev.Medium)
 		}
+		if ev.HasGroup {
+			fmt.Fprintf(&out, " group_idx=%d kind=%q window=%d", ev.GroupIdx, ev.SpecKind, ev.SlidingWindow)
+		}
 		out.WriteByte('\n')
 	}
 	return out.String()
@@ -234,9 +277,17 @@ func formatRouterEvents(evs []event.RouterEvent, c Counts) string {
 		case event.KindRemoved:
 			fmt.Fprintf(&out, " removed=%#x", ev.Removed)
 		}
+		if ev.HasGroup {
+			g := ev.Group
+			fmt.Fprintf(&out, " group={idx=%d kind=%s window=%d block_size=%d}", g.Idx, g.Kind, g.SlidingWindow, g.BlockSize)
+		}
 		out.WriteByte('\n')
 	}
-	fmt.Fprintf(&out, "rejected=%d off_device=%d unknown_medium=%d\n", c.Rejected, c.OffDevice, c.UnknownMedium)
+	fmt.Fprintf(&out, "rejected=%d off_device=%d unknown_medium=%d", c.Rejected, c.OffDevice, c.UnknownMedium)
+	if c.UnknownKind != "" {
+		fmt.Fprintf(&out, " unknown_kind=%q", c.UnknownKind)
+	}
+	out.WriteByte('\n')
 	return out.String()
 }
 

@@ -39,14 +39,21 @@
 // Part of the on-disk format (store.FormatVersion). Hashes are fixed 8 bytes little-endian
 // (they are uniformly random: varints would grow them); counts are uvarints.
 //
-//	+---------+------+------+-------+--------------------+-------------------+-----------+---------+--------+
-//	| ver = 1 | kind | tier | flags | parent_hash u64 LE | source_seq u64 LE | n uvarint | n items | crc32c |
-//	|   u8    |  u8  |  u8  |  u8   | (iff flags&1)      | (iff flags&2)     |           |         | u32 LE |
-//	+---------+------+------+-------+--------------------+-------------------+-----------+---------+--------+
+//	+---------+------+------+-------+--------------------+-------------------+---------------+-----------+---------+--------+
+//	| ver = 1 | kind | tier | flags | parent_hash u64 LE | source_seq u64 LE | group         | n uvarint | n items | crc32c |
+//	|   u8    |  u8  |  u8  |  u8   | (iff flags&1)      | (iff flags&2)     | (iff flags&4) |           |         | u32 LE |
+//	+---------+------+------+-------+--------------------+-------------------+---------------+-----------+---------+--------+
 //	kind:  1 stored, 2 removed, 3 cleared (event.Kind)
 //	tier:  0 device, 1 host_pinned, 2 disk, 3 external (event.Tier)
 //	flags: bit 0 = has parent (Stored only); bit 1 = has source_seq (the seq of the vLLM batch
-//	       that carried the event, event.RouterEvent.SourceSeq); other bits must be 0
+//	       that carried the event, event.RouterEvent.SourceSeq); bit 2 = has group (Stored and
+//	       Removed only: the engine's KV-cache group, event.RouterEvent.Group); other bits must be 0
+//	group: group_idx uvarint | kind u8 (event.GroupKind: 0 unset, 1 full_attention,
+//	       2 mla_attention, 3 sink_full_attention, 4 sliding_window, 5 sliding_window_mla,
+//	       6 mamba, 7 chunked_local_attention, 8 encoder_only_attention, 9 cross_attention,
+//	       255 other) | sliding_window uvarint (tokens, 0 none) | block_size uvarint (0 unknown).
+//	       A record without it (every record written before groups existed) has no group
+//	       metadata: its rank's one main group.
 //	items: stored:  n × ( block_hash u64 LE | tokens_hash u64 LE )     16 bytes each
 //	       removed: n × ( block_hash u64 LE )                            8 bytes each
 //	       cleared: n = 0, no items
@@ -86,9 +93,17 @@
 // Format 1 had no partition in the rank keys or in the crcs. wal.Open upgrades a format-1 dir in
 // place: every per-rank key moves to partition 0, each value keeping its bytes but its crc
 // (re-computed over the new rank bytes when the old crc checks; a damaged value keeps its bad
-// crc), in atomic synced batches of 4,096 keys, the version record set to 2 last. A crash
-// mid-upgrade leaves version 1 and a mix of old and new keys (told apart by length): the next
-// open finishes it.
+// crc), in atomic synced batches of 4,096 keys, the version record set to the current format
+// last. A crash mid-upgrade leaves version 1 and a mix of old and new keys (told apart by
+// length): the next open finishes it.
+//
+// # Format 2 → 3
+//
+// Format 3 added the record flag bit 2 (a KV-cache group after source_seq). A format-2 dir holds
+// no such record, so it is a valid format-3 dir: a read-write wal.Open only sets the version
+// record to 3 (a format-2 binary then refuses the dir instead of reading group records as
+// corrupt); a read-only open reads a format-2 dir as it is. testdata/format2 is a dir of the last
+// format-2 binary (TestUpgradeFormat2InPlace).
 //
 // Gap sequence numbers rise per rank (1, 2, ...); a gap outcome is 0 lost, 1 recovered,
 // 2 pending. Global metadata ('K'|name) values are opaque here.

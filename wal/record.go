@@ -18,6 +18,7 @@ const (
 
 	flagHasParent byte = 1 << 0 // record flags: parent_hash present
 	flagSourceSeq byte = 1 << 1 // record flags: source_seq present
+	flagGroup     byte = 1 << 2 // record flags: KV-cache group present (Stored, Removed)
 	flagDegraded  byte = 1 << 0 // cursor flags: the rank is degraded
 
 	crcLen = 4
@@ -52,6 +53,10 @@ func bodySize(ev *event.RouterEvent) int {
 	if ev.HasSourceSeq {
 		n += 8
 	}
+	if hasGroup(ev) {
+		g := &ev.Group
+		n += uvarintLen(uint64(g.Idx)) + 1 + uvarintLen(uint64(g.SlidingWindow)) + uvarintLen(uint64(g.BlockSize))
+	}
 	switch ev.Kind {
 	case event.KindStored:
 		n += uvarintLen(uint64(len(ev.Blocks))) + 16*len(ev.Blocks)
@@ -61,6 +66,11 @@ func bodySize(ev *event.RouterEvent) int {
 		n++
 	}
 	return n
+}
+
+// hasGroup: the record carries ev's group (a Cleared never does).
+func hasGroup(ev *event.RouterEvent) bool {
+	return ev.HasGroup && ev.Kind != event.KindCleared
 }
 
 func uvarintLen(x uint64) int {
@@ -94,12 +104,22 @@ func appendBody(dst []byte, ev *event.RouterEvent) []byte {
 	if ev.HasSourceSeq {
 		flags |= flagSourceSeq
 	}
+	if hasGroup(ev) {
+		flags |= flagGroup
+	}
 	dst = append(dst, byte(ev.Kind), byte(ev.Tier), flags)
 	if flags&flagHasParent != 0 {
 		dst = binary.LittleEndian.AppendUint64(dst, ev.ParentHash)
 	}
 	if flags&flagSourceSeq != 0 {
 		dst = binary.LittleEndian.AppendUint64(dst, ev.SourceSeq)
+	}
+	if flags&flagGroup != 0 {
+		g := &ev.Group
+		dst = binary.AppendUvarint(dst, uint64(g.Idx))
+		dst = append(dst, byte(g.Kind))
+		dst = binary.AppendUvarint(dst, uint64(g.SlidingWindow))
+		dst = binary.AppendUvarint(dst, uint64(g.BlockSize))
 	}
 	switch ev.Kind {
 	case event.KindStored:
@@ -161,7 +181,8 @@ func decodeBody(ev *event.RouterEvent, b []byte) ([]byte, error) {
 	b = b[3:]
 	ev.HasParent, ev.ParentHash = false, 0
 	ev.HasSourceSeq, ev.SourceSeq = false, 0
-	if flags&^(flagHasParent|flagSourceSeq) != 0 {
+	ev.HasGroup, ev.Group = false, event.Group{}
+	if flags&^(flagHasParent|flagSourceSeq|flagGroup) != 0 {
 		return nil, fmt.Errorf("unknown flags %#x", flags)
 	}
 	if flags&flagHasParent != 0 {
@@ -177,6 +198,12 @@ func decodeBody(ev *event.RouterEvent, b []byte) ([]byte, error) {
 		}
 		ev.HasSourceSeq, ev.SourceSeq = true, binary.LittleEndian.Uint64(b)
 		b = b[8:]
+	}
+	if flags&flagGroup != 0 {
+		var err error
+		if b, err = decodeGroup(ev, b); err != nil {
+			return nil, err
+		}
 	}
 	n, k := binary.Uvarint(b)
 	if k <= 0 {
@@ -211,6 +238,35 @@ func decodeBody(ev *event.RouterEvent, b []byte) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("unknown kind %d", ev.Kind)
 	}
+	return b, nil
+}
+
+// decodeGroup reads a record's group: group_idx uvarint | kind u8 | sliding_window uvarint |
+// block_size uvarint.
+func decodeGroup(ev *event.RouterEvent, b []byte) ([]byte, error) {
+	if ev.Kind == event.KindCleared {
+		return nil, fmt.Errorf("cleared with a group")
+	}
+	var u [3]uint64
+	var kind byte
+	for i := range u {
+		v, k := binary.Uvarint(b)
+		if k <= 0 || v > math.MaxUint32 {
+			return nil, fmt.Errorf("group: %w", errShort)
+		}
+		u[i], b = v, b[k:]
+		if i == 0 {
+			if len(b) < 1 {
+				return nil, fmt.Errorf("group kind: %w", errShort)
+			}
+			kind, b = b[0], b[1:]
+		}
+	}
+	g := event.Group{Idx: uint32(u[0]), Kind: event.GroupKind(kind), SlidingWindow: uint32(u[1]), BlockSize: uint32(u[2])}
+	if !g.Kind.Valid() {
+		return nil, fmt.Errorf("unknown group kind %d", kind)
+	}
+	ev.HasGroup, ev.Group = true, g
 	return b, nil
 }
 

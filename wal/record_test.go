@@ -37,6 +37,14 @@ func genEvent(t *rapid.T, label string) event.RouterEvent {
 	if rapid.Bool().Draw(t, label+"hasSourceSeq") {
 		ev.HasSourceSeq, ev.SourceSeq = true, hash.Draw(t, label+"sourceSeq")
 	}
+	if ev.Kind != event.KindCleared && rapid.Bool().Draw(t, label+"hasGroup") {
+		u32 := rapid.OneOf(rapid.Uint32(), rapid.Uint32Range(0, 200))
+		kind := rapid.SampledFrom([]event.GroupKind{event.GroupKindUnset, event.GroupKindFullAttention,
+			event.GroupKindSlidingWindow, event.GroupKindMamba, event.GroupKindCrossAttention, event.GroupKindOther}).Draw(t, label+"groupKind")
+		ev.HasGroup = true
+		ev.Group = event.Group{Idx: u32.Draw(t, label+"groupIdx"), Kind: kind,
+			SlidingWindow: u32.Draw(t, label+"window"), BlockSize: u32.Draw(t, label+"blockSize")}
+	}
 	return ev
 }
 

@@ -141,11 +141,19 @@ func resealV1(oldKey, newKey, val []byte) []byte {
 func upgrade(st *store.Store, lg interface {
 	Info(msg string, args ...any)
 }) error {
+	if st.Version() == store.FormatV2 && !st.ReadOnly() {
+		// Format 3 only added a record flag (KV-cache groups): format-2 records read as they are.
+		if err := st.SetVersion(store.FormatVersion); err != nil {
+			return err
+		}
+		lg.Info("data dir upgraded", "from", store.FormatV2, "format", store.FormatVersion)
+		return nil
+	}
 	if st.Version() != store.FormatV1 {
 		return nil
 	}
 	start := time.Now()
-	lg.Info("upgrading the data dir from format 1 to 2 (partitions enter the rank keys)", "dir", st.Dir())
+	lg.Info("upgrading the data dir from format 1 (partitions enter the rank keys)", "dir", st.Dir(), "format", store.FormatVersion)
 	moved, err := upgradeV1(st, func(moved int) { lg.Info("upgrade progress", "keys_moved", moved) })
 	if err != nil {
 		return err

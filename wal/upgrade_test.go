@@ -142,3 +142,68 @@ func TestUpgradeFormat1Resumes(t *testing.T) {
 	}
 	checkFormat1Content(t, l)
 }
+
+// TestUpgradeFormat2InPlace: a data dir written by the last format-2 binary (testdata/format2,
+// before KV-cache groups in log records) opens read-only as it is, and read-write is set to
+// format 3; its records read back with no group metadata.
+func TestUpgradeFormat2InPlace(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.CopyFS(dir, os.DirFS("../testdata/format2/datadir")); err != nil {
+		t.Fatal(err)
+	}
+	check := func(l *Log) {
+		t.Helper()
+		ranks, err := l.Ranks()
+		if err != nil || len(ranks) != 2 {
+			t.Fatalf("ranks %v %v", ranks, err)
+		}
+		for _, w := range []struct {
+			rank              event.Rank
+			first, last, snap uint64
+		}{{event.Rank{WorkerID: 1}, 9, 12, 8}, {event.Rank{WorkerID: 2}, 1, 2, 0}} {
+			first, _ := l.First(w.rank)
+			last, _ := l.Last(w.rank)
+			meta, err := l.RankMeta(w.rank)
+			if err != nil || first != w.first || last != w.last || meta.SnapshotID != w.snap {
+				t.Fatalf("rank %v: first %d last %d snapshot %d %v", w.rank, first, last, meta.SnapshotID, err)
+			}
+			if err := l.Range(w.rank, 0, 0, func(ev *event.RouterEvent) error {
+				if ev.HasGroup {
+					t.Fatalf("rank %v event %d has a group", w.rank, ev.EventID)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ro, err := store.Open(dir, store.Options{ReadOnly: true, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Open(ro, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ro.Version() != store.FormatV2 {
+		t.Fatalf("read-only open: version %d", ro.Version())
+	}
+	check(l)
+	if err := ro.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(dir, store.Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err = Open(st, Options{Logger: quietLogger()}); err != nil {
+		t.Fatal(err)
+	}
+	if st.Version() != store.FormatVersion || store.FormatVersion != 3 {
+		t.Fatalf("version %d after the upgrade", st.Version())
+	}
+	check(l)
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

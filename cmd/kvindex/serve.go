@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
+	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/server"
 	"github.com/kvindex/kvindex/wal"
 	"github.com/urfave/cli/v2"
@@ -85,6 +86,7 @@ func serveCommand() *cli.Command {
 			&cli.IntFlag{Name: "approx-max-blocks", Usage: "approximate mode: prune a partition's side index above this many (rank, block) entries to 80% of it, earliest deadline first (0 = no bound)", EnvVars: serveEnv("approx-max-blocks")},
 			&cli.Uint64Flag{Name: "retain-events", Value: server.DefaultRetainEvents, Usage: "keep at least this many log events per rank; older ones are folded into a snapshot online (0 = keep all)", EnvVars: serveEnv("retain-events")},
 			&cli.Float64Flag{Name: "checkpoint-ratio", Value: server.DefaultCheckpointRatio, Usage: "rewrite a rank's snapshot online (its log is kept) once its block operations since the last one exceed this many times its live blocks, so a restart replays little more than the live blocks (0 = off)", EnvVars: serveEnv("checkpoint-ratio")},
+			&cli.StringSliceFlag{Name: "indexed-group-kinds", Value: cli.NewStringSlice("full_attention", "mla_attention", "sink_full_attention"), Usage: "KV-cache group kinds of hybrid models whose vLLM events are indexed, comma separated; events of other kinds (sliding_window, mamba, ...) are counted and shown per rank, never indexed", EnvVars: serveEnv("indexed-group-kinds")},
 			&cli.StringFlag{Name: "upstream", Usage: "default recovery source of every worker: base URL of a kvindex serving /v1/ranks/{w}/{r}/events (e.g. the one beside the workers); gaps are fetched from it instead of being lost", EnvVars: serveEnv("upstream")},
 			&cli.DurationFlag{Name: "fetch-timeout", Value: 10 * time.Second, Usage: "per-request timeout of recovery fetches (8 tries, backoff 200ms·2^n)", EnvVars: serveEnv("fetch-timeout")},
 			&cli.DurationFlag{Name: "fetch-backoff", Value: 200 * time.Millisecond, Usage: "first retry backoff of a recovery fetch; doubles each try", EnvVars: serveEnv("fetch-backoff")},
@@ -144,6 +146,10 @@ func serveCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			kinds, err := event.ParseGroupKinds(c.StringSlice("indexed-group-kinds"))
+			if err != nil {
+				return err
+			}
 			err = server.Run(c.Context, server.Config{
 				MemTableSize:    memtable,
 				CacheSize:       cache,
@@ -173,6 +179,8 @@ func serveCommand() *cli.Command {
 				ApproxTTLZero:   c.IsSet("approx-ttl") && c.Duration("approx-ttl") == 0,
 				ApproxMaxBlocks: c.Int("approx-max-blocks"),
 				Logger:          slog.Default(),
+
+				IndexedGroupKinds: kinds,
 			})
 			if errors.Is(err, server.ErrTLSConfig) {
 				return usageError{err}
