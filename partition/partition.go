@@ -37,12 +37,10 @@ type Key struct {
 // Default is the default partition's key.
 var Default = Key{ModelName: DefaultName, RoutingGroup: DefaultName}
 
-// KeyOf returns the key for the given names, empty ones meaning "default"; tenant is read as the
-// routing group when group is empty (Dynamo's tenant_id).
-func KeyOf(model, group, tenant string) Key {
-	if group == "" {
-		group = tenant
-	}
+// KeyOf returns the key for the given names, empty ones meaning "default". tenant (Dynamo's
+// legacy tenant_id) is accepted and ignored, as Dynamo ignores it (SPEC §9): it never selects a
+// routing group.
+func KeyOf(model, group, _tenant string) Key {
 	if model == "" {
 		model = DefaultName
 	}

@@ -27,9 +27,12 @@ func TestSetRules(t *testing.T) {
 	if err != nil || a.ID != 1 || a.BlockSize != 16 {
 		t.Fatalf("first partition: %+v %v", a, err)
 	}
-	b, err := s.Ensure(ctx, KeyOf("llama", "", "tenant-x"), 32)
-	if err != nil || b.ID != 2 || b.BlockSize != 32 || b.Key.RoutingGroup != "tenant-x" {
-		t.Fatalf("tenant_id as routing group: %+v %v", b, err)
+	if k := KeyOf("llama", "", "tenant-x"); k != a.Key {
+		t.Fatalf("tenant_id is ignored (SPEC §9): KeyOf(llama, \"\", tenant-x) = %v, want %v", k, a.Key)
+	}
+	b, err := s.Ensure(ctx, KeyOf("llama", "group-x", ""), 32)
+	if err != nil || b.ID != 2 || b.BlockSize != 32 || b.Key.RoutingGroup != "group-x" {
+		t.Fatalf("a routing group: %+v %v", b, err)
 	}
 	if _, err := s.Ensure(ctx, b.Key, 64); !errors.Is(err, ErrBlockSizeMismatch) {
 		t.Fatalf("block size mismatch: %v", err)

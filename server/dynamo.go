@@ -191,17 +191,29 @@ func (s *Server) claimRegistered() {
 // statusOK is Dynamo's success body.
 var statusOK = map[string]string{"status": "ok"}
 
-// decodeDynamo reads a JSON body into v; it answers 4xx itself and returns false.
+// decodeDynamo reads a JSON body into v as Dynamo's axum Json extractor does: unknown fields
+// are ignored; a body that is not a JSON object is 400, a field of the wrong type 422. It
+// answers itself and returns false.
 func (s *Server) decodeDynamo(w http.ResponseWriter, r *http.Request, v any) bool {
 	body, _, ok := s.readBody(w, r, bodyJSON)
 	if !ok {
 		return false
 	}
 	if err := decodeStrict(body, v); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		code := http.StatusBadRequest
+		if json.Valid(body) && bytes.HasPrefix(bytes.TrimSpace(body), []byte("{")) {
+			code = http.StatusUnprocessableEntity
+		}
+		writeError(w, code, err.Error())
 		return false
 	}
 	return true
+}
+
+// missingField answers Dynamo's 422 for a required field the body lacks (its Json extractor's
+// "missing field" rejection; kvindex answers it as {"error"} JSON).
+func missingField(w http.ResponseWriter, name string) {
+	writeError(w, http.StatusUnprocessableEntity, "missing field `"+name+"`")
 }
 
 func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
@@ -218,13 +230,19 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case req.InstanceID == nil:
-		writeError(w, http.StatusBadRequest, "missing field instance_id")
+		missingField(w, "instance_id")
 		return
 	case req.Endpoint == nil:
-		writeError(w, http.StatusBadRequest, "missing field endpoint")
+		missingField(w, "endpoint")
 		return
-	case req.BlockSize == nil || *req.BlockSize == 0:
-		writeError(w, http.StatusBadRequest, "missing field block_size (tokens per block, > 0)")
+	case req.ModelName == "":
+		missingField(w, "model_name")
+		return
+	case req.BlockSize == nil:
+		missingField(w, "block_size")
+		return
+	case *req.BlockSize == 0:
+		writeError(w, http.StatusBadRequest, "block_size must be > 0 (tokens per block)")
 		return
 	}
 	reg := registration{InstanceID: *req.InstanceID, DPRank: req.DPRank, Endpoint: *req.Endpoint, ReplayEndpoint: req.ReplayEndpoint,
@@ -297,19 +315,22 @@ func (s *Server) postUnregister(w http.ResponseWriter, r *http.Request) {
 		InstanceID   *uint64 `json:"instance_id"`
 		ModelName    string  `json:"model_name"`
 		RoutingGroup string  `json:"routing_group"`
-		TenantID     string  `json:"tenant_id"`
 		DPRank       *uint32 `json:"dp_rank"`
 	}
 	if !s.decodeDynamo(w, r, &req) {
 		return
 	}
-	if req.InstanceID == nil {
-		writeError(w, http.StatusBadRequest, "missing field instance_id")
+	switch {
+	case req.InstanceID == nil:
+		missingField(w, "instance_id")
+		return
+	case req.ModelName == "":
+		missingField(w, "model_name")
 		return
 	}
 	inst := *req.InstanceID
-	want := partition.KeyOf(req.ModelName, req.RoutingGroup, req.TenantID)
-	anyGroup := req.RoutingGroup == "" && req.TenantID == ""
+	want := partition.KeyOf(req.ModelName, req.RoutingGroup, "")
+	anyGroup := req.RoutingGroup == ""
 	s.reg.mu.Lock()
 	defer s.reg.mu.Unlock()
 	// The instance's partition: its registrations', else the one its ranks are in.
@@ -465,15 +486,9 @@ func aggregateStatus(ls map[string]listenerJSON) string {
 }
 
 func (s *Server) getWorkers(w http.ResponseWriter, r *http.Request) {
+	// Unknown parameters (tenant_id among them) are ignored, as Dynamo ignores them.
 	q := r.URL.Query()
-	if err := checkQuery(q, partitionParams...); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
 	model, group := q.Get("model_name"), q.Get("routing_group")
-	if group == "" {
-		group = q.Get("tenant_id")
-	}
 	states := map[string]vllm.Status{}
 	for _, st := range s.zmq.Status() {
 		states[st.ID] = st
@@ -598,8 +613,12 @@ func (s *Server) postQuery(w http.ResponseWriter, r *http.Request) {
 	if !s.decodeDynamo(w, r, &req) {
 		return
 	}
-	if req.TokenIDs == nil {
-		writeError(w, http.StatusBadRequest, "missing field token_ids")
+	switch {
+	case req.TokenIDs == nil:
+		missingField(w, "token_ids")
+		return
+	case req.ModelName == "":
+		missingField(w, "model_name")
 		return
 	}
 	p, ok := s.queryPartition(w, r, req.partitionNames)
@@ -648,8 +667,12 @@ func (s *Server) postQueryByHash(w http.ResponseWriter, r *http.Request) {
 	if !s.decodeDynamo(w, r, &req) {
 		return
 	}
-	if req.BlockHashes == nil {
-		writeError(w, http.StatusBadRequest, "missing field block_hashes")
+	switch {
+	case req.BlockHashes == nil:
+		missingField(w, "block_hashes")
+		return
+	case req.ModelName == "":
+		missingField(w, "model_name")
 		return
 	}
 	if len(req.CacheSalt) > 0 && !bytes.Equal(req.CacheSalt, []byte("null")) {
@@ -693,10 +716,6 @@ func (s *Server) dumpedPartitions() []*partition.Partition {
 // partition's tree as Stored events in replay order (ids from 0 per rank), each rank read on its
 // lane.
 func (s *Server) getDump(w http.ResponseWriter, r *http.Request) {
-	if err := checkQuery(r.URL.Query()); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
 	buf := []byte{'{'}
 	for i, p := range s.dumpedPartitions() {
 		if i > 0 {
@@ -748,7 +767,7 @@ func (s *Server) peerURL(w http.ResponseWriter, r *http.Request) (string, bool) 
 		return "", false
 	}
 	if req.URL == nil {
-		writeError(w, http.StatusBadRequest, "missing field url")
+		missingField(w, "url")
 		return "", false
 	}
 	if err := checkSourceURL(*req.URL); err != nil {

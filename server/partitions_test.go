@@ -107,7 +107,9 @@ func TestPartitionsNeverSeeEachOther(t *testing.T) {
 			{"", `{"block_hashes":[1,2],"model_name":"llama"}`, `{"scores":[{"worker_id":1,"dp_rank":0,"score":2,"tree_size":2}]}`},
 			{"?model_name=qwen&routing_group=lora-a", `{"block_hashes":[1,2]}`, `{"scores":[{"worker_id":2,"dp_rank":0,"score":1,"tree_size":1}]}`},
 			{"?model_name=qwen", `{"block_hashes":[1,2]}`, `{"scores":[]}`},
-			{"", `{"block_hashes":[1],"model_name":"qwen","tenant_id":"lora-a"}`, `{"scores":[{"worker_id":2,"dp_rank":0,"score":1,"tree_size":1}]}`},
+			// tenant_id is ignored (SPEC §9): it never selects a routing group, in the body or the query.
+			{"", `{"block_hashes":[1],"model_name":"qwen","tenant_id":"lora-a"}`, `{"scores":[]}`},
+			{"?model_name=qwen&tenant_id=lora-a", `{"block_hashes":[1]}`, `{"scores":[]}`},
 		} {
 			if code, body := g.do("POST", "/v1/find_matches"+tc.query, tc.body); code != 200 || body != tc.want {
 				t.Errorf("%s: find_matches%s %s = %d %s, want %s", when, tc.query, tc.body, code, body, tc.want)
