@@ -60,6 +60,7 @@ var sampleRequests = map[string][2]string{
 	"POST /deregister_peer":                          {"/deregister_peer", `{"url":"http://127.0.0.1:1"}`},
 	"GET /peers":                                     {"/peers", ""},
 	"GET /health":                                    {"/health", ""},
+	"POST /reopen_logs":                              {"/reopen_logs", ""},
 }
 
 // doReq sends one request with an optional Authorization header and returns status, headers and

@@ -199,6 +199,7 @@ func (s *Server) decodeDynamo(w http.ResponseWriter, r *http.Request, v any) boo
 	if !ok {
 		return false
 	}
+	noteModel(r, body)
 	if err := decodeStrict(body, v); err != nil {
 		code := http.StatusBadRequest
 		if json.Valid(body) && bytes.HasPrefix(bytes.TrimSpace(body), []byte("{")) {

@@ -123,12 +123,17 @@ func TestPeersBootstrapFromDynamoBeforeReady(t *testing.T) {
 		waitBody(t, "GET", ts.URL+"/metrics", "", want)
 	}
 	waitStatus("kvindex_ready 0")
-	if code, body := call(t, "GET", ts.URL+"/readyz", ""); code != http.StatusServiceUnavailable || !strings.Contains(body, "bootstrapping from peers") {
-		t.Fatalf("/readyz while the peer's dump is pending: %d %s, want 503 bootstrapping", code, body)
+	for _, p := range []string{"/readyz", "/health"} { // Dynamo's clients wait for /health (SPEC §9)
+		if code, body := call(t, "GET", ts.URL+p, ""); code != http.StatusServiceUnavailable || !strings.Contains(body, "bootstrapping from peers") {
+			t.Fatalf("%s while the peer's dump is pending: %d %s, want 503 bootstrapping", p, code, body)
+		}
 	}
 	close(release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+	if code, body := call(t, "GET", ts.URL+"/health", ""); code != http.StatusOK {
+		t.Fatalf("/health once ready: %d %s", code, body)
 	}
 	waitBody(t, "POST", ts.URL+"/query", `{"token_ids":[1,2,3,4,5,6,7,8],"model_name":"llama"}`, `"scores":{"7":{"0":8}}`)
 
