@@ -431,18 +431,23 @@ func (s *Server) forget(ctx context.Context, regs []registration) error {
 	return nil
 }
 
-// Listener states of /workers (Dynamo's ListenerStatus).
+// Listener states of /workers (Dynamo's ListenerStatus). In Dynamo a listener is pending until
+// its SUB socket is set up and active after (libzmq's connect succeeds with no publisher up);
+// failed is terminal. kvindex's source retries a publisher that is not up (yet) for ever, so it
+// reads pending while it dials or backs off, and never failed (its last error is in
+// GET /v1/sources).
 const (
-	listenerPending = "pending" // connecting
+	listenerPending = "pending" // dialing, or backing off before the next dial
 	listenerActive  = "active"  // connected (or replaying a gap)
 	listenerPaused  = "paused"  // its source is not running
-	listenerFailed  = "failed"  // backing off after a failed dial or a lost connection
+	listenerFailed  = "failed"  // stopped for good (kvindex's sources never are)
 )
 
+// listenerJSON is one listener of /workers (Dynamo's last_error goes with failed only, which
+// kvindex's sources never are).
 type listenerJSON struct {
-	Endpoint  string `json:"endpoint"`
-	Status    string `json:"status"`
-	LastError string `json:"last_error,omitempty"`
+	Endpoint string `json:"endpoint"`
+	Status   string `json:"status"`
 }
 
 type workerJSON struct {
@@ -457,18 +462,16 @@ type workerJSON struct {
 }
 
 // listenerOf maps a source's state to Dynamo's listener status.
-func listenerOf(st vllm.Status, running bool) (status, lastErr string) {
+func listenerOf(st vllm.Status, running bool) string {
 	switch {
 	case !running:
-		return listenerPaused, ""
+		return listenerPaused
 	case st.State == vllm.StateConnected || st.State == vllm.StateReplaying:
-		return listenerActive, ""
-	case st.State == vllm.StateBackoff:
-		return listenerFailed, st.LastError
+		return listenerActive
 	case st.State == vllm.StateStopped:
-		return listenerPaused, ""
+		return listenerPaused
 	}
-	return listenerPending, ""
+	return listenerPending
 }
 
 // aggregateStatus is an instance's status from its listeners': failed wins, then pending, then
@@ -505,10 +508,10 @@ func (s *Server) getWorkers(w http.ResponseWriter, r *http.Request) {
 		}
 		wj := &out[len(out)-1]
 		st, running := states[x.SourceID]
-		status, lastErr := listenerOf(st, running)
+		status := listenerOf(st, running)
 		dp := strconv.FormatUint(uint64(x.DPRank), 10)
 		wj.Endpoints[dp] = x.Endpoint
-		wj.Listeners[dp] = listenerJSON{Endpoint: x.Endpoint, Status: status, LastError: lastErr}
+		wj.Listeners[dp] = listenerJSON{Endpoint: x.Endpoint, Status: status}
 	}
 	for i := range out {
 		out[i].Status = aggregateStatus(out[i].Listeners)

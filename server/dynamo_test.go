@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/vllm"
 	"github.com/kvindex/kvindex/wal"
 )
 
@@ -307,4 +309,45 @@ func TestRegistrationIngestsAndPersists(t *testing.T) {
 		}
 	}
 	waitBody(t, "POST", url+"/query", query, `{"scores":{},"frequencies":[],"instances":{}}`)
+}
+
+// TestListenerStates checks the rule "a listener whose publisher is not up (yet) is pending, as
+// in Dynamo, never failed (failed is terminal there, and kvindex's sources retry for ever);
+// connected or replaying is active; a source that does not run is paused".
+func TestListenerStates(t *testing.T) {
+	for _, tc := range []struct {
+		state   string
+		running bool
+		want    string
+	}{
+		{vllm.StateConnecting, true, listenerPending},
+		{vllm.StateBackoff, true, listenerPending},
+		{vllm.StateConnected, true, listenerActive},
+		{vllm.StateReplaying, true, listenerActive},
+		{vllm.StateStopped, true, listenerPaused},
+		{vllm.StateConnected, false, listenerPaused},
+	} {
+		if got := listenerOf(vllm.Status{State: tc.state, LastError: "dial refused"}, tc.running); got != tc.want {
+			t.Errorf("state %s running %v: %s, want %s", tc.state, tc.running, got, tc.want)
+		}
+	}
+
+	_, url, stop := serveConfig(t, quietConfig(t.TempDir()))
+	defer func() { _ = stop() }()
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // a port nobody serves once closed
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := "tcp://" + ln.Addr().String()
+	_ = ln.Close()
+	if code, body := call(t, "POST", url+"/register", `{"instance_id":5,"endpoint":"`+ep+`","model_name":"llama","block_size":4}`); code != 201 {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	waitBody(t, "GET", url+"/v1/sources", "", `"state":"backoff"`) // its dial failed
+	code, body := call(t, "GET", url+"/workers", "")
+	want := `[{"instance_id":5,"source":"zmq","status":"pending","model_name":"llama","routing_group":"default","block_size":4,"endpoints":{"0":"` + ep +
+		`"},"listeners":{"0":{"endpoint":"` + ep + `","status":"pending"}}}]`
+	if code != 200 || strings.TrimSpace(body) != want {
+		t.Fatalf("/workers with the publisher down: %d %s\nwant %s", code, body, want)
+	}
 }
