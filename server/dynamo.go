@@ -29,13 +29,15 @@ import (
 //     instance as its worker id, the registration's dp_rank for batches that carry none, and the
 //     partition and block size of the registration. It is persisted (global metadata
 //     "register/<instance_id>/<dp_rank>" and the source's own "zmqsource/<id>", in one batch), so
-//     a restarted kvindex resumes every registered listener from its seq cursor.
+//     a restarted kvindex resumes every registered listener from its seq cursor. Persistence
+//     does not change what a Dynamo client sees: the identical /register of a registered rank
+//     (a client re-registering after a restart) is 201; a conflicting one stays 409.
 //   - An instance belongs to one partition: /register refuses it (409) when it is registered, or
-//     has ranks from any source, in another partition. tenant_id is read as routing_group when
-//     routing_group is absent (SPEC §9), here as on every route.
+//     has ranks from any source, in another partition. tenant_id is accepted and ignored (SPEC §9),
+//     here as on every route.
 //   - /unregister removes the instance's ranks (blocks and logs) like DELETE /v1/workers/{id}, or
-//     one rank with dp_rank, and stops and forgets their sources. Without routing_group (and
-//     tenant_id) it matches the instance in any group of model_name.
+//     one rank with dp_rank, and stops and forgets their sources. Without routing_group it
+//     matches the instance in any group of model_name.
 //   - /query and /query_by_hash score like find_matches: the event-fed tree and, by the max rule
 //     of SPEC §8, the side index of approximate mode (frequencies count those scores too).
 //   - Scores are in tokens: blocks × the partition's block size. The instances summary is
@@ -263,8 +265,20 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 				partition.ErrWorkerElsewhere, reg.InstanceID, have[0].ModelName, have[0].RoutingGroup), -1)
 			return
 		}
-		if _, ok := s.reg.regs[reg.InstanceID][reg.DPRank]; ok {
-			writeError(w, http.StatusConflict, fmt.Errorf("instance %d dp_rank %d %w", reg.InstanceID, reg.DPRank, ErrAlreadyRegistered).Error())
+		if old, ok := s.reg.regs[reg.InstanceID][reg.DPRank]; ok {
+			if old != reg {
+				writeError(w, http.StatusConflict, fmt.Errorf("instance %d dp_rank %d %w", reg.InstanceID, reg.DPRank, ErrAlreadyRegistered).Error())
+				return
+			}
+			// The same registration again (a client re-registering after an indexer restart,
+			// Dynamo's documented flow): it succeeds; its source runs (started again if not).
+			if !s.zmq.Has(cfg.ID) {
+				if _, err := s.zmq.Add(cfg); err != nil {
+					s.submitError(w, fmt.Errorf("starting the source of instance %d dp_rank %d: %w", reg.InstanceID, reg.DPRank, err))
+					return
+				}
+			}
+			writeJSON(w, http.StatusCreated, statusOK)
 			return
 		}
 	}

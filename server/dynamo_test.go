@@ -290,6 +290,14 @@ func TestRegistrationIngestsAndPersists(t *testing.T) {
 	}
 
 	_, url, stop = serveConfig(t, cfg)
+	// The client registers again after the restart (Dynamo's flow): the same registration is 201,
+	// a conflicting one 409.
+	if code, body := call(t, "POST", url+"/register", `{"instance_id":42,"endpoint":"`+pub.ep+`","model_name":"llama","block_size":4,"dp_rank":3}`); code != 201 {
+		t.Fatalf("identical register after the restart: %d %s, want 201", code, body)
+	}
+	if code, body := call(t, "POST", url+"/register", `{"instance_id":42,"endpoint":"tcp://127.0.0.1:9","model_name":"llama","block_size":4,"dp_rank":3}`); code != 409 {
+		t.Fatalf("conflicting register after the restart: %d %s, want 409", code, body)
+	}
 	waitBody(t, "GET", url+"/workers", "", `"instance_id":42,"source":"zmq","status":"active","model_name":"llama","routing_group":"default","block_size":4,"endpoints":{"3":"`+pub.ep+`"}`)
 	pub.waitSubscribed()
 	pub.send("kv@pod@other", 1, vllmFixture(t, "stored_map")) // data_parallel_rank 0
