@@ -413,7 +413,31 @@ func (s *Server) postUnregister(w http.ResponseWriter, r *http.Request) {
 	}
 	s.lg.Info("instance unregistered", "instance_id", inst, "model_name", have.ModelName, "routing_group", have.RoutingGroup,
 		"registrations", len(regs))
+	if p != nil {
+		s.dropIfLeft(r.Context(), p.ID)
+	}
 	writeJSON(w, http.StatusOK, statusOK)
+}
+
+// dropIfLeft drops partition id when its last worker left (SPEC §9: /query answers 404, /dump
+// omits it, a later /register may give it another block size, across restarts): no registration
+// names it and the engine finds nothing in it. Callers hold s.reg.mu. A failure to drop is
+// logged; the removal that led here stands.
+func (s *Server) dropIfLeft(ctx context.Context, id uint32) {
+	p := s.parts.Get(id)
+	if p == nil {
+		return
+	}
+	for _, byRank := range s.reg.regs {
+		for _, x := range byRank {
+			if x.key() == p.Key {
+				return
+			}
+		}
+	}
+	if _, err := s.e.DropPartition(ctx, id); err != nil {
+		s.lg.Error("dropping a partition whose last worker left", "partition", p.Key.String(), "err", err)
+	}
 }
 
 // forget stops the sources of regs and deletes them, their cursors and the registrations
@@ -614,6 +638,11 @@ func (s *Server) answerQuery(w http.ResponseWriter, p *partition.Partition, hash
 func (s *Server) queryPartition(w http.ResponseWriter, r *http.Request, names partitionNames) (*partition.Partition, bool) {
 	key := partitionKey(r, names)
 	p, ok := s.parts.Lookup(key)
+	// The default partition is in every set; for Dynamo it exists only once created (recorded)
+	// or holding state, as nothing pre-exists in Dynamo's indexer at start.
+	if ok && !s.parts.Recorded(p.ID) && !s.e.PartitionHolds(p.ID) {
+		ok = false
+	}
 	if !ok {
 		writeError(w, http.StatusNotFound, fmt.Errorf("%w for model=%s routing_group=%s", ErrNoPartition, key.ModelName, key.RoutingGroup).Error())
 		return nil, false

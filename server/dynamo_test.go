@@ -316,7 +316,14 @@ func TestRegistrationIngestsAndPersists(t *testing.T) {
 			t.Errorf("GET %s after unregister and restart: %d %s, want []", p, code, body)
 		}
 	}
-	waitBody(t, "POST", url+"/query", query, `{"scores":{},"frequencies":[],"instances":{}}`)
+	// The partition's last worker left: it was dropped, durably (SPEC §9).
+	if code, body := call(t, "POST", url+"/query", query); code != 404 || !strings.Contains(body, "no indexer for model=llama routing_group=default") {
+		t.Fatalf("/query of the dropped partition after the restart: %d %s, want 404", code, body)
+	}
+	// A new deployment of the model may choose another block size.
+	if code, body := call(t, "POST", url+"/register", `{"instance_id":43,"endpoint":"`+pub.ep+`","model_name":"llama","block_size":16}`); code != 201 {
+		t.Fatalf("register llama with another block size: %d %s, want 201", code, body)
+	}
 }
 
 // TestListenerStates checks the rule "a listener whose publisher is not up (yet) is pending, as

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -152,5 +153,52 @@ func TestPartitionsNeverSeeEachOther(t *testing.T) {
 	g.do("DELETE", "/v1/workers/1", "")
 	if code, body := g.do("POST", "/v1/events", eventsJSON(d)); code != 200 {
 		t.Errorf("a removed worker in another partition: %d %s", code, body)
+	}
+}
+
+// TestDeleteDropsTheEmptiedPartition checks the rule "a partition whose last worker leaves by
+// DELETE /v1/workers/{id} is dropped, durably: Dynamo's /query answers 404, /v1/dump omits it, a
+// restart does not bring it back, and a later write may create it with another block size; a
+// partition with a worker left is kept".
+func TestDeleteDropsTheEmptiedPartition(t *testing.T) {
+	g := newPartitionRig(t)
+	ev := func(w int) string {
+		return fmt.Sprintf(`[{"worker_id":%d,"event":{"event_id":1,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":1,"tokens_hash":2}]}}}}]`, w)
+	}
+	for _, w := range []int{1, 2} {
+		if code, body := g.do("POST", "/v1/events?model_name=llama", ev(w)); code != 200 {
+			t.Fatalf("events of %d: %d %s", w, code, body)
+		}
+	}
+	q := `{"block_hashes":[2],"model_name":"llama"}`
+	if code, body := g.do("DELETE", "/v1/workers/1", ""); code != 200 {
+		t.Fatalf("DELETE 1: %d %s", code, body)
+	}
+	if code, body := g.do("POST", "/query_by_hash", q); code != 200 || !strings.Contains(body, `"2":{"0":16}`) {
+		t.Fatalf("worker 2 is left: %d %s", code, body)
+	}
+	if code, body := g.do("DELETE", "/v1/workers/2", ""); code != 200 {
+		t.Fatalf("DELETE 2: %d %s", code, body)
+	}
+	check := func(when string) {
+		t.Helper()
+		if code, body := g.do("POST", "/query_by_hash", q); code != 404 {
+			t.Errorf("%s: /query_by_hash of the emptied partition: %d %s, want 404", when, code, body)
+		}
+		if _, body := g.do("GET", "/v1/dump", ""); strings.Contains(body, "llama") {
+			t.Errorf("%s: /v1/dump names the dropped partition: %s", when, body)
+		}
+	}
+	check("after the last DELETE")
+	g.close()
+	g.open()
+	check("after a restart")
+	body := "{\"partition\":{\"model_name\":\"llama\",\"routing_group\":\"default\",\"block_size\":32}}\n" +
+		`{"worker_id":3,"event":{"event_id":1,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":1,"tokens_hash":2}]}}}}` + "\n"
+	if code, got := g.doType("POST", "/v1/events", "application/x-ndjson", body); code != 200 {
+		t.Fatalf("llama again with block size 32: %d %s", code, got)
+	}
+	if code, got := g.do("POST", "/query_by_hash", q); code != 200 || !strings.Contains(got, `"3":{"0":32}`) {
+		t.Fatalf("the new llama partition: %d %s, want worker 3 with 32 tokens", code, got)
 	}
 }
