@@ -366,3 +366,34 @@ func TestListenerStates(t *testing.T) {
 		t.Fatalf("/workers with the publisher down: %d %s\nwant %s", code, body, want)
 	}
 }
+
+// TestDynamoMetricFamilies checks the rule "/metrics also exports Dynamo's indexer families:
+// dynamo_kvindexer_requests_total{endpoint,method}, _request_duration_seconds{endpoint},
+// _errors_total{endpoint,status_class}, _models, _workers, _listeners{status} (every status)".
+func TestDynamoMetricFamilies(t *testing.T) {
+	_, url, stop := serveConfig(t, quietConfig(t.TempDir()))
+	defer func() { _ = stop() }()
+	if code, body := call(t, "POST", url+"/register", `{"instance_id":5,"endpoint":"tcp://127.0.0.1:1","model_name":"llama","block_size":4}`); code != 201 {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	call(t, "POST", url+"/query", `{"token_ids":[1,2,3,4],"model_name":"llama"}`)
+	call(t, "POST", url+"/query", `{"token_ids":[1,2,3,4],"model_name":"nope"}`) // 404
+	call(t, "POST", url+"/query", `{"model_name":"llama"}`)                      // 422
+	for series, want := range map[string]float64{
+		`dynamo_kvindexer_requests_total{endpoint="/query",method="POST"}`:    3,
+		`dynamo_kvindexer_requests_total{endpoint="/register",method="POST"}`: 1,
+		`dynamo_kvindexer_errors_total{endpoint="/query",status_class="4xx"}`: 2,
+		`dynamo_kvindexer_request_duration_seconds_count{endpoint="/query"}`:  3,
+		`dynamo_kvindexer_models`:                                        1,
+		`dynamo_kvindexer_workers`:                                       1,
+		`dynamo_kvindexer_listeners{status="pending"}`:                   1,
+		`dynamo_kvindexer_listeners{status="active"}`:                    0,
+		`dynamo_kvindexer_listeners{status="failed"}`:                    0,
+		`dynamo_kvindexer_listeners{status="paused"}`:                    0,
+		`kvindex_http_requests_total{code="201",route="POST /register"}`: 1,
+	} {
+		if got := scrapeValue(t, url, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+}
