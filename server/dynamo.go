@@ -851,7 +851,8 @@ func (s *Server) postDeregisterPeer(w http.ResponseWriter, r *http.Request) {
 	defer s.reg.mu.Unlock()
 	stored, known := s.reg.peers[u]
 	if !known {
-		writeError(w, http.StatusNotFound, fmt.Errorf("%w: %s", ErrPeerNotFound, u).Error())
+		writeError(w, http.StatusNotFound, ErrPeerNotFound.Error()) // Dynamo's exact answer
+		s.lg.Info("deregister_peer of an unknown peer", "url", u)
 		return
 	}
 	if stored {
