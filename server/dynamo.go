@@ -190,6 +190,18 @@ func (s *Server) claimRegistered() {
 	}
 }
 
+// dropLeftPartitions drops, at start, every partition nothing is left in (no worker, no
+// registration, no state): one whose last worker left in a crash between the removal and the
+// drop, or in a data dir of a kvindex that did not drop partitions. Dynamo's indexer starts with
+// none.
+func (s *Server) dropLeftPartitions(ctx context.Context) {
+	s.reg.mu.Lock()
+	defer s.reg.mu.Unlock()
+	for _, p := range s.parts.All() {
+		s.dropIfLeft(ctx, p.ID)
+	}
+}
+
 // statusOK is Dynamo's success body.
 var statusOK = map[string]string{"status": "ok"}
 

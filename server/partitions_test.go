@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/wal"
 )
 
@@ -200,5 +201,30 @@ func TestDeleteDropsTheEmptiedPartition(t *testing.T) {
 	}
 	if code, got := g.do("POST", "/query_by_hash", q); code != 200 || !strings.Contains(got, `"3":{"0":32}`) {
 		t.Fatalf("the new llama partition: %d %s, want worker 3 with 32 tokens", code, got)
+	}
+}
+
+// TestStartDropsLeftPartitions checks the rule "at start, a partition nothing is left in (a
+// record only: its last worker left in a crash before the drop, or under a kvindex that did not
+// drop partitions) is dropped; one with a registration is kept".
+func TestStartDropsLeftPartitions(t *testing.T) {
+	g := newPartitionRig(t)
+	ctx := context.Background()
+	if _, err := g.s.parts.Ensure(ctx, partition.Key{ModelName: "left", RoutingGroup: "default"}, 4); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := g.do("POST", "/register", `{"instance_id":5,"endpoint":"tcp://127.0.0.1:1","model_name":"kept","block_size":8}`); code != 201 {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	g.close()
+	g.open()
+	if _, ok := g.s.parts.Lookup(partition.Key{ModelName: "left", RoutingGroup: "default"}); ok {
+		t.Error("a partition with nothing left came back after a restart")
+	}
+	if code, body := g.do("POST", "/query", `{"token_ids":[1,2,3,4,5,6,7,8],"model_name":"kept"}`); code != 200 {
+		t.Errorf("the registered partition after a restart: %d %s, want 200", code, body)
+	}
+	if code, body := g.do("POST", "/register", `{"instance_id":6,"endpoint":"tcp://127.0.0.1:1","model_name":"left","block_size":16}`); code != 201 {
+		t.Errorf("register left with another block size: %d %s, want 201", code, body)
 	}
 }

@@ -204,6 +204,7 @@ func (s *Server) Recover(ctx context.Context) error {
 		return err
 	}
 	s.claimRegistered()
+	s.dropLeftPartitions(ctx)
 	s.bootstrapFromPeers(ctx)
 	if err := s.startZMQ(); err != nil {
 		return err
