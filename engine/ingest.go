@@ -31,19 +31,36 @@ func (e *PlaceError) Unwrap() error { return e.Err }
 // ranks in another partition is refused (partition.ErrWorkerElsewhere); an existing partition
 // of another block size is refused when blockSize > 0 (partition.ErrBlockSizeMismatch).
 func (e *Engine) Place(ctx context.Context, key partition.Key, blockSize int, worker uint64) (uint32, error) {
-	p, err := e.parts.Ensure(ctx, key, blockSize)
-	if err != nil {
-		return 0, err
+	for {
+		p, err := e.parts.Ensure(ctx, key, blockSize)
+		if err != nil {
+			return 0, err
+		}
+		err = e.parts.Claim(worker, p.ID)
+		if errors.Is(err, partition.ErrDropped) {
+			continue // dropped between Ensure and Claim (DropPartition): ensure it anew
+		}
+		if err != nil {
+			return 0, err
+		}
+		return p.ID, nil
 	}
-	if err := e.parts.Claim(worker, p.ID); err != nil {
-		return 0, err
-	}
-	return p.ID, nil
 }
 
 // place puts evs in key's partition (created when needed) and claims their workers for it. A
 // worker of another partition fails the whole batch before anything is claimed.
 func (e *Engine) place(ctx context.Context, key partition.Key, blockSize int, evs []event.RouterEvent) error {
+	for {
+		err := e.placeOnce(ctx, key, blockSize, evs)
+		if !errors.Is(err, partition.ErrDropped) {
+			return err
+		}
+		// The partition was dropped between Ensure and the first Claim (DropPartition): none of
+		// the batch's workers was claimed for it (a claimed worker keeps it); ensure it anew.
+	}
+}
+
+func (e *Engine) placeOnce(ctx context.Context, key partition.Key, blockSize int, evs []event.RouterEvent) error {
 	p, err := e.parts.Ensure(ctx, key, blockSize)
 	if err != nil {
 		return &PlaceError{Index: -1, Err: err}
@@ -165,6 +182,40 @@ func (e *Engine) RemoveWorker(ctx context.Context, worker uint64, key *partition
 	}
 	e.parts.Release(worker) // the worker may join another partition now
 	return n, nil
+}
+
+// DropPartition drops partition id when nothing is left in it — no worker belongs to it, and it
+// holds no event-fed rank, lower-tier or side entry — deleting its record durably, so a restart
+// does not bring it back and a later write or /register may create it with another block size
+// (docs/CONTRACT.md §9). Callers that keep state of their own in a partition (registrations) check it first.
+func (e *Engine) DropPartition(ctx context.Context, id uint32) (bool, error) {
+	p := e.parts.Get(id)
+	if p == nil || e.PartitionHolds(id) {
+		return false, nil
+	}
+	dropped, err := e.parts.Drop(ctx, id)
+	if dropped {
+		e.lg.Info("partition dropped: its last worker left", "partition", p.Key.String(), "id", id)
+	}
+	return dropped, err
+}
+
+// PartitionHolds reports whether partition id holds anything: event-fed ranks, lower-tier or
+// side entries.
+func (e *Engine) PartitionHolds(id uint32) bool {
+	p := e.parts.Get(id)
+	if p == nil {
+		return false
+	}
+	if !e.PartitionEmpty(id) || len(p.Tiers.Ranks()) > 0 {
+		return true
+	}
+	for _, rk := range e.approx.Ranks() {
+		if rk.Partition == id {
+			return true
+		}
+	}
+	return false
 }
 
 // RemoveRankIn durably removes a worker's rank found as WorkerPartition finds it: with key

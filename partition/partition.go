@@ -23,6 +23,9 @@ var (
 	ErrWorkerElsewhere = errors.New("partition: worker belongs to another partition")
 	// ErrBadName: an empty or oversized model_name / routing_group.
 	ErrBadName = errors.New("partition: bad name")
+	// ErrDropped: a Claim for a partition that was dropped since it was looked up (the caller
+	// ensures the partition again).
+	ErrDropped = errors.New("partition: dropped")
 )
 
 // DefaultName is the model_name and routing_group of the default partition.
@@ -37,12 +40,10 @@ type Key struct {
 // Default is the default partition's key.
 var Default = Key{ModelName: DefaultName, RoutingGroup: DefaultName}
 
-// KeyOf returns the key for the given names, empty ones meaning "default"; tenant is read as the
-// routing group when group is empty (Dynamo's tenant_id).
-func KeyOf(model, group, tenant string) Key {
-	if group == "" {
-		group = tenant
-	}
+// KeyOf returns the key for the given names, empty ones meaning "default". tenant (Dynamo's
+// legacy tenant_id) is accepted and ignored, as Dynamo ignores it (docs/CONTRACT.md §9): it never selects a
+// routing group.
+func KeyOf(model, group, _tenant string) Key {
 	if model == "" {
 		model = DefaultName
 	}
@@ -88,6 +89,10 @@ type record struct {
 
 const metaPrefix = "partition/"
 
+// nextMeta keeps the next partition id once a partition was dropped, so a dropped id is never
+// given again (outside metaPrefix: Open reads every name under it as an id).
+const nextMeta = "partition-next"
+
 // Set is every partition of a data dir, and which partition each worker belongs to. Safe for
 // concurrent use.
 type Set struct {
@@ -100,13 +105,14 @@ type Set struct {
 	byKey   map[Key]*Partition
 	next    uint32
 	workers map[uint64]uint32
+	dropped map[uint32]bool // ids dropped (never reused: next only grows)
 }
 
 // Open loads the partitions recorded in log (nil: an in-memory set, for tests and tools).
 // defaultBlockSize is the block size of partitions created by a /v1 write.
 func Open(log *wal.Log, defaultBlockSize int, ixOpts index.Options) (*Set, error) {
 	s := &Set{log: log, blockSize: defaultBlockSize, ixOpts: ixOpts, byID: map[uint32]*Partition{},
-		byKey: map[Key]*Partition{}, next: 1, workers: map[uint64]uint32{}}
+		byKey: map[Key]*Partition{}, next: 1, workers: map[uint64]uint32{}, dropped: map[uint32]bool{}}
 	if log != nil {
 		m, err := log.Metas(metaPrefix)
 		if err != nil {
@@ -125,6 +131,17 @@ func Open(log *wal.Log, defaultBlockSize int, ixOpts index.Options) (*Set, error
 			p.persisted = true
 			s.byID[p.ID], s.byKey[p.Key] = p, p
 			s.next = max(s.next, p.ID+1)
+		}
+		v, ok, err := log.Meta(nextMeta)
+		if err != nil {
+			return nil, fmt.Errorf("partition: loading: %w", err)
+		}
+		if ok {
+			n, err := strconv.ParseUint(string(v), 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("partition: record %q: %w", nextMeta, err)
+			}
+			s.next = max(s.next, uint32(n))
 		}
 	}
 	if _, ok := s.byID[0]; !ok {
@@ -227,6 +244,9 @@ func (s *Set) CheckSize(k Key, blockSize int) error {
 func (s *Set) Claim(worker uint64, id uint32) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.dropped[id] {
+		return fmt.Errorf("%w: partition %d", ErrDropped, id)
+	}
 	if have, ok := s.workers[worker]; ok && have != id {
 		return fmt.Errorf("%w: worker %d has ranks in partition %s", ErrWorkerElsewhere, worker, s.byID[have].Key)
 	}
@@ -247,6 +267,56 @@ func (s *Set) Release(worker uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.workers, worker)
+}
+
+// Recorded reports whether partition id exists and has its record (was created by Ensure and not
+// dropped since). The default partition is in every set, recorded or not.
+func (s *Set) Recorded(id uint32) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	p := s.byID[id]
+	return p != nil && p.persisted
+}
+
+// Drop forgets partition id and deletes its record durably, so a restart does not bring it back
+// and a later Ensure may give it another block size (docs/CONTRACT.md §9: a partition whose last worker
+// leaves is dropped). It refuses (false) while a worker belongs to the partition; the caller
+// checks that the partition holds nothing else (ranks, tiers, side entries), and every write
+// into a partition claims its worker first, so a write racing the drop either keeps the
+// partition or, claiming after, gets ErrDropped and ensures it anew. The default partition
+// stays in the set, unrecorded, as in a new set.
+func (s *Set) Drop(ctx context.Context, id uint32) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.byID[id]
+	if p == nil || (id == 0 && !p.persisted) {
+		return false, nil
+	}
+	for _, have := range s.workers {
+		if have == id {
+			return false, nil
+		}
+	}
+	if s.log != nil && p.persisted {
+		b := s.log.NewBatch()
+		defer b.Close()
+		b.DeleteMeta(metaPrefix + strconv.FormatUint(uint64(id), 10))
+		b.SetMeta(nextMeta, []byte(strconv.FormatUint(uint64(s.next), 10)))
+		if err := s.log.Commit(ctx, b); err != nil {
+			return false, fmt.Errorf("partition: dropping %s: %w", p.Key, err)
+		}
+	}
+	if id == 0 {
+		p.persisted, p.BlockSize = false, s.blockSize
+		return true, nil
+	}
+	p.persisted = false
+	s.dropped[id] = true
+	delete(s.byID, id)
+	if s.byKey[p.Key] == p {
+		delete(s.byKey, p.Key)
+	}
+	return true, nil
 }
 
 // All returns every partition, by id.

@@ -3,9 +3,14 @@ package partition
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/store"
+	"github.com/kvindex/kvindex/wal"
 )
 
 // TestSetRules checks the package invariants: ids count up from 1 after the default (0), a
@@ -27,9 +32,12 @@ func TestSetRules(t *testing.T) {
 	if err != nil || a.ID != 1 || a.BlockSize != 16 {
 		t.Fatalf("first partition: %+v %v", a, err)
 	}
-	b, err := s.Ensure(ctx, KeyOf("llama", "", "tenant-x"), 32)
-	if err != nil || b.ID != 2 || b.BlockSize != 32 || b.Key.RoutingGroup != "tenant-x" {
-		t.Fatalf("tenant_id as routing group: %+v %v", b, err)
+	if k := KeyOf("llama", "", "tenant-x"); k != a.Key {
+		t.Fatalf("tenant_id is ignored (docs/CONTRACT.md §9): KeyOf(llama, \"\", tenant-x) = %v, want %v", k, a.Key)
+	}
+	b, err := s.Ensure(ctx, KeyOf("llama", "group-x", ""), 32)
+	if err != nil || b.ID != 2 || b.BlockSize != 32 || b.Key.RoutingGroup != "group-x" {
+		t.Fatalf("a routing group: %+v %v", b, err)
 	}
 	if _, err := s.Ensure(ctx, b.Key, 64); !errors.Is(err, ErrBlockSizeMismatch) {
 		t.Fatalf("block size mismatch: %v", err)
@@ -55,5 +63,80 @@ func TestSetRules(t *testing.T) {
 	}
 	if s.IndexOf(a.ID) != a.Index || s.IndexOf(0) == a.Index {
 		t.Fatal("IndexOf returns the partition's own tree")
+	}
+}
+
+// TestDropIsDurable checks the rules "a partition no worker belongs to can be dropped: its record
+// is deleted, so a reopened set does not bring it back and Ensure may give it another block size;
+// a partition a worker belongs to is kept; a Claim for a dropped partition is ErrDropped; the
+// default partition stays in the set, unrecorded".
+func TestDropIsDurable(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	open := func() (*Set, func()) {
+		t.Helper()
+		st, err := store.Open("data", store.Options{FS: fs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lg, err := wal.Open(st, wal.Options{Durability: wal.Sync, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Open(lg, 16, index.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, func() {
+			if err := lg.Close(); err != nil {
+				t.Error(err)
+			}
+			if err := st.Close(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	s, closeSet := open()
+	llama, err := s.Ensure(ctx, Key{"llama", "default"}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Ensure(ctx, Default, 8); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Claim(7, llama.ID); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.Drop(ctx, llama.ID); ok || err != nil {
+		t.Fatalf("drop of a partition worker 7 belongs to: %v %v, want kept", ok, err)
+	}
+	s.Release(7)
+	for _, id := range []uint32{llama.ID, 0} {
+		if ok, err := s.Drop(ctx, id); !ok || err != nil {
+			t.Fatalf("drop of partition %d: %v %v", id, ok, err)
+		}
+	}
+	if _, ok := s.Lookup(llama.Key); ok {
+		t.Fatal("a dropped partition is still looked up")
+	}
+	if err := s.Claim(8, llama.ID); !errors.Is(err, ErrDropped) {
+		t.Fatalf("claim for a dropped partition: %v, want ErrDropped", err)
+	}
+	if p, ok := s.Lookup(Default); !ok || s.Recorded(p.ID) || p.BlockSize != 16 {
+		t.Fatalf("the dropped default: %+v %v recorded %v, want in the set, unrecorded, block size 16", p, ok, ok && s.Recorded(p.ID))
+	}
+	closeSet()
+
+	s, closeSet = open()
+	defer closeSet()
+	if _, ok := s.Lookup(llama.Key); ok {
+		t.Fatal("a dropped partition came back after a reopen")
+	}
+	if p, _ := s.Lookup(Default); s.Recorded(0) || p.BlockSize != 16 {
+		t.Fatalf("the dropped default after a reopen: %+v recorded %v", p, s.Recorded(0))
+	}
+	again, err := s.Ensure(ctx, llama.Key, 16)
+	if err != nil || again.BlockSize != 16 || again.ID == llama.ID {
+		t.Fatalf("llama again with another block size: %+v %v, want a new partition of block size 16", again, err)
 	}
 }

@@ -29,13 +29,15 @@ import (
 //     instance as its worker id, the registration's dp_rank for batches that carry none, and the
 //     partition and block size of the registration. It is persisted (global metadata
 //     "register/<instance_id>/<dp_rank>" and the source's own "zmqsource/<id>", in one batch), so
-//     a restarted kvindex resumes every registered listener from its seq cursor.
+//     a restarted kvindex resumes every registered listener from its seq cursor. Persistence
+//     does not change what a Dynamo client sees: the identical /register of a registered rank
+//     (a client re-registering after a restart) is 201; a conflicting one stays 409.
 //   - An instance belongs to one partition: /register refuses it (409) when it is registered, or
-//     has ranks from any source, in another partition. tenant_id is read as routing_group when
-//     routing_group is absent (docs/CONTRACT.md §9), here as on every route.
+//     has ranks from any source, in another partition. tenant_id is accepted and ignored (docs/CONTRACT.md §9),
+//     here as on every route.
 //   - /unregister removes the instance's ranks (blocks and logs) like DELETE /v1/workers/{id}, or
-//     one rank with dp_rank, and stops and forgets their sources. Without routing_group (and
-//     tenant_id) it matches the instance in any group of model_name.
+//     one rank with dp_rank, and stops and forgets their sources. Without routing_group it
+//     matches the instance in any group of model_name.
 //   - /query and /query_by_hash score like find_matches: the event-fed tree and, by the max rule
 //     of docs/CONTRACT.md §8, the side index of approximate mode (frequencies count those scores too).
 //   - Scores are in tokens: blocks × the partition's block size. The instances summary is
@@ -188,20 +190,45 @@ func (s *Server) claimRegistered() {
 	}
 }
 
+// dropLeftPartitions drops, at start, every partition nothing is left in (no worker, no
+// registration, no state): one whose last worker left in a crash between the removal and the
+// drop, or in a data dir of a kvindex that did not drop partitions. Dynamo's indexer starts with
+// none.
+func (s *Server) dropLeftPartitions(ctx context.Context) {
+	s.reg.mu.Lock()
+	defer s.reg.mu.Unlock()
+	for _, p := range s.parts.All() {
+		s.dropIfLeft(ctx, p.ID)
+	}
+}
+
 // statusOK is Dynamo's success body.
 var statusOK = map[string]string{"status": "ok"}
 
-// decodeDynamo reads a JSON body into v; it answers 4xx itself and returns false.
+// decodeDynamo reads a JSON body into v as Dynamo's axum Json extractor does: unknown fields
+// are ignored; a body that is not a JSON object is 400, a field of the wrong type 422. It
+// answers itself and returns false.
 func (s *Server) decodeDynamo(w http.ResponseWriter, r *http.Request, v any) bool {
 	body, _, ok := s.readBody(w, r, bodyJSON)
 	if !ok {
 		return false
 	}
+	noteModel(r, body)
 	if err := decodeStrict(body, v); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		code := http.StatusBadRequest
+		if json.Valid(body) && bytes.HasPrefix(bytes.TrimSpace(body), []byte("{")) {
+			code = http.StatusUnprocessableEntity
+		}
+		writeError(w, code, err.Error())
 		return false
 	}
 	return true
+}
+
+// missingField answers Dynamo's 422 for a required field the body lacks (its Json extractor's
+// "missing field" rejection; kvindex answers it as {"error"} JSON).
+func missingField(w http.ResponseWriter, name string) {
+	writeError(w, http.StatusUnprocessableEntity, "missing field `"+name+"`")
 }
 
 func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
@@ -218,13 +245,19 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case req.InstanceID == nil:
-		writeError(w, http.StatusBadRequest, "missing field instance_id")
+		missingField(w, "instance_id")
 		return
 	case req.Endpoint == nil:
-		writeError(w, http.StatusBadRequest, "missing field endpoint")
+		missingField(w, "endpoint")
 		return
-	case req.BlockSize == nil || *req.BlockSize == 0:
-		writeError(w, http.StatusBadRequest, "missing field block_size (tokens per block, > 0)")
+	case req.ModelName == "":
+		missingField(w, "model_name")
+		return
+	case req.BlockSize == nil:
+		missingField(w, "block_size")
+		return
+	case *req.BlockSize == 0:
+		writeError(w, http.StatusBadRequest, "block_size must be > 0 (tokens per block)")
 		return
 	}
 	reg := registration{InstanceID: *req.InstanceID, DPRank: req.DPRank, Endpoint: *req.Endpoint, ReplayEndpoint: req.ReplayEndpoint,
@@ -244,8 +277,20 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 				partition.ErrWorkerElsewhere, reg.InstanceID, have[0].ModelName, have[0].RoutingGroup), -1)
 			return
 		}
-		if _, ok := s.reg.regs[reg.InstanceID][reg.DPRank]; ok {
-			writeError(w, http.StatusConflict, fmt.Errorf("instance %d dp_rank %d %w", reg.InstanceID, reg.DPRank, ErrAlreadyRegistered).Error())
+		if old, ok := s.reg.regs[reg.InstanceID][reg.DPRank]; ok {
+			if old != reg {
+				writeError(w, http.StatusConflict, fmt.Errorf("instance %d dp_rank %d %w", reg.InstanceID, reg.DPRank, ErrAlreadyRegistered).Error())
+				return
+			}
+			// The same registration again (a client re-registering after an indexer restart,
+			// Dynamo's documented flow): it succeeds; its source runs (started again if not).
+			if !s.zmq.Has(cfg.ID) {
+				if _, err := s.zmq.Add(cfg); err != nil {
+					s.submitError(w, fmt.Errorf("starting the source of instance %d dp_rank %d: %w", reg.InstanceID, reg.DPRank, err))
+					return
+				}
+			}
+			writeJSON(w, http.StatusCreated, statusOK)
 			return
 		}
 	}
@@ -297,19 +342,22 @@ func (s *Server) postUnregister(w http.ResponseWriter, r *http.Request) {
 		InstanceID   *uint64 `json:"instance_id"`
 		ModelName    string  `json:"model_name"`
 		RoutingGroup string  `json:"routing_group"`
-		TenantID     string  `json:"tenant_id"`
 		DPRank       *uint32 `json:"dp_rank"`
 	}
 	if !s.decodeDynamo(w, r, &req) {
 		return
 	}
-	if req.InstanceID == nil {
-		writeError(w, http.StatusBadRequest, "missing field instance_id")
+	switch {
+	case req.InstanceID == nil:
+		missingField(w, "instance_id")
+		return
+	case req.ModelName == "":
+		missingField(w, "model_name")
 		return
 	}
 	inst := *req.InstanceID
-	want := partition.KeyOf(req.ModelName, req.RoutingGroup, req.TenantID)
-	anyGroup := req.RoutingGroup == "" && req.TenantID == ""
+	want := partition.KeyOf(req.ModelName, req.RoutingGroup, "")
+	anyGroup := req.RoutingGroup == ""
 	s.reg.mu.Lock()
 	defer s.reg.mu.Unlock()
 	// The instance's partition: its registrations', else the one its ranks are in.
@@ -377,7 +425,31 @@ func (s *Server) postUnregister(w http.ResponseWriter, r *http.Request) {
 	}
 	s.lg.Info("instance unregistered", "instance_id", inst, "model_name", have.ModelName, "routing_group", have.RoutingGroup,
 		"removed_registrations", len(regs))
+	if p != nil {
+		s.dropIfLeft(r.Context(), p.ID)
+	}
 	writeJSON(w, http.StatusOK, statusOK)
+}
+
+// dropIfLeft drops partition id when its last worker left (docs/CONTRACT.md §9: /query answers 404, /dump
+// omits it, a later /register may give it another block size, across restarts): no registration
+// names it and the engine finds nothing in it. Callers hold s.reg.mu. A failure to drop is
+// logged; the removal that led here stands.
+func (s *Server) dropIfLeft(ctx context.Context, id uint32) {
+	p := s.parts.Get(id)
+	if p == nil {
+		return
+	}
+	for _, byRank := range s.reg.regs {
+		for _, x := range byRank {
+			if x.key() == p.Key {
+				return
+			}
+		}
+	}
+	if _, err := s.e.DropPartition(ctx, id); err != nil {
+		s.lg.Error("dropping a partition whose last worker left", "partition", p.Key.String(), "err", err)
+	}
 }
 
 // forget stops the sources of regs and deletes them, their cursors and the registrations
@@ -409,18 +481,23 @@ func (s *Server) forget(ctx context.Context, regs []registration) error {
 	return nil
 }
 
-// Listener states of /workers (Dynamo's ListenerStatus).
+// Listener states of /workers (Dynamo's ListenerStatus). In Dynamo a listener is pending until
+// its SUB socket is set up and active after (libzmq's connect succeeds with no publisher up);
+// failed is terminal. kvindex's source retries a publisher that is not up (yet) for ever, so it
+// reads pending while it dials or backs off, and never failed (its last error is in
+// GET /v1/sources).
 const (
-	listenerPending = "pending" // connecting
+	listenerPending = "pending" // dialing, or backing off before the next dial
 	listenerActive  = "active"  // connected (or replaying a gap)
 	listenerPaused  = "paused"  // its source is not running
-	listenerFailed  = "failed"  // backing off after a failed dial or a lost connection
+	listenerFailed  = "failed"  // stopped for good (kvindex's sources never are)
 )
 
+// listenerJSON is one listener of /workers (Dynamo's last_error goes with failed only, which
+// kvindex's sources never are).
 type listenerJSON struct {
-	Endpoint  string `json:"endpoint"`
-	Status    string `json:"status"`
-	LastError string `json:"last_error,omitempty"`
+	Endpoint string `json:"endpoint"`
+	Status   string `json:"status"`
 }
 
 type workerJSON struct {
@@ -435,18 +512,16 @@ type workerJSON struct {
 }
 
 // listenerOf maps a source's state to Dynamo's listener status.
-func listenerOf(st vllm.Status, running bool) (status, lastErr string) {
+func listenerOf(st vllm.Status, running bool) string {
 	switch {
 	case !running:
-		return listenerPaused, ""
+		return listenerPaused
 	case st.State == vllm.StateConnected || st.State == vllm.StateReplaying:
-		return listenerActive, ""
-	case st.State == vllm.StateBackoff:
-		return listenerFailed, st.LastError
+		return listenerActive
 	case st.State == vllm.StateStopped:
-		return listenerPaused, ""
+		return listenerPaused
 	}
-	return listenerPending, ""
+	return listenerPending
 }
 
 // aggregateStatus is an instance's status from its listeners': failed wins, then pending, then
@@ -465,15 +540,9 @@ func aggregateStatus(ls map[string]listenerJSON) string {
 }
 
 func (s *Server) getWorkers(w http.ResponseWriter, r *http.Request) {
+	// Unknown parameters (tenant_id among them) are ignored, as Dynamo ignores them.
 	q := r.URL.Query()
-	if err := checkQuery(q, partitionParams...); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
 	model, group := q.Get("model_name"), q.Get("routing_group")
-	if group == "" {
-		group = q.Get("tenant_id")
-	}
 	states := map[string]vllm.Status{}
 	for _, st := range s.zmq.Status() {
 		states[st.ID] = st
@@ -489,10 +558,10 @@ func (s *Server) getWorkers(w http.ResponseWriter, r *http.Request) {
 		}
 		wj := &out[len(out)-1]
 		st, running := states[x.SourceID]
-		status, lastErr := listenerOf(st, running)
+		status := listenerOf(st, running)
 		dp := strconv.FormatUint(uint64(x.DPRank), 10)
 		wj.Endpoints[dp] = x.Endpoint
-		wj.Listeners[dp] = listenerJSON{Endpoint: x.Endpoint, Status: status, LastError: lastErr}
+		wj.Listeners[dp] = listenerJSON{Endpoint: x.Endpoint, Status: status}
 	}
 	for i := range out {
 		out[i].Status = aggregateStatus(out[i].Listeners)
@@ -581,6 +650,11 @@ func (s *Server) answerQuery(w http.ResponseWriter, p *partition.Partition, hash
 func (s *Server) queryPartition(w http.ResponseWriter, r *http.Request, names partitionNames) (*partition.Partition, bool) {
 	key := partitionKey(r, names)
 	p, ok := s.parts.Lookup(key)
+	// The default partition is in every set; for Dynamo it exists only once created (recorded)
+	// or holding state, as nothing pre-exists in Dynamo's indexer at start.
+	if ok && !s.parts.Recorded(p.ID) && !s.e.PartitionHolds(p.ID) {
+		ok = false
+	}
 	if !ok {
 		writeError(w, http.StatusNotFound, fmt.Errorf("%w for model=%s routing_group=%s", ErrNoPartition, key.ModelName, key.RoutingGroup).Error())
 		return nil, false
@@ -598,8 +672,12 @@ func (s *Server) postQuery(w http.ResponseWriter, r *http.Request) {
 	if !s.decodeDynamo(w, r, &req) {
 		return
 	}
-	if req.TokenIDs == nil {
-		writeError(w, http.StatusBadRequest, "missing field token_ids")
+	switch {
+	case req.TokenIDs == nil:
+		missingField(w, "token_ids")
+		return
+	case req.ModelName == "":
+		missingField(w, "model_name")
 		return
 	}
 	p, ok := s.queryPartition(w, r, req.partitionNames)
@@ -648,8 +726,12 @@ func (s *Server) postQueryByHash(w http.ResponseWriter, r *http.Request) {
 	if !s.decodeDynamo(w, r, &req) {
 		return
 	}
-	if req.BlockHashes == nil {
-		writeError(w, http.StatusBadRequest, "missing field block_hashes")
+	switch {
+	case req.BlockHashes == nil:
+		missingField(w, "block_hashes")
+		return
+	case req.ModelName == "":
+		missingField(w, "model_name")
 		return
 	}
 	if len(req.CacheSalt) > 0 && !bytes.Equal(req.CacheSalt, []byte("null")) {
@@ -693,10 +775,6 @@ func (s *Server) dumpedPartitions() []*partition.Partition {
 // partition's tree as Stored events in replay order (ids from 0 per rank), each rank read on its
 // lane.
 func (s *Server) getDump(w http.ResponseWriter, r *http.Request) {
-	if err := checkQuery(r.URL.Query()); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
 	buf := []byte{'{'}
 	for i, p := range s.dumpedPartitions() {
 		if i > 0 {
@@ -748,7 +826,7 @@ func (s *Server) peerURL(w http.ResponseWriter, r *http.Request) (string, bool) 
 		return "", false
 	}
 	if req.URL == nil {
-		writeError(w, http.StatusBadRequest, "missing field url")
+		missingField(w, "url")
 		return "", false
 	}
 	if err := checkSourceURL(*req.URL); err != nil {
@@ -785,7 +863,8 @@ func (s *Server) postDeregisterPeer(w http.ResponseWriter, r *http.Request) {
 	defer s.reg.mu.Unlock()
 	stored, known := s.reg.peers[u]
 	if !known {
-		writeError(w, http.StatusNotFound, fmt.Errorf("%w: %s", ErrPeerNotFound, u).Error())
+		writeError(w, http.StatusNotFound, ErrPeerNotFound.Error()) // Dynamo's exact answer
+		s.lg.Info("deregister_peer of an unknown peer", "url", u)
 		return
 	}
 	if stored {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/vllm"
 	"github.com/kvindex/kvindex/wal"
 )
 
@@ -288,6 +290,14 @@ func TestRegistrationIngestsAndPersists(t *testing.T) {
 	}
 
 	_, url, stop = serveConfig(t, cfg)
+	// The client registers again after the restart (Dynamo's flow): the same registration is 201,
+	// a conflicting one 409.
+	if code, body := call(t, "POST", url+"/register", `{"instance_id":42,"endpoint":"`+pub.ep+`","model_name":"llama","block_size":4,"dp_rank":3}`); code != 201 {
+		t.Fatalf("identical register after the restart: %d %s, want 201", code, body)
+	}
+	if code, body := call(t, "POST", url+"/register", `{"instance_id":42,"endpoint":"tcp://127.0.0.1:9","model_name":"llama","block_size":4,"dp_rank":3}`); code != 409 {
+		t.Fatalf("conflicting register after the restart: %d %s, want 409", code, body)
+	}
 	waitBody(t, "GET", url+"/workers", "", `"instance_id":42,"source":"zmq","status":"active","model_name":"llama","routing_group":"default","block_size":4,"endpoints":{"3":"`+pub.ep+`"}`)
 	pub.waitSubscribed()
 	pub.send("kv@pod@other", 1, vllmFixture(t, "stored_map")) // data_parallel_rank 0
@@ -306,5 +316,84 @@ func TestRegistrationIngestsAndPersists(t *testing.T) {
 			t.Errorf("GET %s after unregister and restart: %d %s, want []", p, code, body)
 		}
 	}
-	waitBody(t, "POST", url+"/query", query, `{"scores":{},"frequencies":[],"instances":{}}`)
+	// The partition's last worker left: it was dropped, durably (docs/CONTRACT.md §9).
+	if code, body := call(t, "POST", url+"/query", query); code != 404 || !strings.Contains(body, "no indexer for model=llama routing_group=default") {
+		t.Fatalf("/query of the dropped partition after the restart: %d %s, want 404", code, body)
+	}
+	// A new deployment of the model may choose another block size.
+	if code, body := call(t, "POST", url+"/register", `{"instance_id":43,"endpoint":"`+pub.ep+`","model_name":"llama","block_size":16}`); code != 201 {
+		t.Fatalf("register llama with another block size: %d %s, want 201", code, body)
+	}
+}
+
+// TestListenerStates checks the rule "a listener whose publisher is not up (yet) is pending, as
+// in Dynamo, never failed (failed is terminal there, and kvindex's sources retry for ever);
+// connected or replaying is active; a source that does not run is paused".
+func TestListenerStates(t *testing.T) {
+	for _, tc := range []struct {
+		state   string
+		running bool
+		want    string
+	}{
+		{vllm.StateConnecting, true, listenerPending},
+		{vllm.StateBackoff, true, listenerPending},
+		{vllm.StateConnected, true, listenerActive},
+		{vllm.StateReplaying, true, listenerActive},
+		{vllm.StateStopped, true, listenerPaused},
+		{vllm.StateConnected, false, listenerPaused},
+	} {
+		if got := listenerOf(vllm.Status{State: tc.state, LastError: "dial refused"}, tc.running); got != tc.want {
+			t.Errorf("state %s running %v: %s, want %s", tc.state, tc.running, got, tc.want)
+		}
+	}
+
+	_, url, stop := serveConfig(t, quietConfig(t.TempDir()))
+	defer func() { _ = stop() }()
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // a port nobody serves once closed
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := "tcp://" + ln.Addr().String()
+	_ = ln.Close()
+	if code, body := call(t, "POST", url+"/register", `{"instance_id":5,"endpoint":"`+ep+`","model_name":"llama","block_size":4}`); code != 201 {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	waitBody(t, "GET", url+"/v1/sources", "", `"state":"backoff"`) // its dial failed
+	code, body := call(t, "GET", url+"/workers", "")
+	want := `[{"instance_id":5,"source":"zmq","status":"pending","model_name":"llama","routing_group":"default","block_size":4,"endpoints":{"0":"` + ep +
+		`"},"listeners":{"0":{"endpoint":"` + ep + `","status":"pending"}}}]`
+	if code != 200 || strings.TrimSpace(body) != want {
+		t.Fatalf("/workers with the publisher down: %d %s\nwant %s", code, body, want)
+	}
+}
+
+// TestDynamoMetricFamilies checks the rule "/metrics also exports Dynamo's indexer families:
+// dynamo_kvindexer_requests_total{endpoint,method}, _request_duration_seconds{endpoint},
+// _errors_total{endpoint,status_class}, _models, _workers, _listeners{status} (every status)".
+func TestDynamoMetricFamilies(t *testing.T) {
+	_, url, stop := serveConfig(t, quietConfig(t.TempDir()))
+	defer func() { _ = stop() }()
+	if code, body := call(t, "POST", url+"/register", `{"instance_id":5,"endpoint":"tcp://127.0.0.1:1","model_name":"llama","block_size":4}`); code != 201 {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	call(t, "POST", url+"/query", `{"token_ids":[1,2,3,4],"model_name":"llama"}`)
+	call(t, "POST", url+"/query", `{"token_ids":[1,2,3,4],"model_name":"nope"}`) // 404
+	call(t, "POST", url+"/query", `{"model_name":"llama"}`)                      // 422
+	for series, want := range map[string]float64{
+		`dynamo_kvindexer_requests_total{endpoint="/query",method="POST"}`:    3,
+		`dynamo_kvindexer_requests_total{endpoint="/register",method="POST"}`: 1,
+		`dynamo_kvindexer_errors_total{endpoint="/query",status_class="4xx"}`: 2,
+		`dynamo_kvindexer_request_duration_seconds_count{endpoint="/query"}`:  3,
+		`dynamo_kvindexer_models`:                                        1,
+		`dynamo_kvindexer_workers`:                                       1,
+		`dynamo_kvindexer_listeners{status="pending"}`:                   1,
+		`dynamo_kvindexer_listeners{status="active"}`:                    0,
+		`dynamo_kvindexer_listeners{status="failed"}`:                    0,
+		`dynamo_kvindexer_listeners{status="paused"}`:                    0,
+		`kvindex_http_requests_total{code="201",route="POST /register"}`: 1,
+	} {
+		if got := scrapeValue(t, url, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
 }

@@ -63,7 +63,8 @@ func (s *Server) routes() []route {
 		{"POST /register_peer", true, true, s.postRegisterPeer},
 		{"POST /deregister_peer", true, true, s.postDeregisterPeer},
 		{"GET /peers", true, false, s.getPeers},
-		{"GET /health", false, false, s.healthz}, // Dynamo's name for /healthz
+		{"GET /health", false, false, s.health},               // 503 until ready (accesslog.go)
+		{"POST /reopen_logs", false, false, s.postReopenLogs}, // logrotate's hook (accesslog.go)
 		{"GET /metrics", false, false, promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}).ServeHTTP},
 		{"GET /{$}", false, false, s.statusPage},
 	}
@@ -152,6 +153,10 @@ func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
+		var model string
+		if s.alog != nil {
+			r = r.WithContext(context.WithValue(r.Context(), accessModelKey{}, &model))
+		}
 		defer func() {
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {
@@ -164,6 +169,9 @@ func (s *Server) wrap(rt route) http.Handler {
 				}
 			}
 			s.m.observeHTTP(pattern, sw.code, start)
+			if s.alog != nil {
+				s.alog.write(r, model, sw.code, start)
+			}
 		}()
 		if rt.mutating && !s.authorized(sw, r) {
 			return
@@ -516,10 +524,16 @@ func (s *Server) removeWorker(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A partition that is given and is not the worker's answers as for an unknown worker.
+	id, _ := s.e.WorkerPartition(wid, namedKey(r))
 	n, err := s.e.RemoveWorker(r.Context(), wid, namedKey(r))
 	if err != nil {
 		s.submitError(w, err)
 		return
+	}
+	if n > 0 {
+		s.reg.mu.Lock()
+		s.dropIfLeft(r.Context(), id) // the partition's last worker may have left (docs/CONTRACT.md §9)
+		s.reg.mu.Unlock()
 	}
 	writeJSON(w, http.StatusOK, map[string]int{"removed_ranks": n})
 }

@@ -6,12 +6,14 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/tier"
+	"github.com/kvindex/kvindex/vllm"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
@@ -81,7 +83,20 @@ type metrics struct {
 	replayEvents prometheus.Gauge
 	replaySec    prometheus.Gauge
 	panics       prometheus.Counter
+
+	// Dynamo's standalone-indexer families (docs/CONTRACT.md §9), for its routes only, so a Dynamo
+	// dashboard keeps working: requests by endpoint (the route's path) and method, latency by
+	// endpoint, 4xx/5xx answers by endpoint; models, workers and listeners are collected at
+	// scrape time (dynamoCollector).
+	dynRequests *prometheus.CounterVec
+	dynSec      *prometheus.HistogramVec
+	dynErrors   *prometheus.CounterVec
 }
+
+// dynamoEndpoints are the routes Dynamo's families count (its router's routes).
+var dynamoEndpoints = map[string]bool{"/register": true, "/unregister": true, "/workers": true, "/query": true,
+	"/query_by_hash": true, "/dump": true, "/register_peer": true, "/deregister_peer": true, "/peers": true,
+	"/health": true, "/reopen_logs": true, "/metrics": true}
 
 func newMetrics(s *Server) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
@@ -130,6 +145,16 @@ func newMetrics(s *Server) *metrics {
 		Buckets: prometheus.ExponentialBuckets(100e-6, 3, 12)}, []string{"route", "code"})
 	m.buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvindex_build_info", Help: "Always 1; the labels name the build."}, []string{"version", "go"})
 	m.buildInfo.WithLabelValues(BuildVersion(), runtime.Version()).Set(1)
+	m.dynRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dynamo_kvindexer_requests_total",
+		Help: "Requests to Dynamo's standalone-indexer routes by endpoint and method (Dynamo's family)."}, []string{"endpoint", "method"})
+	m.dynSec = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "dynamo_kvindexer_request_duration_seconds",
+		Help: "Latency of Dynamo's standalone-indexer routes by endpoint (Dynamo's family and buckets).", Buckets: prometheus.ExponentialBuckets(1e-4, 2, 20)}, []string{"endpoint"})
+	m.dynErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dynamo_kvindexer_errors_total",
+		Help: "4xx and 5xx answers of Dynamo's standalone-indexer routes by endpoint and status class (Dynamo's family)."}, []string{"endpoint", "status_class"})
+	f(m.dynRequests)
+	f(m.dynSec)
+	f(m.dynErrors)
+	f(&dynamoCollector{s: s})
 	for _, c := range []prometheus.Collector{m.appendSec, m.commits, m.logged, m.ignored, m.groupIgnored, m.gaps, m.fetches, m.epochs, m.dropped, m.snapshots, m.checkpoints,
 		m.findSec, m.httpRequests, m.replayRanks, m.replayTotal, m.replayEvents, m.replaySec, m.panics, m.httpSec, m.buildInfo} {
 		f(c)
@@ -155,8 +180,66 @@ func (m *metrics) register(c prometheus.Collector) {
 // observeHTTP counts one answered request and its latency.
 func (m *metrics) observeHTTP(route string, code int, start time.Time) {
 	c := strconv.Itoa(code)
+	d := time.Since(start).Seconds()
 	m.httpRequests.WithLabelValues(route, c).Inc()
-	m.httpSec.WithLabelValues(route, c).Observe(time.Since(start).Seconds())
+	m.httpSec.WithLabelValues(route, c).Observe(d)
+	if method, path, ok := strings.Cut(route, " "); ok && dynamoEndpoints[path] {
+		m.dynRequests.WithLabelValues(path, method).Inc()
+		m.dynSec.WithLabelValues(path).Observe(d)
+		switch code / 100 {
+		case 4:
+			m.dynErrors.WithLabelValues(path, "4xx").Inc()
+		case 5:
+			m.dynErrors.WithLabelValues(path, "5xx").Inc()
+		}
+	}
+}
+
+// dynamoCollector exports Dynamo's gauges at scrape time: dynamo_kvindexer_models (the
+// partitions Dynamo would have an indexer for: created and not dropped, or holding state),
+// dynamo_kvindexer_workers (registered instances) and dynamo_kvindexer_listeners{status}
+// (registered ranks by listener status, every status exported).
+type dynamoCollector struct{ s *Server }
+
+var (
+	descDynModels    = prometheus.NewDesc("dynamo_kvindexer_models", "Model and routing-group indexers (partitions), Dynamo's family.", nil, nil)
+	descDynWorkers   = prometheus.NewDesc("dynamo_kvindexer_workers", "Registered worker instances, Dynamo's family.", nil, nil)
+	descDynListeners = prometheus.NewDesc("dynamo_kvindexer_listeners", "Registered ranks' listeners by status (pending, active, paused, failed), Dynamo's family.", []string{"status"}, nil)
+)
+
+func (c *dynamoCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descDynModels
+	ch <- descDynWorkers
+	ch <- descDynListeners
+}
+
+func (c *dynamoCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
+	if s.e == nil || s.reg == nil || s.zmq == nil {
+		return // Open has not finished
+	}
+	models := 0
+	for _, p := range s.parts.All() {
+		if s.parts.Recorded(p.ID) || s.e.PartitionHolds(p.ID) {
+			models++
+		}
+	}
+	running := map[string]vllm.Status{}
+	for _, st := range s.zmq.Status() {
+		running[st.ID] = st
+	}
+	counts := map[string]int{listenerPending: 0, listenerActive: 0, listenerPaused: 0, listenerFailed: 0}
+	instances := map[uint64]bool{}
+	for _, x := range s.reg.all() {
+		instances[x.InstanceID] = true
+		st, ok := running[x.SourceID]
+		counts[listenerOf(st, ok)]++
+	}
+	ch <- prometheus.MustNewConstMetric(descDynModels, prometheus.GaugeValue, float64(models))
+	ch <- prometheus.MustNewConstMetric(descDynWorkers, prometheus.GaugeValue, float64(len(instances)))
+	for st, n := range counts {
+		ch <- prometheus.MustNewConstMetric(descDynListeners, prometheus.GaugeValue, float64(n), st)
+	}
 }
 
 func (m *metrics) listener(mode string) engine.Listener {

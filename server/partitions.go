@@ -8,15 +8,17 @@ import (
 	"github.com/kvindex/kvindex/partition"
 )
 
-// Partitions (docs/CONTRACT.md §9): every /v1 route takes model_name / routing_group (tenant_id when
-// routing_group is absent) as query parameters, or as body fields where there is a JSON body;
+// Partitions (docs/CONTRACT.md §9): every /v1 route takes model_name / routing_group (tenant_id is accepted
+// and ignored, as Dynamo ignores it) as query parameters, or as body fields where there is a JSON body;
 // without them a route is the default partition. Reads never create a partition: an unknown one
 // answers as empty. Writes create it (block size = --block-size).
 
-// partitionParams are the query parameters that name a partition.
+// partitionParams are the query parameters a route that takes a partition accepts (tenant_id is
+// accepted and names nothing).
 var partitionParams = []string{"model_name", "routing_group", "tenant_id"}
 
-// partitionNames are the body fields that name a partition (embedded in request bodies).
+// partitionNames are the body fields that name a partition (embedded in request bodies);
+// TenantID is accepted and ignored.
 type partitionNames struct {
 	ModelName    string `json:"model_name"`
 	RoutingGroup string `json:"routing_group"`
@@ -32,13 +34,13 @@ func partitionKey(r *http.Request, body partitionNames) partition.Key {
 		}
 		return q.Get(name)
 	}
-	return partition.KeyOf(pick(body.ModelName, "model_name"), pick(body.RoutingGroup, "routing_group"), pick(body.TenantID, "tenant_id"))
+	return partition.KeyOf(pick(body.ModelName, "model_name"), pick(body.RoutingGroup, "routing_group"), "")
 }
 
 // namesPartition reports whether the request names a partition in its query.
 func namesPartition(r *http.Request) bool {
 	q := r.URL.Query()
-	for _, n := range partitionParams {
+	for _, n := range []string{"model_name", "routing_group"} {
 		if q.Has(n) {
 			return true
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/wal"
 )
 
@@ -107,7 +109,9 @@ func TestPartitionsNeverSeeEachOther(t *testing.T) {
 			{"", `{"block_hashes":[1,2],"model_name":"llama"}`, `{"scores":[{"worker_id":1,"dp_rank":0,"score":2,"tree_size":2}]}`},
 			{"?model_name=qwen&routing_group=lora-a", `{"block_hashes":[1,2]}`, `{"scores":[{"worker_id":2,"dp_rank":0,"score":1,"tree_size":1}]}`},
 			{"?model_name=qwen", `{"block_hashes":[1,2]}`, `{"scores":[]}`},
-			{"", `{"block_hashes":[1],"model_name":"qwen","tenant_id":"lora-a"}`, `{"scores":[{"worker_id":2,"dp_rank":0,"score":1,"tree_size":1}]}`},
+			// tenant_id is ignored (docs/CONTRACT.md §9): it never selects a routing group, in the body or the query.
+			{"", `{"block_hashes":[1],"model_name":"qwen","tenant_id":"lora-a"}`, `{"scores":[]}`},
+			{"?model_name=qwen&tenant_id=lora-a", `{"block_hashes":[1]}`, `{"scores":[]}`},
 		} {
 			if code, body := g.do("POST", "/v1/find_matches"+tc.query, tc.body); code != 200 || body != tc.want {
 				t.Errorf("%s: find_matches%s %s = %d %s, want %s", when, tc.query, tc.body, code, body, tc.want)
@@ -150,5 +154,77 @@ func TestPartitionsNeverSeeEachOther(t *testing.T) {
 	g.do("DELETE", "/v1/workers/1", "")
 	if code, body := g.do("POST", "/v1/events", eventsJSON(d)); code != 200 {
 		t.Errorf("a removed worker in another partition: %d %s", code, body)
+	}
+}
+
+// TestDeleteDropsTheEmptiedPartition checks the rule "a partition whose last worker leaves by
+// DELETE /v1/workers/{id} is dropped, durably: Dynamo's /query answers 404, /v1/dump omits it, a
+// restart does not bring it back, and a later write may create it with another block size; a
+// partition with a worker left is kept".
+func TestDeleteDropsTheEmptiedPartition(t *testing.T) {
+	g := newPartitionRig(t)
+	ev := func(w int) string {
+		return fmt.Sprintf(`[{"worker_id":%d,"event":{"event_id":1,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":1,"tokens_hash":2}]}}}}]`, w)
+	}
+	for _, w := range []int{1, 2} {
+		if code, body := g.do("POST", "/v1/events?model_name=llama", ev(w)); code != 200 {
+			t.Fatalf("events of %d: %d %s", w, code, body)
+		}
+	}
+	q := `{"block_hashes":[2],"model_name":"llama"}`
+	if code, body := g.do("DELETE", "/v1/workers/1", ""); code != 200 {
+		t.Fatalf("DELETE 1: %d %s", code, body)
+	}
+	if code, body := g.do("POST", "/query_by_hash", q); code != 200 || !strings.Contains(body, `"2":{"0":16}`) {
+		t.Fatalf("worker 2 is left: %d %s", code, body)
+	}
+	if code, body := g.do("DELETE", "/v1/workers/2", ""); code != 200 {
+		t.Fatalf("DELETE 2: %d %s", code, body)
+	}
+	check := func(when string) {
+		t.Helper()
+		if code, body := g.do("POST", "/query_by_hash", q); code != 404 {
+			t.Errorf("%s: /query_by_hash of the emptied partition: %d %s, want 404", when, code, body)
+		}
+		if _, body := g.do("GET", "/v1/dump", ""); strings.Contains(body, "llama") {
+			t.Errorf("%s: /v1/dump names the dropped partition: %s", when, body)
+		}
+	}
+	check("after the last DELETE")
+	g.close()
+	g.open()
+	check("after a restart")
+	body := "{\"partition\":{\"model_name\":\"llama\",\"routing_group\":\"default\",\"block_size\":32}}\n" +
+		`{"worker_id":3,"event":{"event_id":1,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":1,"tokens_hash":2}]}}}}` + "\n"
+	if code, got := g.doType("POST", "/v1/events", "application/x-ndjson", body); code != 200 {
+		t.Fatalf("llama again with block size 32: %d %s", code, got)
+	}
+	if code, got := g.do("POST", "/query_by_hash", q); code != 200 || !strings.Contains(got, `"3":{"0":32}`) {
+		t.Fatalf("the new llama partition: %d %s, want worker 3 with 32 tokens", code, got)
+	}
+}
+
+// TestStartDropsLeftPartitions checks the rule "at start, a partition nothing is left in (a
+// record only: its last worker left in a crash before the drop, or under a kvindex that did not
+// drop partitions) is dropped; one with a registration is kept".
+func TestStartDropsLeftPartitions(t *testing.T) {
+	g := newPartitionRig(t)
+	ctx := context.Background()
+	if _, err := g.s.parts.Ensure(ctx, partition.Key{ModelName: "left", RoutingGroup: "default"}, 4); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := g.do("POST", "/register", `{"instance_id":5,"endpoint":"tcp://127.0.0.1:1","model_name":"kept","block_size":8}`); code != 201 {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	g.close()
+	g.open()
+	if _, ok := g.s.parts.Lookup(partition.Key{ModelName: "left", RoutingGroup: "default"}); ok {
+		t.Error("a partition with nothing left came back after a restart")
+	}
+	if code, body := g.do("POST", "/query", `{"token_ids":[1,2,3,4,5,6,7,8],"model_name":"kept"}`); code != 200 {
+		t.Errorf("the registered partition after a restart: %d %s, want 200", code, body)
+	}
+	if code, body := g.do("POST", "/register", `{"instance_id":6,"endpoint":"tcp://127.0.0.1:1","model_name":"left","block_size":16}`); code != 201 {
+		t.Errorf("register left with another block size: %d %s, want 201", code, body)
 	}
 }

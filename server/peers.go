@@ -86,10 +86,11 @@ func fetchDump(ctx context.Context, base string) (map[string]peerDumpPartition, 
 	return out, nil
 }
 
-// splitDumpKey reads "<model>:<group>"; the group follows the last colon (model names such as
-// "llama3:8b" keep theirs).
+// splitDumpKey reads "<model>:<group>" as Dynamo reads its own dump keys (split_once): the
+// model ends at the first colon, the group is the rest ("mistral:team:a" is model mistral,
+// group team:a).
 func splitDumpKey(k string) (partition.Key, bool) {
-	i := strings.LastIndexByte(k, ':')
+	i := strings.IndexByte(k, ':')
 	if i <= 0 || i == len(k)-1 {
 		return partition.Key{}, false
 	}
@@ -183,7 +184,12 @@ func (s *Server) applyDumpPartition(ctx context.Context, k string, e peerDumpPar
 	}
 	var evs []event.RouterEvent
 	if len(e.Events) > 0 && string(e.Events) != "null" {
-		if evs, err = s.decodeEvents(e.Events, bodyJSON); err != nil {
+		// A peer's dump is read as Dynamo's own recovery reads it: fields kvindex does not know
+		// (start_position, mm_extra_info, residency_domain, …) are ignored, even under --strict.
+		if evs, err = event.DecodeJSONBatch(e.Events); err == nil {
+			err = event.CheckKeys(e.Events, true, 0, func(int, string) error { return nil })
+		}
+		if err != nil {
 			return 0, fmt.Errorf("%w: events: %w", ErrBootstrap, err)
 		}
 	}

@@ -123,12 +123,17 @@ func TestPeersBootstrapFromDynamoBeforeReady(t *testing.T) {
 		waitBody(t, "GET", ts.URL+"/metrics", "", want)
 	}
 	waitStatus("kvindex_ready 0")
-	if code, body := call(t, "GET", ts.URL+"/readyz", ""); code != http.StatusServiceUnavailable || !strings.Contains(body, "bootstrapping from peers") {
-		t.Fatalf("/readyz while the peer's dump is pending: %d %s, want 503 bootstrapping", code, body)
+	for _, p := range []string{"/readyz", "/health"} { // Dynamo's clients wait for /health (docs/CONTRACT.md §9)
+		if code, body := call(t, "GET", ts.URL+p, ""); code != http.StatusServiceUnavailable || !strings.Contains(body, "bootstrapping from peers") {
+			t.Fatalf("%s while the peer's dump is pending: %d %s, want 503 bootstrapping", p, code, body)
+		}
 	}
 	close(release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+	if code, body := call(t, "GET", ts.URL+"/health", ""); code != http.StatusOK {
+		t.Fatalf("/health once ready: %d %s", code, body)
 	}
 	waitBody(t, "POST", ts.URL+"/query", `{"token_ids":[1,2,3,4,5,6,7,8],"model_name":"llama"}`, `"scores":{"7":{"0":8}}`)
 
@@ -137,5 +142,56 @@ func TestPeersBootstrapFromDynamoBeforeReady(t *testing.T) {
 	defer func() { _ = stopC() }()
 	if code, body := call(t, "GET", c+"/dump", ""); code != 200 || strings.TrimSpace(body) != "{}" {
 		t.Errorf("C /dump: %d %s, want {}", code, body)
+	}
+}
+
+// TestSplitDumpKey checks the rule "a peer dump key \"model:group\" splits at the first ':', as
+// Dynamo's split_once does".
+func TestSplitDumpKey(t *testing.T) {
+	for _, tc := range []struct {
+		key          string
+		model, group string
+		ok           bool
+	}{
+		{"llama:default", "llama", "default", true},
+		{"mistral:team:a", "mistral", "team:a", true},
+		{"llama3:8b:default", "llama3", "8b:default", true},
+		{"nocolon", "", "", false},
+		{":default", "", "", false},
+		{"llama:", "", "", false},
+	} {
+		k, ok := splitDumpKey(tc.key)
+		if ok != tc.ok || k.ModelName != tc.model || k.RoutingGroup != tc.group {
+			t.Errorf("splitDumpKey(%q) = %+v %v, want %s / %s %v", tc.key, k, ok, tc.model, tc.group, tc.ok)
+		}
+	}
+}
+
+// TestPeersBootstrapFromADynamoShapedDump checks the rules "a Dynamo peer's dump bootstraps
+// kvindex: fields kvindex does not know (residency_domain, start_position, mm_extra_info) are
+// ignored, under --strict too; a key with two colons splits at the first; an {\"error\"}
+// partition is skipped and logged, the others applied".
+func TestPeersBootstrapFromADynamoShapedDump(t *testing.T) {
+	peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"mistral:team:a":{"block_size":4,"events":[
+		 {"worker_id":7,"storage_tier":"device","residency_domain":{"kind":"local"},"event":{"event_id":3,"dp_rank":0,"data":{"stored":{"parent_hash":null,"start_position":0,
+		  "blocks":[{"block_hash":701,"tokens_hash":14643705804678351452,"mm_extra_info":null},{"block_hash":702,"tokens_hash":16777012769546811212,"mm_extra_info":{"mm_hashes":[]}}]}}}}]},
+		 "broken:default":{"error":"dump failed"}}`)
+	}))
+	defer peer.Close()
+	cfg := quietConfig(t.TempDir(), peer.URL)
+	cfg.Strict = true
+	_, url, stop := serveConfig(t, cfg)
+	defer func() { _ = stop() }()
+	q := `{"token_ids":[1,2,3,4,5,6,7,8],"model_name":"mistral","routing_group":"team:a"}`
+	if code, body := call(t, "POST", url+"/query", q); code != 200 || !strings.Contains(body, `"scores":{"7":{"0":8}}`) {
+		t.Fatalf("/query mistral / team:a: %d %s, want worker 7 with 8 tokens", code, body)
+	}
+	if code, body := call(t, "POST", url+"/query", `{"token_ids":[1,2,3,4],"model_name":"mistral","routing_group":"team"}`); code != 404 {
+		t.Errorf("/query mistral / team (the last-colon reading): %d %s, want 404", code, body)
+	}
+	if code, body := call(t, "POST", url+"/query", `{"token_ids":[1,2,3,4],"model_name":"broken"}`); code != 404 {
+		t.Errorf("/query of the peer's {\"error\"} partition: %d %s, want 404", code, body)
 	}
 }

@@ -36,6 +36,7 @@ func TestNotReadyUntilReplayed(t *testing.T) {
 	for _, c := range []struct{ method, path, body string }{
 		{"GET", "/readyz", ""}, {"POST", "/v1/events", ev}, {"POST", "/v1/find_matches", `{"block_hashes":[2]}`},
 		{"GET", "/v1/ranks", ""}, {"GET", "/v1/dump", ""}, {"POST", "/v1/flush", ""},
+		{"GET", "/health", ""}, // Dynamo's readiness: its port is bound after recovery (docs/CONTRACT.md §9)
 	} {
 		if code, body := get(c.method, c.path, c.body); code != 503 || !strings.Contains(body, `"error"`) {
 			t.Fatalf("%s %s before the replay: %d %s", c.method, c.path, code, body)

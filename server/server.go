@@ -71,6 +71,12 @@ type Config struct {
 	// IndexedGroupKinds: the KV-cache group kinds of hybrid models that are indexed
 	// (lanes.Options.IndexedKinds); default (0) the main attention kinds.
 	IndexedGroupKinds event.GroupKinds
+
+	// AccessLog: a file of one JSON line per request in Dynamo's shape (accesslog.go), reopened
+	// by POST /reopen_logs; "" none. TraceIDHeader names the header of its trace_id (default
+	// DefaultTraceIDHeader).
+	AccessLog     string
+	TraceIDHeader string
 }
 
 // DefaultRetainEvents is the default of Config.RetainEvents (docs/API.md).
@@ -102,6 +108,9 @@ func (c *Config) defaults() {
 		c.Version = BuildVersion()
 	}
 	c.Conns.defaults()
+	if c.TraceIDHeader == "" {
+		c.TraceIDHeader = DefaultTraceIDHeader
+	}
 }
 
 // Server is one kvindex service over one data dir: the HTTP doors of one engine.
@@ -120,6 +129,7 @@ type Server struct {
 	reg    *registry       // Dynamo registrations and peers (dynamo.go)
 	peerM  *peerMetrics    // peer bootstrap progress (peers.go)
 	nats   *natsrc.Manager // NATS Core and JetStream sources (sources_nats.go), started by Recover
+	alog   *accessLog      // --access-log (accesslog.go); nil when none
 	start  time.Time       // when Open began (uptime on the status page)
 
 	unknownFields atomic.Uint64 // unknown fields ignored in posted events (body.go)
@@ -169,6 +179,14 @@ func Open(cfg Config) (*Server, error) {
 	s.m.register(s.zmq)
 	s.nats = s.newNATS()
 	s.m.register(s.nats)
+	if cfg.AccessLog != "" {
+		if s.alog, err = openAccessLog(cfg.AccessLog, cfg.TraceIDHeader); err != nil {
+			s.zmq.Close()
+			s.nats.Close()
+			_ = e.Close()
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -197,6 +215,7 @@ func (s *Server) Recover(ctx context.Context) error {
 		return err
 	}
 	s.claimRegistered()
+	s.dropLeftPartitions(ctx)
 	s.bootstrapFromPeers(ctx)
 	if err := s.startZMQ(); err != nil {
 		return err
@@ -221,7 +240,11 @@ func (s *Server) Close() error {
 	s.ready.Store(false)
 	s.zmq.Close() // before the lanes: a source may be submitting
 	s.nats.Close()
-	return s.e.Close()
+	err := s.e.Close()
+	if s.alog != nil {
+		err = errors.Join(err, s.alog.close())
+	}
+	return err
 }
 
 // ErrListen wraps a failure to listen on Config.Listen (for example the port is in use).

@@ -198,7 +198,7 @@ func (s *Server) postSource(w http.ResponseWriter, r *http.Request) {
 		WorkerID       *uint64 `json:"worker_id"`
 		ModelName      string  `json:"model_name"`
 		RoutingGroup   string  `json:"routing_group"`
-		TenantID       string  `json:"tenant_id"`
+		TenantID       string  `json:"tenant_id"` // accepted, ignored (docs/CONTRACT.md §9)
 	}
 	if err := decodeStrict(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -212,12 +212,8 @@ func (s *Server) postSource(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "missing field endpoint")
 		return
 	}
-	group := req.RoutingGroup
-	if group == "" {
-		group = req.TenantID
-	}
 	cfg, err := vllm.Normalize(vllm.Config{ID: req.ID, Endpoint: *req.Endpoint, ReplayEndpoint: req.ReplayEndpoint, WorkerID: req.WorkerID,
-		ModelName: req.ModelName, RoutingGroup: group})
+		ModelName: req.ModelName, RoutingGroup: req.RoutingGroup})
 	if err == nil && strings.ContainsAny(cfg.ID, "/ ") {
 		err = fmt.Errorf("source id %q must not contain '/' or spaces", cfg.ID)
 	}

@@ -55,13 +55,12 @@ func TestPartitionSeamsEndToEnd(t *testing.T) {
 	if !strings.Contains(before["decision"], `"worker_id":22,"dp_rank":0,"score":3`) {
 		t.Fatalf("the routing decision does not score: %s", before["decision"])
 	}
-	// The lane of a rank fed by decisions only is the one it would take (not sticky: no log).
+	// Lanes are assigned in order of first sight, and the restart replay sees ranks in its own
+	// order: a rank's lane is not part of what must survive.
 	ranks := func(p *proc) []rankRow {
 		rows := p.ranks()
 		for i := range rows {
-			if rows[i].LastEventID == 0 {
-				rows[i].Lane = -1
-			}
+			rows[i].Lane = -1
 		}
 		return rows
 	}
