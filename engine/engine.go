@@ -72,7 +72,7 @@ type Config struct {
 	ApproxTTL       time.Duration
 	ApproxTTLZero   bool
 	ApproxMaxBlocks int
-	Now             func() time.Time // the clock of approximate mode; default time.Now
+	Now             func() time.Time // the clock of approximate mode and of leases; default time.Now
 	Force           bool             // open a non-empty dir that is not a kvindex data dir
 	MemTableSize    int64            // Pebble's memtable size; default 64 MiB
 	CacheSize       int64            // Pebble's block cache size; default 64 MiB
@@ -80,6 +80,10 @@ type Config struct {
 	// TuneGC lets the restart replay raise GOGC while it builds the index (then restore it).
 	// A process-global setting: `kvindex serve` asks for it, the library only when told.
 	TuneGC bool
+	// Leases (lease.go): how long a stale worker keeps its ranks before they are removed
+	// (default DefaultLeaseGrace) and how often expired leases are swept (default DefaultLeaseSweep).
+	LeaseGrace time.Duration
+	LeaseSweep time.Duration
 }
 
 func (c *Config) defaults() {
@@ -95,6 +99,12 @@ func (c *Config) defaults() {
 	if c.SubmitTimeout <= 0 {
 		c.SubmitTimeout = 10 * time.Second
 	}
+	if c.LeaseGrace <= 0 {
+		c.LeaseGrace = DefaultLeaseGrace
+	}
+	if c.LeaseSweep <= 0 {
+		c.LeaseSweep = DefaultLeaseSweep
+	}
 }
 
 // Engine is one open data dir and everything rebuilt from it.
@@ -107,10 +117,13 @@ type Engine struct {
 	approx *approx.Set
 	pipe   *lanes.Pipeline
 	srcs   *sources
+	leases *leases
 	dumps  dumpCache
 
 	approxStop context.CancelFunc
 	approxDone chan struct{}
+	leaseStop  context.CancelFunc
+	leaseDone  chan struct{}
 	started    atomic.Bool
 
 	// localFeed, when set, reports a worker fed by a source that replays its own gaps (a vLLM
@@ -152,6 +165,10 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	e.dumps.configure(cfg.DumpCache)
 	if e.srcs, err = loadSources(lg, cfg.Upstream); err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	if e.leases, err = loadLeases(lg); err != nil {
 		_ = st.Close()
 		return nil, err
 	}
@@ -249,12 +266,22 @@ func (e *Engine) Recover(ctx context.Context, progress Progress) error {
 		defer close(e.approxDone)
 		e.approx.Run(actx)
 	}()
+	lctx, lstop := context.WithCancel(context.Background())
+	e.leaseStop, e.leaseDone = lstop, make(chan struct{})
+	go func() {
+		defer close(e.leaseDone)
+		e.runLeaseSweep(lctx)
+	}()
 	e.started.Store(true)
 	return nil
 }
 
 // Close drains the lanes and closes the data dir cleanly. Stop the sources first.
 func (e *Engine) Close() error {
+	if e.leaseStop != nil {
+		e.leaseStop()
+		<-e.leaseDone
+	}
 	if e.approxStop != nil {
 		e.approxStop()
 		<-e.approxDone
