@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvindex/kvindex"
 	"github.com/kvindex/kvindex/event"
@@ -182,6 +183,23 @@ func TestLibraryAnswersAsHTTP(t *testing.T) {
 	}
 	if !extended {
 		t.Fatal("no answer has a lower-tier extension: the test does not cover the tier walk")
+	}
+	// Worker 3's lease expires on both sides: both leave its ranks out, alike.
+	if _, err := db.SetLease(ctx, 3, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPut, ts.URL+"/v1/workers/3/lease", strings.NewReader(`{"ttl_ms":1}`))
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("PUT lease: %v %v", resp, err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	check("worker 3 stale")
+	for _, q := range queries {
+		for _, sc := range db.FindMatchesIn(nil, model, "", q) {
+			if sc.WorkerID == 3 {
+				t.Fatalf("query %v answers stale worker 3: %+v", q, sc)
+			}
+		}
 	}
 	if err := db.Close(); err != nil {
 		t.Fatal(err)

@@ -53,6 +53,9 @@ type Options struct {
 	// TuneGC lets the restart replay raise GOGC while it rebuilds the index (as serve does). It
 	// is a process-global setting, so off unless asked for.
 	TuneGC bool
+	// LeaseGrace: how long a worker whose lease expired keeps its ranks before they are removed
+	// (serve's --lease-grace); default 5 minutes. See SetLease.
+	LeaseGrace time.Duration
 }
 
 // KeepAllEvents as Options.RetainEvents keeps every event (no online retention).
@@ -72,7 +75,7 @@ type DB struct {
 func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	cfg := engine.Config{DataDir: dir, BlockSize: opts.BlockSize, Lanes: opts.Lanes, RetainEvents: opts.RetainEvents,
 		ApproxTTL: opts.ApproxTTL, Logger: opts.Logger, MemTableSize: opts.MemTableSize, CacheSize: opts.CacheSize,
-		TuneGC: opts.TuneGC}
+		TuneGC: opts.TuneGC, LeaseGrace: opts.LeaseGrace}
 	if opts.NoSync {
 		cfg.Durability = engine.NoSync
 	}
@@ -144,6 +147,22 @@ func (db *DB) RecordDecision(ctx context.Context, model, group string, worker ui
 // RemoveWorker durably removes every rank of a worker (as DELETE /v1/workers/{id}).
 func (db *DB) RemoveWorker(ctx context.Context, worker uint64) (int, error) {
 	return db.e.RemoveWorker(ctx, worker, nil)
+}
+
+// SetLease takes or renews the worker's lease (as PUT /v1/workers/{id}/lease): live for ttl
+// from now, durably. Once the deadline passes the worker is stale: FindMatches and Find leave
+// its ranks out (their state stays, and a renewal restores them at once); after
+// Options.LeaseGrace more its ranks are removed as RemoveWorker does. A worker that never took a
+// lease is never affected. It returns the deadline.
+func (db *DB) SetLease(ctx context.Context, worker uint64, ttl time.Duration) (time.Time, error) {
+	l, err := db.e.SetLease(ctx, worker, ttl, nil)
+	return l.Deadline, err
+}
+
+// EndLease ends the worker's lease (ok false when it held none): it is then treated as a worker
+// that never took one.
+func (db *DB) EndLease(ctx context.Context, worker uint64) (bool, error) {
+	return db.e.EndLease(ctx, worker)
 }
 
 // Flush returns once every event accepted before the call is applied.

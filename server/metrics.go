@@ -128,6 +128,7 @@ func newMetrics(s *Server) *metrics {
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	f(&indexCollector{s: s})
 	f(&storeCollector{s: s})
+	f(&leaseCollector{s: s})
 	f(&memoryCollector{s: s})
 	return m
 }

@@ -64,6 +64,9 @@ type Config struct {
 	MemTableSize int64
 	CacheSize    int64
 	Version      string // reported in the start log line; default the module version from the build info
+	// LeaseGrace: how long a worker whose lease expired keeps its ranks before they are removed
+	// (`--lease-grace`; default engine.DefaultLeaseGrace).
+	LeaseGrace time.Duration
 }
 
 // DefaultRetainEvents is the default of Config.RetainEvents (docs/API.md).
@@ -123,7 +126,8 @@ func (c *Config) engineConfig(l engine.Listener) engine.Config {
 		RetainEvents: c.RetainEvents, CheckpointRatio: c.CheckpointRatio, Upstream: c.Upstream, FetchTimeout: c.FetchTimeout,
 		FetchBackoff: c.FetchBackoff, AuthToken: c.AuthToken, Logger: c.Logger, FS: c.FS, DumpCache: c.DumpCache,
 		SubmitTimeout: c.SubmitTimeout, ApproxTTL: c.ApproxTTL, ApproxTTLZero: c.ApproxTTLZero, ApproxMaxBlocks: c.ApproxMaxBlocks,
-		Now: c.Now, Force: c.Force, MemTableSize: c.MemTableSize, CacheSize: c.CacheSize, Listener: l, TuneGC: true}
+		Now: c.Now, Force: c.Force, MemTableSize: c.MemTableSize, CacheSize: c.CacheSize, Listener: l, TuneGC: true,
+		LeaseGrace: c.LeaseGrace}
 }
 
 // Open opens the data dir (store.ErrLocked when another process holds it, store.ErrFormatTooNew
