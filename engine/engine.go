@@ -118,6 +118,7 @@ type Engine struct {
 	pipe   *lanes.Pipeline
 	srcs   *sources
 	leases *leases
+	acc    accuracy // outcomes (accuracy.go)
 	dumps  dumpCache
 
 	approxStop context.CancelFunc
