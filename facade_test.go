@@ -194,6 +194,17 @@ func TestLibraryAnswersAsHTTP(t *testing.T) {
 	}
 	time.Sleep(5 * time.Millisecond)
 	check("worker 3 stale")
+	// Outcomes: worker 9 (routing decisions only) is predicted to hold 1, 2, 3; the engine
+	// reused nothing: one over-prediction by 3 blocks. An unknown rank is refused.
+	if err := db.RecordOutcome(model, "", 9, 0, []uint64{1, 2, 3}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.RecordOutcome(model, "", 77, 0, []uint64{1}, 0); err == nil {
+		t.Fatal("an outcome of an unknown rank was recorded")
+	}
+	if as := db.Accuracies(); len(as) != 1 || as[0].Outcomes != 1 || as[0].Over != 1 || as[0].OverBlocks != 3 {
+		t.Fatalf("accuracies %+v", as)
+	}
 	for _, q := range queries {
 		for _, sc := range db.FindMatchesIn(nil, model, "", q) {
 			if sc.WorkerID == 3 {

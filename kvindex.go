@@ -165,6 +165,27 @@ func (db *DB) EndLease(ctx context.Context, worker uint64) (bool, error) {
 	return db.e.EndLease(ctx, worker)
 }
 
+// Accuracy is one partition's outcomes since Open (RecordOutcome; GET /v1/accuracy).
+type Accuracy = engine.Accuracy
+
+// RecordOutcome reports what the engine actually reused for a request routed to (worker,
+// dpRank) in partition (model, group): cachedTokens (vLLM's
+// usage.prompt_tokens_details.cached_tokens) for the request's local hashes. kvindex compares
+// it with what it answers for that rank now and counts it (Accuracies), as POST /v1/outcomes
+// does. An unknown partition or rank, or a cached prefix longer than the request, is refused
+// (an error wrapping engine.ErrBadOutcome) and not counted. Outcomes are kept in memory only.
+func (db *DB) RecordOutcome(model, group string, worker uint64, dpRank uint32, hashes []uint64, cachedTokens uint64) error {
+	if hashes == nil {
+		hashes = []uint64{}
+	}
+	_, err := db.e.RecordOutcomes([]engine.Outcome{{Key: partition.KeyOf(model, group, ""),
+		Rank: event.Rank{WorkerID: worker, DPRank: dpRank}, Hashes: hashes, CachedTokens: cachedTokens}})
+	return err
+}
+
+// Accuracies lists every partition's accuracy since Open (partitions with outcomes).
+func (db *DB) Accuracies() []Accuracy { return db.e.Accuracies() }
+
 // Flush returns once every event accepted before the call is applied.
 func (db *DB) Flush(ctx context.Context) error { return db.e.Flush(ctx) }
 

@@ -54,6 +54,8 @@ func (s *Server) routes() []route {
 		{"PUT /v1/workers/{worker_id}/lease", true, true, s.putLease}, // leases.go
 		{"DELETE /v1/workers/{worker_id}/lease", true, true, s.deleteLease},
 		{"GET /v1/leases", true, false, s.listLeases},
+		{"POST /v1/outcomes", true, true, s.postOutcomes}, // accuracy.go
+		{"GET /v1/accuracy", true, false, s.getAccuracy},
 		{"GET /healthz", false, false, s.healthz},
 		{"GET /readyz", false, false, s.readyz},
 		// Dynamo's standalone-indexer API (dynamo.go).

@@ -129,6 +129,7 @@ func newMetrics(s *Server) *metrics {
 	f(&indexCollector{s: s})
 	f(&storeCollector{s: s})
 	f(&leaseCollector{s: s})
+	f(&accuracyCollector{s: s})
 	f(&memoryCollector{s: s})
 	return m
 }
