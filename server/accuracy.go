@@ -208,3 +208,35 @@ func (c *accuracyCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstHistogram(descPredictionErr, a.Outcomes, float64(a.ErrorSum), buckets, l...)
 	}
 }
+
+// accuracyView is a status page row: the partition's accuracy and its histogram as a sparkline
+// (one block character per bucket, scaled to the fullest bucket).
+type accuracyView struct {
+	accuracyJSON
+	ExactPercent string
+	Sparkline    string
+}
+
+var sparks = []rune("▁▂▃▄▅▆▇█")
+
+func (s *Server) accuracyViews() []accuracyView {
+	var out []accuracyView
+	for _, a := range s.e.Accuracies() {
+		v := accuracyView{accuracyJSON: accuracyRow(a)}
+		v.ExactPercent = strconv.FormatFloat(100*v.ExactRatio, 'f', 1, 64) + "%"
+		top := uint64(0)
+		for _, c := range a.Histogram {
+			top = max(top, c)
+		}
+		sl := make([]rune, len(a.Histogram))
+		for i, c := range a.Histogram {
+			sl[i] = ' '
+			if c > 0 {
+				sl[i] = sparks[(c*uint64(len(sparks)-1)+top-1)/top]
+			}
+		}
+		v.Sparkline = string(sl)
+		out = append(out, v)
+	}
+	return out
+}

@@ -63,6 +63,9 @@ func TestOutcomeRoutes(t *testing.T) {
 	if rows := accuracyRows(t, url+"/v1/accuracy?model_name=other"); len(rows) != 0 {
 		t.Fatalf("another partition: %+v", rows)
 	}
+	if _, page := call(t, "GET", url+"/", ""); !strings.Contains(page, `data-accuracy="default:default"`) || !strings.Contains(page, "80.0%") {
+		t.Fatalf("the status page lacks the accuracy row")
+	}
 	_, m := call(t, "GET", url+"/metrics", "")
 	for _, want := range []string{
 		`kvindex_outcomes_total{model="default",routing_group="default"} 5`,

@@ -166,3 +166,17 @@ func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descLeaseRemoved, prometheus.CounterValue, float64(cs.Removed))
 	ch <- prometheus.MustNewConstMetric(descLeaseRanks, prometheus.CounterValue, float64(cs.RemovedRanks))
 }
+
+// leaseRows are the status page's leases (stale first, then by worker id).
+func (s *Server) leaseRows() []leaseJSON {
+	var live, stale []leaseJSON
+	for _, l := range s.e.Leases() {
+		switch _, st := s.e.LeaseOf(l.WorkerID); st {
+		case engine.LeaseStale:
+			stale = append(stale, leaseRow(l, st))
+		case engine.LeaseLive:
+			live = append(live, leaseRow(l, st))
+		}
+	}
+	return append(stale, live...)
+}

@@ -124,6 +124,9 @@ func TestLeaseRoutes(t *testing.T) {
 			t.Fatalf("metrics lack %q", want)
 		}
 	}
+	if _, page := call(t, "GET", url+"/", ""); !strings.Contains(page, `data-lease="1" data-state="stale"`) {
+		t.Fatalf("the status page does not show worker 1's lease stale")
+	}
 	code, body = call(t, "GET", url+"/v1/leases", "")
 	if code != 200 || !strings.Contains(body, `"state":"stale"`) {
 		t.Fatalf("leases: %d %s", code, body)
