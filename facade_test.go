@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvindex/kvindex"
 	"github.com/kvindex/kvindex/engine"
@@ -183,6 +184,34 @@ func TestLibraryAnswersAsHTTP(t *testing.T) {
 	}
 	if !extended {
 		t.Fatal("no answer has a lower-tier extension: the test does not cover the tier walk")
+	}
+	// Worker 3's lease expires on both sides: both leave its ranks out, alike.
+	if _, err := db.SetLease(ctx, 3, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPut, ts.URL+"/v1/workers/3/lease", strings.NewReader(`{"ttl_ms":1}`))
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("PUT lease: %v %v", resp, err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	check("worker 3 stale")
+	// Outcomes: worker 9 (routing decisions only) is predicted to hold 1, 2, 3; the engine
+	// reused nothing: one over-prediction by 3 blocks. An unknown rank is refused.
+	if err := db.RecordOutcome(model, "", 9, 0, []uint64{1, 2, 3}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.RecordOutcome(model, "", 77, 0, []uint64{1}, 0); err == nil {
+		t.Fatal("an outcome of an unknown rank was recorded")
+	}
+	if as := db.Accuracies(); len(as) != 1 || as[0].Outcomes != 1 || as[0].Over != 1 || as[0].OverBlocks != 3 {
+		t.Fatalf("accuracies %+v", as)
+	}
+	for _, q := range queries {
+		for _, sc := range db.FindMatchesIn(nil, model, "", q) {
+			if sc.WorkerID == 3 {
+				t.Fatalf("query %v answers stale worker 3: %+v", q, sc)
+			}
+		}
 	}
 	if err := db.Close(); err != nil {
 		t.Fatal(err)

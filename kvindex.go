@@ -55,6 +55,9 @@ type Options struct {
 	// TuneGC lets the restart replay raise GOGC while it rebuilds the index (as serve does). It
 	// is a process-global setting, so off unless asked for.
 	TuneGC bool
+	// LeaseGrace: how long a worker whose lease expired keeps its ranks before they are removed
+	// (serve's --lease-grace); default 5 minutes. See SetLease.
+	LeaseGrace time.Duration
 }
 
 // Score is one rank's answer: leading query blocks it holds (device, raised to its side score),
@@ -71,7 +74,7 @@ type DB struct {
 func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	cfg := engine.Config{DataDir: dir, BlockSize: opts.BlockSize, Lanes: opts.Lanes, RetainEvents: opts.RetainEvents,
 		ApproxTTL: opts.ApproxTTL, Logger: opts.Logger, MemTableSize: opts.MemTableSize, CacheSize: opts.CacheSize,
-		TuneGC: opts.TuneGC}
+		TuneGC: opts.TuneGC, LeaseGrace: opts.LeaseGrace}
 	if opts.NoSync {
 		cfg.Durability = engine.NoSync
 	}
@@ -144,6 +147,43 @@ func (db *DB) RecordDecision(ctx context.Context, model, group string, worker ui
 func (db *DB) RemoveWorker(ctx context.Context, worker uint64) (int, error) {
 	return db.e.RemoveWorker(ctx, worker, nil)
 }
+
+// SetLease takes or renews the worker's lease (as PUT /v1/workers/{id}/lease): live for ttl
+// from now, durably. Once the deadline passes the worker is stale: FindMatches and Find leave
+// its ranks out (their state stays, and a renewal restores them at once); after
+// Options.LeaseGrace more its ranks are removed as RemoveWorker does. A worker that never took a
+// lease is never affected. It returns the deadline.
+func (db *DB) SetLease(ctx context.Context, worker uint64, ttl time.Duration) (time.Time, error) {
+	l, err := db.e.SetLease(ctx, worker, ttl, nil)
+	return l.Deadline, err
+}
+
+// EndLease ends the worker's lease (ok false when it held none): it is then treated as a worker
+// that never took one.
+func (db *DB) EndLease(ctx context.Context, worker uint64) (bool, error) {
+	return db.e.EndLease(ctx, worker)
+}
+
+// Accuracy is one partition's outcomes since Open (RecordOutcome; GET /v1/accuracy).
+type Accuracy = engine.Accuracy
+
+// RecordOutcome reports what the engine actually reused for a request routed to (worker,
+// dpRank) in partition (model, group): cachedTokens (vLLM's
+// usage.prompt_tokens_details.cached_tokens) for the request's local hashes. kvindex compares
+// it with what it answers for that rank now and counts it (Accuracies), as POST /v1/outcomes
+// does. An unknown partition or rank, or a cached prefix longer than the request, is refused
+// (an error wrapping engine.ErrBadOutcome) and not counted. Outcomes are kept in memory only.
+func (db *DB) RecordOutcome(model, group string, worker uint64, dpRank uint32, hashes []uint64, cachedTokens uint64) error {
+	if hashes == nil {
+		hashes = []uint64{}
+	}
+	_, err := db.e.RecordOutcomes([]engine.Outcome{{Key: partition.KeyOf(model, group, ""),
+		Rank: event.Rank{WorkerID: worker, DPRank: dpRank}, Hashes: hashes, CachedTokens: cachedTokens}})
+	return err
+}
+
+// Accuracies lists every partition's accuracy since Open (partitions with outcomes).
+func (db *DB) Accuracies() []Accuracy { return db.e.Accuracies() }
 
 // Flush returns once every event accepted before the call is applied.
 func (db *DB) Flush(ctx context.Context) error { return db.e.Flush(ctx) }

@@ -77,6 +77,9 @@ type Options struct {
 	// ApproxTTL is the side index's TTL with Approximate; default approx.DefaultTTL (120 s), long
 	// enough that nothing expires during a run.
 	ApproxTTL time.Duration
+	// Accuracy replaces stages 2–5 by the accuracy stage (accuracy.go): each routed request posts
+	// its outcome; the index's hit-prediction accuracy with every event, then with a lost stream.
+	Accuracy bool
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -195,6 +198,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if ents, err := os.ReadDir(d); err == nil && len(ents) > 0 {
 			return nil, fmt.Errorf("bench: %w: %s (give an empty --data-dir)", ErrDataDirInUse, d)
 		}
+	}
+	if o.Accuracy {
+		if err := r.accuracyStages(ctx); err != nil {
+			return r.rep, err
+		}
+		return r.rep, nil
 	}
 	if o.Approximate {
 		if err := r.approxStages(ctx); err != nil {

@@ -76,7 +76,7 @@ type Config struct {
 	ApproxTTL       time.Duration
 	ApproxTTLZero   bool
 	ApproxMaxBlocks int
-	Now             func() time.Time // the clock of approximate mode; default time.Now
+	Now             func() time.Time // the clock of approximate mode and of leases; default time.Now
 	Force           bool             // open a non-empty dir that is not a kvindex data dir
 	MemTableSize    int64            // Pebble's memtable size; default 64 MiB
 	CacheSize       int64            // Pebble's block cache size; default 64 MiB
@@ -87,6 +87,10 @@ type Config struct {
 	// IndexedGroupKinds: the KV-cache group kinds of hybrid models whose events change the tree
 	// (lanes.Options.IndexedKinds); default (0) the main attention kinds.
 	IndexedGroupKinds event.GroupKinds
+	// Leases (lease.go): how long a stale worker keeps its ranks before they are removed
+	// (default DefaultLeaseGrace) and how often expired leases are swept (default DefaultLeaseSweep).
+	LeaseGrace time.Duration
+	LeaseSweep time.Duration
 }
 
 func (c *Config) defaults() {
@@ -102,6 +106,12 @@ func (c *Config) defaults() {
 	if c.SubmitTimeout <= 0 {
 		c.SubmitTimeout = 10 * time.Second
 	}
+	if c.LeaseGrace <= 0 {
+		c.LeaseGrace = DefaultLeaseGrace
+	}
+	if c.LeaseSweep <= 0 {
+		c.LeaseSweep = DefaultLeaseSweep
+	}
 }
 
 // Engine is one open data dir and everything rebuilt from it.
@@ -114,10 +124,14 @@ type Engine struct {
 	approx *approx.Set
 	pipe   *lanes.Pipeline
 	srcs   *sources
+	leases *leases
+	acc    accuracy // outcomes (accuracy.go)
 	dumps  dumpCache
 
 	approxStop context.CancelFunc
 	approxDone chan struct{}
+	leaseStop  context.CancelFunc
+	leaseDone  chan struct{}
 	started    atomic.Bool
 
 	// localFeed, when set, reports a worker fed by a source that replays its own gaps (a vLLM
@@ -159,6 +173,10 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	e.dumps.configure(cfg.DumpCache)
 	if e.srcs, err = loadSources(lg, cfg.Upstream); err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	if e.leases, err = loadLeases(lg); err != nil {
 		_ = st.Close()
 		return nil, err
 	}
@@ -256,12 +274,22 @@ func (e *Engine) Recover(ctx context.Context, progress Progress) error {
 		defer close(e.approxDone)
 		e.approx.Run(actx)
 	}()
+	lctx, lstop := context.WithCancel(context.Background())
+	e.leaseStop, e.leaseDone = lstop, make(chan struct{})
+	go func() {
+		defer close(e.leaseDone)
+		e.runLeaseSweep(lctx)
+	}()
 	e.started.Store(true)
 	return nil
 }
 
 // Close drains the lanes and closes the data dir cleanly. Stop the sources first.
 func (e *Engine) Close() error {
+	if e.leaseStop != nil {
+		e.leaseStop()
+		<-e.leaseDone
+	}
 	if e.approxStop != nil {
 		e.approxStop()
 		<-e.approxDone

@@ -76,7 +76,8 @@ func (e *Engine) Find(dst []Score, key partition.Key, q Query) []Score {
 }
 
 // FindInto answers q in partition p (nil: no scores) into a (its slices reused). It is Find
-// without the copy into []Score: the HTTP doors and the benchmark answer from it.
+// without the copy into []Score: the HTTP doors and the benchmark answer from it. The ranks of
+// workers whose lease expired are left out (lease.go).
 func (e *Engine) FindInto(a *Answer, p *partition.Partition, q Query) {
 	a.Scores, a.Ext = a.Scores[:0], nil
 	if p == nil {
@@ -100,6 +101,7 @@ func (e *Engine) FindInto(a *Answer, p *partition.Partition, q Query) {
 			}
 		}
 	}
+	e.dropStale(a) // before the limits: top_k counts live ranks only
 	n := trimmed(a.Scores, q.MinScore, q.TopK)
 	a.Scores = a.Scores[:n]
 	if a.Ext != nil {
@@ -147,7 +149,7 @@ func (e *Engine) DeviceScores(dst []index.Score, p *partition.Partition, hashes 
 	}
 	a := answers.Get().(*Answer)
 	defer answers.Put(a)
-	return e.deviceScores(a, dst, p, hashes, false, false)
+	return e.dropStaleScores(e.deviceScores(a, dst, p, hashes, false, false))
 }
 
 // trimmed is how many scores min_score then top_k keep. The ranks with a score of at least

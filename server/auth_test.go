@@ -46,6 +46,11 @@ var sampleRequests = map[string][2]string{
 	"GET /v1/dump":                                   {"/v1/dump", ""},
 	"POST /v1/flush":                                 {"/v1/flush", ""},
 	"POST /v1/routing_decisions":                     {"/v1/routing_decisions", `{"worker_id":1,"block_hashes":[1]}`},
+	"PUT /v1/workers/{worker_id}/lease":              {"/v1/workers/1/lease", `{"ttl_ms":1000}`},
+	"DELETE /v1/workers/{worker_id}/lease":           {"/v1/workers/1/lease", ""},
+	"GET /v1/leases":                                 {"/v1/leases", ""},
+	"POST /v1/outcomes":                              {"/v1/outcomes", `{"worker_id":1,"block_hashes":[1],"cached_tokens":0}`},
+	"GET /v1/accuracy":                               {"/v1/accuracy", ""},
 	"GET /healthz":                                   {"/healthz", ""},
 	"GET /readyz":                                    {"/readyz", ""},
 	"GET /metrics":                                   {"/metrics", ""},
@@ -93,7 +98,8 @@ func TestAuthMutatingRoutes(t *testing.T) {
 	s, url := rangeServer(t, Config{AuthToken: testToken}, engine.DumpCacheOptions{})
 	want := []string{"POST /v1/events", "DELETE /v1/workers/{worker_id}", "DELETE /v1/workers/{worker_id}/ranks/{dp_rank}",
 		"PUT /v1/workers/{worker_id}/source", "DELETE /v1/workers/{worker_id}/source", "POST /v1/sources",
-		"DELETE /v1/sources/{id}", "POST /v1/flush", "POST /v1/routing_decisions", "POST /register", "POST /unregister",
+		"DELETE /v1/sources/{id}", "POST /v1/flush", "POST /v1/routing_decisions",
+		"PUT /v1/workers/{worker_id}/lease", "DELETE /v1/workers/{worker_id}/lease", "POST /v1/outcomes", "POST /register", "POST /unregister",
 		"POST /register_peer", "POST /deregister_peer"}
 	var got []string
 	for _, rt := range s.routes() {

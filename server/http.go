@@ -51,6 +51,11 @@ func (s *Server) routes() []route {
 		{"GET /v1/dump", true, false, s.dump},
 		{"POST /v1/flush", true, true, s.flush},
 		{"POST /v1/routing_decisions", true, true, s.postRoutingDecision},
+		{"PUT /v1/workers/{worker_id}/lease", true, true, s.putLease}, // leases.go
+		{"DELETE /v1/workers/{worker_id}/lease", true, true, s.deleteLease},
+		{"GET /v1/leases", true, false, s.listLeases},
+		{"POST /v1/outcomes", true, true, s.postOutcomes}, // accuracy.go
+		{"GET /v1/accuracy", true, false, s.getAccuracy},
 		{"GET /healthz", false, false, s.healthz},
 		{"GET /readyz", false, false, s.readyz},
 		// Dynamo's standalone-indexer API (dynamo.go).
@@ -439,6 +444,9 @@ type rankJSON struct {
 	Gaps         gapsJSON  `json:"gaps"`
 	// Groups: the rank's KV-cache groups (hybrid models); absent for streams without them.
 	Groups []engine.GroupStatus `json:"groups,omitempty"`
+	// The worker's lease (leases.go): stale while it is expired (left out of answers).
+	Stale          bool   `json:"stale"`
+	LeaseExpiresAt string `json:"lease_expires_at,omitempty"`
 }
 
 func (s *Server) listRanks(w http.ResponseWriter, r *http.Request) {
@@ -495,6 +503,9 @@ func (s *Server) listRanks(w http.ResponseWriter, r *http.Request) {
 		lane, _ := s.e.LaneOf(rk)
 		out = append(out, rankJSON{Mode: "approximate", ApproxBlocks: s.approx.RankBlocks(rk), ModelName: p.Key.ModelName,
 			RoutingGroup: p.Key.RoutingGroup, WorkerID: rk.WorkerID, DPRank: rk.DPRank, Lane: lane, State: "live"})
+	}
+	for i := range out {
+		s.setLeaseFields(&out[i])
 	}
 	slices.SortStableFunc(out, func(a, b rankJSON) int {
 		if a.WorkerID != b.WorkerID {

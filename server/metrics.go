@@ -163,6 +163,8 @@ func newMetrics(s *Server) *metrics {
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	f(&indexCollector{s: s})
 	f(&storeCollector{s: s})
+	f(&leaseCollector{s: s})
+	f(&accuracyCollector{s: s})
 	f(&memoryCollector{s: s})
 	f(&s.conns)
 	return m

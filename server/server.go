@@ -77,6 +77,10 @@ type Config struct {
 	// DefaultTraceIDHeader).
 	AccessLog     string
 	TraceIDHeader string
+
+	// LeaseGrace: how long a worker whose lease expired keeps its ranks before they are removed
+	// (`--lease-grace`; default engine.DefaultLeaseGrace).
+	LeaseGrace time.Duration
 }
 
 // DefaultRetainEvents is the default of Config.RetainEvents (docs/API.md).
@@ -143,7 +147,7 @@ func (c *Config) engineConfig(l engine.Listener) engine.Config {
 		FetchBackoff: c.FetchBackoff, AuthToken: c.AuthToken, Logger: c.Logger, FS: c.FS, DumpCache: c.DumpCache,
 		SubmitTimeout: c.SubmitTimeout, ApproxTTL: c.ApproxTTL, ApproxTTLZero: c.ApproxTTLZero, ApproxMaxBlocks: c.ApproxMaxBlocks,
 		Now: c.Now, Force: c.Force, MemTableSize: c.MemTableSize, CacheSize: c.CacheSize, Listener: l, TuneGC: true,
-		IndexedGroupKinds: c.IndexedGroupKinds}
+		IndexedGroupKinds: c.IndexedGroupKinds, LeaseGrace: c.LeaseGrace}
 }
 
 // Open opens the data dir (store.ErrLocked when another process holds it, store.ErrFormatTooNew

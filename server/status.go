@@ -55,6 +55,8 @@ type statusData struct {
 	States                         []*stateGroup
 	ZMQ                            []zmqRow
 	Recovery                       []recoveryRow
+	Leases                         []leaseJSON    // leases.go
+	Accuracy                       []accuracyView // accuracy.go
 }
 
 type partitionRow struct {
@@ -162,6 +164,7 @@ func (s *Server) statusData(refresh int) statusData {
 	d.States, d.Partitions = s.rankGroups(ranks)
 	d.ZMQ = s.zmqRows(now)
 	d.Recovery = s.recoveryRows(ranks)
+	d.Leases, d.Accuracy = s.leaseRows(), s.accuracyViews()
 	return d
 }
 

@@ -110,6 +110,10 @@ type Query struct {
 	BlockHashes []uint64
 	AfterEvent  int
 	Worker      int
+	// Hit is the leading blocks the chosen worker's own cache held when the request arrived (what
+	// its engine reuses, reported as an outcome by bench --accuracy); not stored in a workload
+	// dir (0 when read from one).
+	Hit int
 }
 
 // NoWorker is Query.Worker when the routing decision is unknown.
@@ -316,7 +320,7 @@ func (s *copySim) serve(wl *Workload, r *Request) (int, error) {
 	s.chosen[best] = s.step
 	s.step++
 
-	wl.Queries = append(wl.Queries, Query{BlockHashes: ids, AfterEvent: len(wl.Events), Worker: int(s.base) + best})
+	wl.Queries = append(wl.Queries, Query{BlockHashes: ids, AfterEvent: len(wl.Events), Worker: int(s.base) + best, Hit: s.p[best]})
 	first := len(wl.Events)
 	var hit int
 	wl.Events, hit = s.workers[best].Serve(wl.Events, ids, s.seq)

@@ -70,6 +70,7 @@ func benchCommand() *cli.Command {
 		&cli.StringFlag{Name: "markdown", Usage: "also write the results table into this markdown file (its section for this configuration is replaced)", EnvVars: env("bench", "markdown")},
 		&cli.BoolFlag{Name: "approximate", Usage: "approximate mode (docs/CONTRACT.md §8): record each query's routing decision instead of ingesting the events; reports decisions/s, find_matches on the side index and its hit ratio next to the event-fed routing_hit_ratio", EnvVars: env("bench", "approximate")},
 		&cli.DurationFlag{Name: "approx-ttl", Value: 120 * time.Second, Usage: "with --approximate: the side index's TTL (keep it longer than the run)", EnvVars: env("bench", "approx-ttl")},
+		&cli.BoolFlag{Name: "accuracy", Usage: "measure the index's hit-prediction accuracy instead: each routed request posts the simulated worker's true prefix hit as an outcome (want 0 over- and under-predictions), then again with worker 0's Removed events dropped", EnvVars: env("bench", "accuracy")},
 		&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the whole run to this file (go tool pprof)", EnvVars: env("bench", "cpuprofile")},
 	)
 	return &cli.Command{
@@ -108,6 +109,7 @@ func benchCommand() *cli.Command {
 				Progress:        progressWriter(c.App.ErrWriter),
 				Approximate:     c.Bool("approximate"),
 				ApproxTTL:       c.Duration("approx-ttl"),
+				Accuracy:        c.Bool("accuracy"),
 			}
 			if o.ApproxTTL <= 0 {
 				return usagef("--approx-ttl must be > 0")
@@ -167,6 +169,9 @@ func benchCommandLine(c *cli.Context, dur wal.Durability) string {
 	fmt.Fprintf(&b, " --producers %d --batch %d --durability %s", c.Int("producers"), c.Int("batch"), dur)
 	if c.Bool("approximate") {
 		fmt.Fprintf(&b, " --approximate --approx-ttl %s", c.Duration("approx-ttl"))
+	}
+	if c.Bool("accuracy") {
+		b.WriteString(" --accuracy")
 	}
 	return b.String()
 }

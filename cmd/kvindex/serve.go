@@ -84,6 +84,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "durability", Value: "sync", Usage: "sync: acknowledge after fsync (group commit); none: acknowledge after the memtable write — a crash or even a kill -9 may lose the newest acknowledged events", EnvVars: serveEnv("durability")},
 			&cli.DurationFlag{Name: "approx-ttl", Value: 120 * time.Second, Usage: "approximate mode: how long a routing decision's blocks live (0 = they expire at once)", EnvVars: serveEnv("approx-ttl")},
 			&cli.IntFlag{Name: "approx-max-blocks", Usage: "approximate mode: prune a partition's side index above this many (rank, block) entries to 80% of it, earliest deadline first (0 = no bound)", EnvVars: serveEnv("approx-max-blocks")},
+			&cli.DurationFlag{Name: "lease-grace", Value: server.DefaultLeaseGrace, Usage: "how long a worker whose lease expired (stale: left out of answers) keeps its ranks before they are removed, as DELETE /v1/workers/{id} would", EnvVars: serveEnv("lease-grace")},
 			&cli.Uint64Flag{Name: "retain-events", Value: server.DefaultRetainEvents, Usage: "keep at least this many log events per rank; older ones are folded into a snapshot online (0 = keep all)", EnvVars: serveEnv("retain-events")},
 			&cli.Float64Flag{Name: "checkpoint-ratio", Value: server.DefaultCheckpointRatio, Usage: "rewrite a rank's snapshot online (its log is kept) once its block operations since the last one exceed this many times its live blocks, so a restart replays little more than the live blocks (0 = off)", EnvVars: serveEnv("checkpoint-ratio")},
 			&cli.StringSliceFlag{Name: "indexed-group-kinds", Value: cli.NewStringSlice("full_attention", "mla_attention", "sink_full_attention"), Usage: "KV-cache group kinds of hybrid models whose vLLM events are indexed, comma separated; events of other kinds (sliding_window, mamba, ...) are counted and shown per rank, never indexed", EnvVars: serveEnv("indexed-group-kinds")},
@@ -129,6 +130,9 @@ func serveCommand() *cli.Command {
 			token, err := readToken(c)
 			if err != nil {
 				return err
+			}
+			if c.Duration("lease-grace") <= 0 {
+				return usagef("--lease-grace must be > 0")
 			}
 			if c.Duration("body-timeout") <= 0 || c.Duration("idle-timeout") <= 0 || c.Int("max-conns") < 0 {
 				return usagef("--body-timeout and --idle-timeout must be > 0, --max-conns ≥ 0")
@@ -185,6 +189,7 @@ func serveCommand() *cli.Command {
 				Logger:          slog.Default(),
 
 				IndexedGroupKinds: kinds,
+				LeaseGrace:        c.Duration("lease-grace"),
 			})
 			if errors.Is(err, server.ErrTLSConfig) {
 				return usageError{err}
