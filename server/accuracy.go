@@ -8,8 +8,8 @@ import (
 	"strconv"
 
 	"github.com/kvindex/kvindex/engine"
-	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/partition"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
