@@ -84,20 +84,22 @@ func TestRule10EveryRecoveryOutcomeIsCounted(t *testing.T) {
 	waitState(t, s, dead, "degraded")
 
 	m := s.m
-	for _, c := range []struct {
-		name string
-		got  float64
-		want float64
-	}{
-		{"fetches{full,treedump}", testutil.ToFloat64(m.fetches.WithLabelValues("full", "treedump")), 1},
-		{"fetches{range,events}", testutil.ToFloat64(m.fetches.WithLabelValues("range", "events")), 1},
-		{"fetches{full,failed}", testutil.ToFloat64(m.fetches.WithLabelValues("full", "failed")), 1},
-		{"gaps{recovered}", testutil.ToFloat64(m.gaps.WithLabelValues("recovered")), 1},
-		{"gaps{lost}", testutil.ToFloat64(m.gaps.WithLabelValues("lost")), 1},
-	} {
-		if c.got != c.want {
-			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
-		}
+	// The outcome callbacks run on the lanes once an answer is taken, which may be just after
+	// the state a waitState saw: wait for the counts (never more than one each).
+	counts := func() []float64 {
+		return []float64{testutil.ToFloat64(m.fetches.WithLabelValues("full", "treedump")),
+			testutil.ToFloat64(m.fetches.WithLabelValues("range", "events")),
+			testutil.ToFloat64(m.fetches.WithLabelValues("full", "failed")),
+			testutil.ToFloat64(m.gaps.WithLabelValues("recovered")),
+			testutil.ToFloat64(m.gaps.WithLabelValues("lost"))}
+	}
+	want := []float64{1, 1, 1, 1, 1}
+	deadline := time.Now().Add(10 * time.Second)
+	for !slices.Equal(counts(), want) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := counts(); !slices.Equal(got, want) {
+		t.Errorf("fetches{full,treedump}, {range,events}, {full,failed}, gaps{recovered}, gaps{lost} = %v, want %v", got, want)
 	}
 	body := scrape(t, url)
 	for _, want := range []string{`kvindex_ranks{model="default",routing_group="default",state="live"} 1`,
