@@ -3,6 +3,7 @@ package event
 import (
 	"encoding/json"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/zeebo/xxh3"
@@ -60,8 +61,19 @@ func TestHashVectors(t *testing.T) {
 			bh := BlockHashesOpts(v.Tokens, v.BlockSize, HashOptions{LoraName: v.LoraName, Namespace: v.CacheNamespace, Eagle: v.Eagle, MMHashesByBlock: v.MMHashes})
 			if v.Eagle || v.MMHashes != nil {
 				// covered by BlockHashesOpts only
-			} else if plain := BlockHashes(v.Tokens, v.BlockSize, v.LoraName, v.CacheNamespace); len(plain) != len(bh) {
-				t.Fatalf("BlockHashes and BlockHashesOpts disagree: %v vs %v", plain, bh)
+			} else {
+				// The production path the routes call, value by value (LoRA and namespace salt
+				// included), and the salt matters: without it the hashes differ.
+				plain := BlockHashes(v.Tokens, v.BlockSize, v.LoraName, v.CacheNamespace)
+				if !slices.Equal(plain, v.BlockHashes) {
+					t.Fatalf("BlockHashes: got %v want %v", plain, v.BlockHashes)
+				}
+				if v.CacheNamespace != "" && len(plain) > 0 && slices.Equal(BlockHashes(v.Tokens, v.BlockSize, v.LoraName, ""), plain) {
+					t.Fatalf("the namespace %q changes no hash", v.CacheNamespace)
+				}
+				if v.LoraName != "" && len(plain) > 0 && slices.Equal(BlockHashes(v.Tokens, v.BlockSize, "", v.CacheNamespace), plain) {
+					t.Fatalf("the LoRA name %q changes no hash", v.LoraName)
+				}
 			}
 			if len(bh) != len(v.BlockHashes) {
 				t.Fatalf("block hashes: got %v want %v", bh, v.BlockHashes)
