@@ -47,6 +47,21 @@ func (e *Engine) Place(ctx context.Context, key partition.Key, blockSize int, wo
 	}
 }
 
+// Claim claims worker for key's existing partition, creating nothing (a registration that
+// precedes its worker's first event, reclaimed at start). An unknown partition is
+// partition.ErrDropped; a worker of another partition partition.ErrWorkerElsewhere.
+func (e *Engine) Claim(key partition.Key, worker uint64) error {
+	p, ok := e.parts.Lookup(key)
+	if !ok {
+		return fmt.Errorf("%w: %s", partition.ErrDropped, key)
+	}
+	return e.parts.Claim(worker, p.ID)
+}
+
+// Release forgets which partition worker belongs to, so that it may join another: for a door
+// whose write after Place failed, or a worker whose last rank left without RemoveWorker.
+func (e *Engine) Release(worker uint64) { e.parts.Release(worker) }
+
 // place puts evs in key's partition (created when needed) and claims their workers for it. A
 // worker of another partition fails the whole batch before anything is claimed.
 func (e *Engine) place(ctx context.Context, key partition.Key, blockSize int, evs []event.RouterEvent) error {

@@ -179,12 +179,9 @@ func (g *registry) all() []registration {
 // replay's claims): an instance registered before its first event still belongs there.
 func (s *Server) claimRegistered() {
 	for _, r := range s.reg.all() {
-		p, ok := s.parts.Lookup(r.key())
-		if !ok {
+		if err := s.e.Claim(r.key(), r.InstanceID); errors.Is(err, partition.ErrDropped) {
 			s.lg.Warn("a registration names a partition that has no record", "instance_id", r.InstanceID, "partition", r.key())
-			continue
-		}
-		if err := s.parts.Claim(r.InstanceID, p.ID); err != nil {
+		} else if err != nil {
 			s.lg.Warn("a registered instance has ranks in another partition", "instance_id", r.InstanceID, "err", err)
 		}
 	}
@@ -298,13 +295,8 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, fmt.Errorf("source %s %w", cfg.ID, ErrAlreadyRegistered).Error())
 		return
 	}
-	p, err := s.parts.Ensure(r.Context(), key, reg.BlockSize)
-	if err != nil {
-		s.partitionError(w, err, -1)
-		return
-	}
 	_, hadPartition := s.parts.WorkerPartition(reg.InstanceID)
-	if err := s.parts.Claim(reg.InstanceID, p.ID); err != nil {
+	if _, err := s.e.Place(r.Context(), key, reg.BlockSize, reg.InstanceID); err != nil {
 		s.partitionError(w, err, -1)
 		return
 	}
@@ -320,7 +312,7 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		if !hadPartition {
-			s.parts.Release(reg.InstanceID)
+			s.e.Release(reg.InstanceID)
 		}
 		s.submitError(w, fmt.Errorf("registering instance %d dp_rank %d: %w", reg.InstanceID, reg.DPRank, err))
 		return
@@ -401,7 +393,7 @@ func (s *Server) postUnregister(w http.ResponseWriter, r *http.Request) {
 		}
 		removed = removed || ok
 		if len(s.reg.regs[inst]) == 0 && len(s.e.RanksOfWorker(inst)) == 0 {
-			s.parts.Release(inst)
+			s.e.Release(inst)
 		}
 	} else {
 		hadSide := false
