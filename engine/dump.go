@@ -58,24 +58,36 @@ func (e *Engine) AppendWholeDump(ctx context.Context, dst []byte, keep func(Rank
 	return dst, nil
 }
 
-// PartitionsWithState lists, in key order, the partitions that hold anything: event-fed ranks,
-// lower-tier or side entries.
+// PartitionsWithState lists, in key order, the partitions that hold anything (PartitionHolds).
 func (e *Engine) PartitionsWithState() []*partition.Partition {
-	has := map[uint32]bool{}
-	for _, st := range e.pipe.Status() {
-		has[st.Rank.Partition] = true
-	}
-	for _, rk := range e.approx.Ranks() {
-		has[rk.Partition] = true
-	}
+	held := e.heldPartitions()
 	var out []*partition.Partition
 	for _, p := range e.parts.All() {
-		if has[p.ID] || len(p.Tiers.Ranks()) > 0 {
+		if held[p.ID] || len(p.Tiers.Ranks()) > 0 {
 			out = append(out, p)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key.String() < out[j].Key.String() })
 	return out
+}
+
+// PartitionHolds reports whether partition id holds anything: event-fed ranks, lower-tier or
+// side entries.
+func (e *Engine) PartitionHolds(id uint32) bool {
+	p := e.parts.Get(id)
+	return p != nil && (e.heldPartitions()[id] || len(p.Tiers.Ranks()) > 0)
+}
+
+// heldPartitions is the set of partitions with an event-fed rank or a side entry.
+func (e *Engine) heldPartitions() map[uint32]bool {
+	held := map[uint32]bool{}
+	for _, st := range e.pipe.Status() {
+		held[st.Rank.Partition] = true
+	}
+	for _, rk := range e.approx.Ranks() {
+		held[rk.Partition] = true
+	}
+	return held
 }
 
 // PartitionEmpty reports whether no event-fed rank of partition id is known.

@@ -215,24 +215,6 @@ func (e *Engine) DropPartition(ctx context.Context, id uint32) (bool, error) {
 	return dropped, err
 }
 
-// PartitionHolds reports whether partition id holds anything: event-fed ranks, lower-tier or
-// side entries.
-func (e *Engine) PartitionHolds(id uint32) bool {
-	p := e.parts.Get(id)
-	if p == nil {
-		return false
-	}
-	if !e.PartitionEmpty(id) || len(p.Tiers.Ranks()) > 0 {
-		return true
-	}
-	for _, rk := range e.approx.Ranks() {
-		if rk.Partition == id {
-			return true
-		}
-	}
-	return false
-}
-
 // RemoveRankIn durably removes a worker's rank found as WorkerPartition finds it: with key
 // given, only when the worker is of key's partition.
 func (e *Engine) RemoveRankIn(ctx context.Context, rk Rank, key *partition.Key) (bool, error) {
