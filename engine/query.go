@@ -47,6 +47,7 @@ type Answer struct {
 	side, merged, device []index.Score
 	path                 []uint64 // the device walk's matched block hashes (the tier walk's anchors)
 	tiered               []tier.Score
+	extBuf               []Ext // Ext's storage, reused across queries
 }
 
 // ExtOf is Scores[i]'s lower-tier extensions (zero when none).
@@ -89,16 +90,16 @@ func (e *Engine) FindInto(a *Answer, p *partition.Partition, q Query) {
 	} else {
 		a.device = e.deviceScores(a, a.device[:0], p, q.Hashes, q.EarlyExit, true)
 		a.tiered = p.Tiers.Extend(a.tiered, q.Hashes, a.device, a.path)
+		ext := slices.Grow(a.extBuf[:0], len(a.tiered))[:len(a.tiered)]
+		extended := false
 		for i := range a.tiered {
 			a.Scores = append(a.Scores, a.tiered[i].Score)
-			if a.tiered[i].HasExt() && a.Ext == nil {
-				a.Ext = make([]Ext, len(a.tiered))
-			}
+			ext[i] = a.tiered[i].Ext
+			extended = extended || a.tiered[i].HasExt()
 		}
-		if a.Ext != nil {
-			for i := range a.tiered {
-				a.Ext[i] = a.tiered[i].Ext
-			}
+		a.extBuf = ext
+		if extended {
+			a.Ext = ext
 		}
 	}
 	e.dropStale(a) // before the limits: top_k counts live ranks only
