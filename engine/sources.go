@@ -74,11 +74,11 @@ func CheckSourceURL(raw string) error {
 }
 
 // SetRecoverySource sets (u != "") or clears (u == "") the worker's own recovery source,
-// durably, and lets its ranks' recovery use it at once.
-func (e *Engine) SetRecoverySource(ctx context.Context, worker uint64, u string) error {
+// durably, and lets its ranks' recovery use it at once. It returns the URL as kept (trimmed).
+func (e *Engine) SetRecoverySource(ctx context.Context, worker uint64, u string) (string, error) {
 	if u != "" {
 		if err := CheckSourceURL(u); err != nil {
-			return err
+			return "", err
 		}
 		u = trimURL(u)
 	}
@@ -90,7 +90,7 @@ func (e *Engine) SetRecoverySource(ctx context.Context, worker uint64, u string)
 			b.SetMeta(name, []byte(u))
 		}
 	}); err != nil {
-		return err
+		return "", err
 	}
 	e.srcs.mu.Lock()
 	if u == "" {
@@ -100,10 +100,10 @@ func (e *Engine) SetRecoverySource(ctx context.Context, worker uint64, u string)
 	}
 	e.srcs.mu.Unlock()
 	if err := e.pipe.SourceChanged(ctx, worker); err != nil {
-		return err
+		return "", err
 	}
 	if u != "" {
 		e.lg.Info("recovery source set", "worker_id", worker, "url", u)
 	}
-	return nil
+	return u, nil
 }

@@ -2,7 +2,6 @@ package server
 
 import (
 	"net/http"
-	"strings"
 
 	"github.com/kvindex/kvindex/engine"
 )
@@ -39,11 +38,12 @@ func (s *Server) putSource(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if err := s.e.SetRecoverySource(r.Context(), wid, *req.URL); err != nil {
+	u, err := s.e.SetRecoverySource(r.Context(), wid, *req.URL)
+	if err != nil {
 		s.submitError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"worker_id": wid, "url": trimmedURL(*req.URL)}) // the source as set
+	writeJSON(w, http.StatusOK, map[string]any{"worker_id": wid, "url": u}) // the source as set
 }
 
 func (s *Server) deleteSource(w http.ResponseWriter, r *http.Request) {
@@ -52,7 +52,7 @@ func (s *Server) deleteSource(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if err := s.e.SetRecoverySource(r.Context(), wid, ""); err != nil {
+	if _, err := s.e.SetRecoverySource(r.Context(), wid, ""); err != nil {
 		s.submitError(w, err)
 		return
 	}
@@ -61,6 +61,3 @@ func (s *Server) deleteSource(w http.ResponseWriter, r *http.Request) {
 
 // checkSourceURL refuses a URL that is not an absolute http(s) URL.
 func checkSourceURL(raw string) error { return engine.CheckSourceURL(raw) }
-
-// trimmedURL is a source URL as the engine keeps it.
-func trimmedURL(u string) string { return strings.TrimRight(strings.TrimSpace(u), "/") }
