@@ -145,7 +145,12 @@ func (db *DB) RecordDecision(ctx context.Context, model, group string, worker ui
 
 // RemoveWorker durably removes every rank of a worker (as DELETE /v1/workers/{id}).
 func (db *DB) RemoveWorker(ctx context.Context, worker uint64) (int, error) {
-	return db.e.RemoveWorker(ctx, worker, nil)
+	part, _ := db.e.WorkerPartition(worker, nil)
+	n, err := db.e.RemoveWorker(ctx, worker, nil)
+	if err == nil && n > 0 {
+		_, err = db.e.DropPartition(ctx, part) // as DELETE: an emptied partition is dropped
+	}
+	return n, err
 }
 
 // SetLease takes or renews the worker's lease (as PUT /v1/workers/{id}/lease): live for ttl

@@ -137,6 +137,7 @@ type Engine struct {
 	// localFeed, when set, reports a worker fed by a source that replays its own gaps (a vLLM
 	// ZMQ source): such a worker has no recovery source.
 	localFeed atomic.Pointer[func(worker uint64) bool]
+	left      atomic.Pointer[func(ctx context.Context, partition uint32)] // SetLeft
 
 	// testAfterOldest, if set, runs in the range rules between reading the rank's oldest id (on
 	// its lane) and reading its events (off the lane): tests fold the log there.
@@ -204,6 +205,23 @@ func (e *Engine) partitionNames(id uint32) (model, group string, ok bool) {
 		return "", "", false
 	}
 	return p.Key.ModelName, p.Key.RoutingGroup, true
+}
+
+// SetLeft installs what runs after the engine itself removed a worker (a lease past its grace),
+// with the partition the worker left. The default drops the partition when nothing is left in
+// it, as DELETE does (docs/CONTRACT.md §9); the server's also keeps a partition its Dynamo
+// registrations name.
+func (e *Engine) SetLeft(f func(ctx context.Context, partition uint32)) { e.left.Store(&f) }
+
+// workerLeft runs the Left hook for a partition a worker left.
+func (e *Engine) workerLeft(ctx context.Context, id uint32) {
+	if f := e.left.Load(); f != nil {
+		(*f)(ctx, id)
+		return
+	}
+	if _, err := e.DropPartition(ctx, id); err != nil {
+		e.lg.Error("dropping a partition whose last worker left", "id", id, "err", err)
+	}
 }
 
 // SetLocalFeed installs the test of workers whose gaps their own source replays (no recovery

@@ -342,6 +342,7 @@ func (e *Engine) SweepLeases(ctx context.Context) (workers, ranks int, err error
 	l.mu.RUnlock()
 	slices.Sort(due)
 	for _, w := range due {
+		part, _ := e.WorkerPartition(w, nil)
 		n, err := e.RemoveWorker(ctx, w, nil)
 		if err != nil {
 			return workers, ranks, fmt.Errorf("removing worker %d after its lease's grace: %w", w, err)
@@ -358,6 +359,7 @@ func (e *Engine) SweepLeases(ctx context.Context) (workers, ranks int, err error
 		l.removedRanks.Add(uint64(n))
 		workers++
 		ranks += n
+		e.workerLeft(ctx, part) // as DELETE: an emptied partition is dropped
 		e.lg.Warn("lease expired past its grace: worker removed", "worker_id", w, "removed_ranks", n,
 			"expired_at", time.Unix(0, le.deadline).UTC().Format(time.RFC3339Nano), "grace", e.cfg.LeaseGrace.String())
 	}

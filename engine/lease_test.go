@@ -327,3 +327,43 @@ func TestSetLeaseRefusals(t *testing.T) {
 }
 
 var defKey = partition.KeyOf("", "", "")
+
+// TestLeaseGraceDropsAnEmptiedPartition (seam: the lease's removal is DELETE's): a worker that
+// was its partition's last, removed after its lease's grace, takes the partition with it (a
+// later write may give it another block size); a partition another worker still holds stays.
+func TestLeaseGraceDropsAnEmptiedPartition(t *testing.T) {
+	c := newClock()
+	e := openTestEngine(t, vfs.NewMem(), c, 0)
+	defer e.Close()
+	ctx := context.Background()
+	alone, shared := partition.KeyOf("alone", "", ""), partition.KeyOf("shared", "", "")
+	ev := func(w uint64) []event.RouterEvent {
+		return []event.RouterEvent{event.Stored(event.Rank{WorkerID: w}, 1, nil, event.Block{BlockHash: 100, TokensHash: 10})}
+	}
+	if _, err := e.IngestSized(ctx, alone, 32, ev(5)); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []uint64{6, 7} {
+		if _, err := e.Ingest(ctx, shared, ev(w)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, w := range []uint64{5, 6} {
+		if _, err := e.SetLease(ctx, w, time.Second, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Advance(time.Second + testGrace)
+	if w, _, err := e.SweepLeases(ctx); err != nil || w != 2 {
+		t.Fatalf("sweep: %d workers, %v", w, err)
+	}
+	if _, ok := e.Partitions().Lookup(alone); ok {
+		t.Error("the emptied partition was not dropped")
+	}
+	if _, ok := e.Partitions().Lookup(shared); !ok {
+		t.Error("a partition another worker holds was dropped")
+	}
+	if _, err := e.IngestSized(ctx, alone, 64, ev(8)); err != nil {
+		t.Errorf("the dropped partition with another block size: %v", err)
+	}
+}

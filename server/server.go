@@ -172,6 +172,11 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.e, s.parts, s.approx = e, e.Partitions(), e.Approx()
+	e.SetLeft(func(ctx context.Context, id uint32) { // a lease's grace removed a worker
+		s.reg.mu.Lock()
+		defer s.reg.mu.Unlock()
+		s.dropIfLeft(ctx, id)
+	})
 	s.m.registerEngine(e)
 	if s.reg, err = loadRegistry(e, cfg.Peers); err != nil {
 		_ = e.Close()
