@@ -195,6 +195,23 @@ func TestLibraryAnswersAsHTTP(t *testing.T) {
 	}
 	time.Sleep(5 * time.Millisecond)
 	check("worker 3 stale")
+	// Ending the lease on both sides brings worker 3 back at once, alike.
+	if ended, err := db.EndLease(ctx, 3); err != nil || !ended {
+		t.Fatal(err)
+	}
+	req, _ = http.NewRequest(http.MethodDelete, ts.URL+"/v1/workers/3/lease", nil)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("DELETE lease: %v %v", resp, err)
+	}
+	check("worker 3's lease ended")
+	if _, err := db.SetLease(ctx, 3, time.Millisecond); err != nil { // stale again, on both sides
+		t.Fatal(err)
+	}
+	req, _ = http.NewRequest(http.MethodPut, ts.URL+"/v1/workers/3/lease", strings.NewReader(`{"ttl_ms":1}`))
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("PUT lease: %v %v", resp, err)
+	}
+	time.Sleep(5 * time.Millisecond)
 	// Outcomes: worker 9 (routing decisions only) is predicted to hold 1, 2, 3; the engine
 	// reused nothing: one over-prediction by 3 blocks. An unknown rank is refused.
 	if err := db.RecordOutcome(model, "", 9, 0, []uint64{1, 2, 3}, 0); err != nil {

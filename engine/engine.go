@@ -317,12 +317,6 @@ func (e *Engine) Close() error {
 	return e.st.Close()
 }
 
-// Config returns the engine's configuration (defaults filled in).
-func (e *Engine) Config() Config { return e.cfg }
-
-// Logger is the engine's logger.
-func (e *Engine) Logger() *slog.Logger { return e.lg }
-
 // Partitions is the set of partitions (read-only use: lookups and listings).
 func (e *Engine) Partitions() *partition.Set { return e.parts }
 
