@@ -146,11 +146,11 @@ func (db *DB) RecordDecision(ctx context.Context, model, group string, worker ui
 // RemoveWorker durably removes every rank of a worker (as DELETE /v1/workers/{id}).
 func (db *DB) RemoveWorker(ctx context.Context, worker uint64) (int, error) {
 	part, _ := db.e.WorkerPartition(worker, nil)
-	n, err := db.e.RemoveWorker(ctx, worker, nil)
-	if err == nil && n > 0 {
+	gone, err := db.e.RemoveWorker(ctx, worker, nil)
+	if err == nil && gone.Any() {
 		_, err = db.e.DropPartition(ctx, part) // as DELETE: an emptied partition is dropped
 	}
-	return n, err
+	return gone.Ranks, err
 }
 
 // SetLease takes or renews the worker's lease (as PUT /v1/workers/{id}/lease): live for ttl

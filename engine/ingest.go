@@ -181,22 +181,30 @@ func (e *Engine) WorkerPartition(worker uint64, key *partition.Key) (uint32, boo
 	return 0, true
 }
 
+// Removed is what RemoveWorker removed: the worker's event-fed ranks, and its ranks with side
+// entries (approximate mode; a rank may be both).
+type Removed struct{ Ranks, SideRanks int }
+
+// Any reports whether the removal removed anything.
+func (r Removed) Any() bool { return r.Ranks > 0 || r.SideRanks > 0 }
+
 // RemoveWorker durably removes every rank of a worker (events and side entries) and releases
 // the worker from its partition. With key given, a worker that is not of key's partition is
-// left alone (0 ranks removed).
-func (e *Engine) RemoveWorker(ctx context.Context, worker uint64, key *partition.Key) (int, error) {
+// left alone (nothing removed).
+func (e *Engine) RemoveWorker(ctx context.Context, worker uint64, key *partition.Key) (Removed, error) {
+	var r Removed
 	if _, ok := e.WorkerPartition(worker, key); !ok {
-		return 0, nil
+		return r, nil
 	}
-	n, err := e.pipe.RemoveWorker(ctx, worker)
-	if err != nil {
-		return n, err
+	var err error
+	if r.Ranks, err = e.pipe.RemoveWorker(ctx, worker); err != nil {
+		return r, err
 	}
-	if _, err := e.approx.RemoveWorker(ctx, worker); err != nil {
-		return n, err
+	if r.SideRanks, err = e.approx.RemoveWorker(ctx, worker); err != nil {
+		return r, err
 	}
 	e.parts.Release(worker) // the worker may join another partition now
-	return n, nil
+	return r, nil
 }
 
 // DropPartition drops partition id when nothing is left in it — no worker belongs to it, and it

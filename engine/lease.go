@@ -343,7 +343,8 @@ func (e *Engine) SweepLeases(ctx context.Context) (workers, ranks int, err error
 	slices.Sort(due)
 	for _, w := range due {
 		part, _ := e.WorkerPartition(w, nil)
-		n, err := e.RemoveWorker(ctx, w, nil)
+		gone, err := e.RemoveWorker(ctx, w, nil)
+		n := gone.Ranks
 		if err != nil {
 			return workers, ranks, fmt.Errorf("removing worker %d after its lease's grace: %w", w, err)
 		}

@@ -396,16 +396,12 @@ func (s *Server) postUnregister(w http.ResponseWriter, r *http.Request) {
 			s.e.Release(inst)
 		}
 	} else {
-		hadSide := false
-		for _, rk := range s.approx.Ranks() {
-			hadSide = hadSide || rk.WorkerID == inst
-		}
-		n, err := s.e.RemoveWorker(r.Context(), inst, nil)
+		gone, err := s.e.RemoveWorker(r.Context(), inst, nil)
 		if err != nil {
 			s.submitError(w, err)
 			return
 		}
-		removed = removed || n > 0 || hadSide
+		removed = removed || gone.Any()
 	}
 	if !removed {
 		what := fmt.Sprintf("instance %d", inst)

@@ -536,12 +536,13 @@ func (s *Server) removeWorker(w http.ResponseWriter, r *http.Request) {
 	}
 	// A partition that is given and is not the worker's answers as for an unknown worker.
 	id, _ := s.e.WorkerPartition(wid, namedKey(r))
-	n, err := s.e.RemoveWorker(r.Context(), wid, namedKey(r))
+	gone, err := s.e.RemoveWorker(r.Context(), wid, namedKey(r))
 	if err != nil {
 		s.submitError(w, err)
 		return
 	}
-	if n > 0 {
+	n := gone.Ranks
+	if gone.Any() {
 		s.reg.mu.Lock()
 		s.dropIfLeft(r.Context(), id) // the partition's last worker may have left (docs/CONTRACT.md §9)
 		s.reg.mu.Unlock()
