@@ -524,10 +524,19 @@ func pathU64(r *http.Request, name string, bits int) (uint64, error) {
 	return v, nil
 }
 
-func (s *Server) removeWorker(w http.ResponseWriter, r *http.Request) {
+// pathWorker reads {worker_id} from the path; it answers 400 itself and returns false.
+func pathWorker(w http.ResponseWriter, r *http.Request) (uint64, bool) {
 	wid, err := pathU64(r, "worker_id", 64)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
+		return 0, false
+	}
+	return wid, true
+}
+
+func (s *Server) removeWorker(w http.ResponseWriter, r *http.Request) {
+	wid, ok := pathWorker(w, r)
+	if !ok {
 		return
 	}
 	if err := checkQuery(r.URL.Query(), partitionParams...); err != nil {

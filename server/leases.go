@@ -31,9 +31,8 @@ func leaseRow(l engine.Lease, st engine.LeaseState) leaseJSON {
 
 // putLease is PUT /v1/workers/{worker_id}/lease {"ttl_ms": n}: take or renew the worker's lease.
 func (s *Server) putLease(w http.ResponseWriter, r *http.Request) {
-	wid, err := pathU64(r, "worker_id", 64)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	wid, ok := pathWorker(w, r)
+	if !ok {
 		return
 	}
 	if err := checkQuery(r.URL.Query(), partitionParams...); err != nil {
@@ -83,9 +82,8 @@ func (s *Server) putLease(w http.ResponseWriter, r *http.Request) {
 // deleteLease is DELETE /v1/workers/{worker_id}/lease: end the lease (the worker is then one that
 // never took a lease).
 func (s *Server) deleteLease(w http.ResponseWriter, r *http.Request) {
-	wid, err := pathU64(r, "worker_id", 64)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	wid, ok := pathWorker(w, r)
+	if !ok {
 		return
 	}
 	if err := checkQuery(r.URL.Query()); err != nil {

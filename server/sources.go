@@ -10,9 +10,8 @@ import (
 // (Engine.SetRecoverySource) in the log's global metadata.
 
 func (s *Server) putSource(w http.ResponseWriter, r *http.Request) {
-	wid, err := pathU64(r, "worker_id", 64)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	wid, ok := pathWorker(w, r)
+	if !ok {
 		return
 	}
 	body, _, ok := s.readBody(w, r, bodyJSON)
@@ -47,9 +46,8 @@ func (s *Server) putSource(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteSource(w http.ResponseWriter, r *http.Request) {
-	wid, err := pathU64(r, "worker_id", 64)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	wid, ok := pathWorker(w, r)
+	if !ok {
 		return
 	}
 	if _, err := s.e.SetRecoverySource(r.Context(), wid, ""); err != nil {
