@@ -220,9 +220,13 @@ func (c *dynamoCollector) Collect(ch chan<- prometheus.Metric) {
 	if s.e == nil || s.reg == nil || s.zmq == nil {
 		return // Open has not finished
 	}
+	held := map[uint32]bool{} // one scan of the ranks, not one per partition
+	for _, p := range s.e.PartitionsWithState() {
+		held[p.ID] = true
+	}
 	models := 0
 	for _, p := range s.parts.All() {
-		if s.parts.Recorded(p.ID) || s.e.PartitionHolds(p.ID) {
+		if held[p.ID] || s.parts.Recorded(p.ID) {
 			models++
 		}
 	}
