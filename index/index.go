@@ -525,6 +525,17 @@ func (ix *Index) RankBlocks(r event.Rank) uint64 {
 	return 0
 }
 
+// RankHashes calls fn with every block r holds, its block hash and its node's tokens hash, in no
+// order: also the blocks DumpRank leaves out (stranded under an ancestor r no longer holds). A
+// writer method, like DumpRank.
+func (ix *Index) RankHashes(r event.Rank, fn func(blockHash, tokensHash uint64)) {
+	if rs := ix.rankOf(r); rs != nil {
+		for h, n := range rs.lookup.all() {
+			fn(h, n.tokens)
+		}
+	}
+}
+
 // NodeCount returns the number of live tree nodes, the root excluded.
 func (ix *Index) NodeCount() int { return int(ix.nodes.Load()) }
 

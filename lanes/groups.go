@@ -225,6 +225,10 @@ type gateBlock struct {
 	hasParent bool
 	mask      uint64 // bit i: mains[i] holds the block
 	inTree    bool
+	// orphan: the tree held the block stranded (its parent block left the rank) when the gate
+	// took over, so its parent hash is unknown until a group stores it again. It never enters
+	// the tree before that, and no snapshot can express it.
+	orphan bool
 }
 
 func (g *groupGate) full() uint64 { return 1<<len(g.mains) - 1 }
@@ -301,6 +305,17 @@ func (g *groupGate) addGroup(t Tree) {
 				}
 				return nil
 			})
+			// The dump leaves out blocks stranded under a parent the rank no longer holds: the
+			// tree still holds them, and so does the group.
+			if hs, ok := t.(interface {
+				RankHashes(event.Rank, func(blockHash, tokensHash uint64))
+			}); ok {
+				hs.RankHashes(g.rank, func(h, tokens uint64) {
+					if _, known := g.blocks[h]; !known {
+						g.blocks[h] = g.newBlock(gateBlock{tokens: tokens, mask: 1, inTree: true, orphan: true})
+					}
+				})
+			}
 		}
 	}
 	rm := g.rm[:0]
@@ -318,6 +333,9 @@ func (g *groupGate) addGroup(t Tree) {
 }
 
 func (g *groupGate) parentInTree(e *gateBlock) bool {
+	if e.orphan {
+		return false
+	}
 	if !e.hasParent {
 		return true
 	}
@@ -349,6 +367,11 @@ func (g *groupGate) store(t Tree, ev *event.RouterEvent, b uint64) index.Result 
 		if e == nil {
 			e = g.newBlock(gateBlock{tokens: blk.TokensHash, parent: parent, hasParent: has})
 			g.blocks[blk.BlockHash] = e
+			if has {
+				g.kids[parent] = append(g.kids[parent], blk.BlockHash)
+			}
+		} else if e.orphan { // stored again: now its parent is known
+			e.orphan, e.parent, e.hasParent = false, parent, has
 			if has {
 				g.kids[parent] = append(g.kids[parent], blk.BlockHash)
 			}
@@ -562,6 +585,9 @@ func (g *groupGate) groupEvents(b uint64, grp event.Group) (out []event.RouterEv
 			continue
 		}
 		held++
+		if e.orphan {
+			return nil, false
+		}
 		if !e.hasParent {
 			roots = append(roots, h)
 		} else if p := g.blocks[e.parent]; p == nil || p.mask&b == 0 {

@@ -134,6 +134,11 @@ func (t *Tiers) RegisterRanks(ranks []event.Rank) { t.Device.RegisterRanks(ranks
 // RankBlocks returns the device blocks r holds (its tree_size).
 func (t *Tiers) RankBlocks(r event.Rank) uint64 { return t.Device.RankBlocks(r) }
 
+// RankHashes calls fn with every device block r holds (index.Index.RankHashes). A writer method.
+func (t *Tiers) RankHashes(r event.Rank, fn func(blockHash, tokensHash uint64)) {
+	t.Device.RankHashes(r, fn)
+}
+
 // TierBlocks returns the blocks r holds in each tier, indexed by event.Tier.
 func (t *Tiers) TierBlocks(r event.Rank) [numLower + 1]uint64 {
 	out := [numLower + 1]uint64{t.Device.RankBlocks(r)}
