@@ -410,7 +410,12 @@ func (s *subscriber) applied(ts float64) {
 }
 
 func (s *subscriber) status() Status {
-	st := Status{Config: s.cfg,
+	// The seq first, the counters after it: apply adds a batch's counters before it moves the
+	// seq (setCursor, under s.mu), so a Status that shows a seq shows that batch's counters.
+	s.mu.Lock()
+	hasSeq, seq := s.hasSeq, s.seq
+	s.mu.Unlock()
+	st := Status{Config: s.cfg, HasSeq: hasSeq, Seq: seq,
 		Batches: s.ctr.batches.Load(), Events: s.ctr.events.Load(), Gaps: s.ctr.gaps.Load(), Replayed: s.ctr.replayed.Load(),
 		Lost: s.ctr.lost.Load(), DecodeErrors: s.ctr.decodeErrs.Load(), Rejected: s.ctr.rejected.Load(),
 		OffDevice: s.ctr.offDevice.Load(), UnknownMedium: s.ctr.unknownMedium.Load(), Epochs: s.ctr.epochs.Load(), Reconnects: s.ctr.reconnects.Load()}
@@ -424,7 +429,6 @@ func (s *subscriber) status() Status {
 	}
 	s.mu.Lock()
 	st.State, st.Connected, st.LastError = s.state, s.connected, s.lastErr
-	st.HasSeq, st.Seq = s.hasSeq, s.seq
 	st.silentSince = s.started
 	if !s.lastEvent.IsZero() {
 		at := s.lastEvent
