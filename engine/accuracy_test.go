@@ -44,9 +44,13 @@ func TestOutcomesOfAnExactIndexAreExact(t *testing.T) {
 		t.Fatalf("RecordOutcomes: %d %v", n, err)
 	}
 	a := onlyAccuracy(t, e)
-	want := Accuracy{Key: defKey, BlockSize: 16, Outcomes: 4, Exact: 3, Predicted: 8, Realized: 7, Over: 1, OverBlocks: 1, ErrorSum: 1}
+	want := Accuracy{Key: defKey, BlockSize: 16, AccuracyCounts: AccuracyCounts{Outcomes: 4, Exact: 3, Predicted: 8, Realized: 7, Over: 1, OverBlocks: 1, ErrorSum: 1}}
 	hist := a.Histogram
 	a.Histogram = nil
+	if len(a.BySource) != 1 || a.BySource[0].Source != SourceLibrary || a.BySource[0].Outcomes != 4 {
+		t.Fatalf("by source %+v, want all 4 from the library", a.BySource)
+	}
+	a.BySource = nil
 	if !reflect.DeepEqual(a, want) {
 		t.Fatalf("accuracy %+v, want %+v", a, want)
 	}

@@ -25,10 +25,11 @@ type sources struct {
 	mu       sync.RWMutex
 	def      string
 	byWorker map[uint64]string
+	kinds    map[uint64]Source // the kind of door that last fed each worker (in memory, since Open)
 }
 
 func loadSources(lg *wal.Log, def string) (*sources, error) {
-	s := &sources{def: strings.TrimRight(def, "/"), byWorker: map[uint64]string{}}
+	s := &sources{def: strings.TrimRight(def, "/"), byWorker: map[uint64]string{}, kinds: map[uint64]Source{}}
 	m, err := lg.Metas(sourceMetaPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("loading recovery sources: %w", err)
@@ -106,4 +107,86 @@ func (e *Engine) SetRecoverySource(ctx context.Context, worker uint64, u string)
 		e.lg.Info("recovery source set", "worker_id", worker, "url", u)
 	}
 	return u, nil
+}
+
+// Source is the kind of door that feeds a worker's ranks: accuracy is kept per partition and
+// source kind (accuracy.go), and the event sources' doors (SourceDoor) renew source-implied
+// leases (lease.go).
+type Source string
+
+// The source kinds. A worker's kind is the door its latest events came through since Open
+// (SourceUnknown before any: after a restart, until its next event); routing decisions name
+// a worker only when no event door did.
+const (
+	SourceUnknown   Source = "unknown"
+	SourceLibrary   Source = "library"   // the Go library (and the benchmark): Ingest, IngestSized, Place
+	SourceHTTP      Source = "http"      // POST /v1/events
+	SourceZMQ       Source = "zmq"       // a vLLM ZMQ source (--zmq, POST /v1/sources)
+	SourceDynamo    Source = "dynamo"    // a ZMQ source of Dynamo's /register
+	SourceNATS      Source = "nats"      // a NATS Core or JetStream source
+	SourcePeer      Source = "peer"      // a peer's dump (--peers bootstrap)
+	SourceDecisions Source = "decisions" // routing decisions only (approximate mode)
+)
+
+// noteSource records src as worker's kind. A routing decision (SourceDecisions) names only a
+// worker no event door fed.
+func (e *Engine) noteSource(worker uint64, src Source) {
+	s := e.srcs
+	s.mu.RLock()
+	have, ok := s.kinds[worker]
+	s.mu.RUnlock()
+	if have == src || (ok && src == SourceDecisions) {
+		return
+	}
+	s.mu.Lock()
+	if have, ok := s.kinds[worker]; !ok || src != SourceDecisions || have == SourceDecisions {
+		s.kinds[worker] = src
+	}
+	s.mu.Unlock()
+}
+
+// noteSources records src for the workers of evs.
+func (e *Engine) noteSources(evs []event.RouterEvent, src Source) {
+	last, first := uint64(0), true
+	for i := range evs {
+		if w := evs[i].WorkerID; first || w != last {
+			e.noteSource(w, src)
+			last, first = w, false
+		}
+	}
+}
+
+// forgetSource drops a removed worker's kind.
+func (e *Engine) forgetSource(worker uint64) {
+	e.srcs.mu.Lock()
+	delete(e.srcs.kinds, worker)
+	e.srcs.mu.Unlock()
+}
+
+// SourceOf is the kind of door that last fed worker (SourceUnknown: none since Open).
+func (e *Engine) SourceOf(worker uint64) Source {
+	s := e.srcs
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if k, ok := s.kinds[worker]; ok {
+		return k
+	}
+	return SourceUnknown
+}
+
+// SourceDoor is the door of an event source (the vLLM ZMQ and NATS source managers' sink): the
+// engine's SubmitWithMeta, which also renews the source-implied lease of each worker it
+// delivers events for (Config.SourceLease; lease.go). Every other method is the engine's.
+type SourceDoor struct {
+	*Engine
+}
+
+// SourceDoor returns the door the event sources submit through.
+func (e *Engine) SourceDoor() SourceDoor { return SourceDoor{e} }
+
+// SubmitWithMeta logs and applies events already placed by PlaceFrom and writes meta in the
+// same log batch; with Config.SourceLease set, the implied leases the events renew are written
+// in that batch too (no write of their own).
+func (d SourceDoor) SubmitWithMeta(ctx context.Context, evs []event.RouterEvent, meta ...Meta) (Result, error) {
+	return d.submitRenewing(ctx, evs, meta)
 }
