@@ -160,3 +160,55 @@ func TestBadOutcomesRecordNothing(t *testing.T) {
 		t.Fatalf("a refused batch recorded %+v", as)
 	}
 }
+
+// TestWhatOfAccuracySurvivesARestart: outcomes are never written (no fsync), so after a
+// restart — clean or a crash — the counts start at zero and the workers' source kinds are
+// unknown until their next event; the state outcomes are compared against (ranks, leases,
+// partitions, here a non-default one) survives, so the first outcome after it counts as before.
+func TestWhatOfAccuracySurvivesARestart(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		fs := vfs.NewCrashableMem()
+		c := newClock()
+		e := openSourceEngine(t, fs, c, 0)
+		ctx := context.Background()
+		feedFrom(t, e, SourceZMQ, event.Rank{WorkerID: 5}, 1)
+		if _, err := e.SetLease(ctx, 5, time.Hour, nil); err != nil {
+			t.Fatal(err)
+		}
+		o := Outcome{Key: srcKey, Rank: event.Rank{WorkerID: 5}, Hashes: []uint64{10}, CachedTokens: 16}
+		if _, err := e.RecordOutcomes([]Outcome{o, o}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		reopen := fs
+		if crash {
+			reopen = fs.CrashClone(vfs.CrashCloneCfg{}) // kill -9: only what was synced
+		}
+		err := e.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e = openSourceEngine(t, reopen, c, 0)
+		if as := e.Accuracies(); len(as) != 0 {
+			t.Fatalf("crash %v: outcomes survived: %+v", crash, as)
+		}
+		if got := e.SourceOf(5); got != SourceUnknown {
+			t.Fatalf("crash %v: source kind %v after the restart", crash, got)
+		}
+		if _, st := e.LeaseOf(5); st != LeaseLive {
+			t.Fatalf("crash %v: lease %v after the restart", crash, st)
+		}
+		if _, err := e.RecordOutcomes([]Outcome{o}); err != nil {
+			t.Fatal(err)
+		}
+		as := e.Accuracies()
+		if len(as) != 1 || as[0].Outcomes != 1 || as[0].Exact != 1 || len(as[0].BySource) != 1 || as[0].BySource[0].Source != SourceUnknown {
+			t.Fatalf("crash %v: after the restart %+v", crash, as)
+		}
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -246,3 +246,25 @@ func TestAccuracyPerSourceKind(t *testing.T) {
 		t.Fatalf("removed worker still %v", e.SourceOf(6))
 	}
 }
+
+// TestSourceLeaseSurvivesKill9: the implied lease is durable with the events that renewed it:
+// a crash right after the source's submit returned keeps both.
+func TestSourceLeaseSurvivesKill9(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	c := newClock()
+	e := openSourceEngine(t, fs, c, 10*time.Second)
+	feedFrom(t, e, SourceZMQ, event.Rank{WorkerID: 5}, 1)
+	c.Advance(4 * time.Second)
+	feedFrom(t, e, SourceZMQ, event.Rank{WorkerID: 5}, 2)
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
+	_ = e.Close()
+	e = openSourceEngine(t, crashed, c, 10*time.Second)
+	defer e.Close()
+	l, st := e.LeaseOf(5)
+	if st != LeaseLive || !l.Implied || !l.Deadline.Equal(c.Now().Add(10*time.Second)) {
+		t.Fatalf("after kill -9: %+v %v, want the deadline of the second batch", l, st)
+	}
+	if rs, ok := e.RankStatus(event.Rank{Partition: mustPart(t, e), WorkerID: 5}); !ok || rs.Last != 2 {
+		t.Fatalf("after kill -9: rank %+v %v", rs, ok)
+	}
+}

@@ -116,6 +116,13 @@ func TestRegisterLeaseAndSourceLease(t *testing.T) {
 	if d, h := rows[0].BySource[0], rows[0].BySource[1]; d.Source != "dynamo" || d.Exact != 1 || h.Source != "http" || h.Over.Count != 1 {
 		t.Fatalf("by source: %+v", rows[0].BySource)
 	}
+	_, page := call(t, "GET", url+"/", "")
+	for _, want := range []string{`data-accuracy="llama:blue"`, `data-accuracy="llama:blue:dynamo"`, `data-accuracy="llama:blue:http"`,
+		`data-lease="43" data-state="live"`, `live (source)`} {
+		if !strings.Contains(page, want) {
+			t.Fatalf("the status page lacks %s", want)
+		}
+	}
 	_, m := call(t, "GET", url+"/metrics", "")
 	if want := `kvindex_overpredictions_total{model="llama",routing_group="blue",source="http"} 1`; !strings.Contains(m, want+"\n") {
 		t.Fatalf("metrics lack %q", want)
