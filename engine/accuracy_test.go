@@ -162,9 +162,9 @@ func TestBadOutcomesRecordNothing(t *testing.T) {
 }
 
 // TestWhatOfAccuracySurvivesARestart: outcomes are never written (no fsync), so after a
-// restart — clean or a crash — the counts start at zero and the workers' source kinds are
-// unknown until their next event; the state outcomes are compared against (ranks, leases,
-// partitions, here a non-default one) survives, so the first outcome after it counts as before.
+// restart — clean or a crash — the counts start at zero; what outcomes are compared against and
+// counted by (ranks, leases, partitions, here a non-default one, and the workers' source kinds,
+// durable with their placement) survives, so the first outcome after it counts as before.
 func TestWhatOfAccuracySurvivesARestart(t *testing.T) {
 	for _, crash := range []bool{false, true} {
 		fs := vfs.NewCrashableMem()
@@ -194,7 +194,7 @@ func TestWhatOfAccuracySurvivesARestart(t *testing.T) {
 		if as := e.Accuracies(); len(as) != 0 {
 			t.Fatalf("crash %v: outcomes survived: %+v", crash, as)
 		}
-		if got := e.SourceOf(5); got != SourceUnknown {
+		if got := e.SourceOf(5); got != SourceZMQ {
 			t.Fatalf("crash %v: source kind %v after the restart", crash, got)
 		}
 		if _, st := e.LeaseOf(5); st != LeaseLive {
@@ -204,7 +204,7 @@ func TestWhatOfAccuracySurvivesARestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		as := e.Accuracies()
-		if len(as) != 1 || as[0].Outcomes != 1 || as[0].Exact != 1 || len(as[0].BySource) != 1 || as[0].BySource[0].Source != SourceUnknown {
+		if len(as) != 1 || as[0].Outcomes != 1 || as[0].Exact != 1 || len(as[0].BySource) != 1 || as[0].BySource[0].Source != SourceZMQ {
 			t.Fatalf("crash %v: after the restart %+v", crash, as)
 		}
 		if err := e.Close(); err != nil {

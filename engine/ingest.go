@@ -38,10 +38,16 @@ func (e *Engine) Place(ctx context.Context, key partition.Key, blockSize int, wo
 // through SourceDoor): the worker's source kind becomes src (SourceOf).
 func (e *Engine) PlaceFrom(ctx context.Context, src Source, key partition.Key, blockSize int, worker uint64) (uint32, error) {
 	id, err := e.place1(ctx, key, blockSize, worker)
-	if err == nil {
-		e.noteSource(worker, src)
+	if err != nil {
+		return 0, err
 	}
-	return id, err
+	if e.noteSource(worker, src) { // a new worker, or another door: rare, worth its own commit
+		m := kindMeta(worker, src)
+		if err := e.CommitMeta(ctx, func(b MetaBatch) { b.SetMeta(m.Name, m.Value) }); err != nil {
+			return 0, fmt.Errorf("recording the source kind of worker %d: %w", worker, err)
+		}
+	}
+	return id, nil
 }
 
 func (e *Engine) place1(ctx context.Context, key partition.Key, blockSize int, worker uint64) (uint32, error) {
@@ -139,8 +145,7 @@ func (e *Engine) ingestFrom(ctx context.Context, src Source, key partition.Key, 
 	if err := e.place(ctx, key, blockSize, evs); err != nil {
 		return Result{}, err
 	}
-	e.noteSources(evs, src)
-	return e.pipe.Submit(ctx, evs)
+	return e.pipe.SubmitWithMeta(ctx, evs, e.noteSources(evs, src)...)
 }
 
 // SubmitWithMeta logs and applies events already placed by Place (the event sources: one
@@ -223,8 +228,7 @@ func (e *Engine) RemoveWorker(ctx context.Context, worker uint64, key *partition
 		return r, err
 	}
 	e.parts.Release(worker) // the worker may join another partition now
-	e.forgetSource(worker)
-	return r, nil
+	return r, e.forgetSource(ctx, worker)
 }
 
 // DropPartition drops partition id when nothing is left in it — no worker belongs to it, and it

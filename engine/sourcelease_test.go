@@ -180,8 +180,9 @@ func TestSourceLeaseSurvivesARestart(t *testing.T) {
 // "decisions" until an event door feeds it.
 func TestAccuracyPerSourceKind(t *testing.T) {
 	c := newClock()
-	e := openSourceEngine(t, vfs.NewMem(), c, 0)
-	defer e.Close()
+	fs := vfs.NewMem()
+	e := openSourceEngine(t, fs, c, 0)
+	defer func() { _ = e.Close() }()
 	ctx := context.Background()
 	feedFrom(t, e, SourceZMQ, event.Rank{WorkerID: 5}, 1)
 	if _, err := e.IngestBatches(ctx, []Batch{{Key: srcKey, Source: SourceHTTP, Events: []event.RouterEvent{
@@ -238,12 +239,21 @@ func TestAccuracyPerSourceKind(t *testing.T) {
 			t.Fatalf("bucket %d: %d by source, %d in all", b, sum, as[0].Histogram[b])
 		}
 	}
-	// A removed worker's kind is forgotten.
+	// A removed worker's kind is forgotten, durably; the others' survive a restart.
 	if _, err := e.RemoveWorker(ctx, 6, nil); err != nil {
 		t.Fatal(err)
 	}
 	if e.SourceOf(6) != SourceUnknown {
 		t.Fatalf("removed worker still %v", e.SourceOf(6))
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = openSourceEngine(t, fs, c, 0)
+	for w, want := range map[uint64]Source{5: SourceZMQ, 6: SourceUnknown, 8: SourceDecisions} {
+		if got := e.SourceOf(w); got != want {
+			t.Errorf("after a restart worker %d is %v, want %v", w, got, want)
+		}
 	}
 }
 

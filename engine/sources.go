@@ -25,8 +25,14 @@ type sources struct {
 	mu       sync.RWMutex
 	def      string
 	byWorker map[uint64]string
-	kinds    map[uint64]Source // the kind of door that last fed each worker (in memory, since Open)
+	kinds    map[uint64]Source // the kind of door that last fed each worker (persisted: kindMetaPrefix)
 }
+
+// kindMetaPrefix names the workers' source kinds in the log's global metadata:
+// "wsource/<worker_id>" → the Source as UTF-8 bytes. Written when a worker's kind changes (with
+// the events of the ingest door, by a metadata commit of its own for the event sources'
+// placement), deleted with the worker.
+const kindMetaPrefix = "wsource/"
 
 func loadSources(lg *wal.Log, def string) (*sources, error) {
 	s := &sources{def: strings.TrimRight(def, "/"), byWorker: map[uint64]string{}, kinds: map[uint64]Source{}}
@@ -40,6 +46,14 @@ func loadSources(lg *wal.Log, def string) (*sources, error) {
 			continue
 		}
 		s.byWorker[w] = string(v)
+	}
+	if m, err = lg.Metas(kindMetaPrefix); err != nil {
+		return nil, fmt.Errorf("loading the workers' source kinds: %w", err)
+	}
+	for k, v := range m {
+		if w, err := strconv.ParseUint(strings.TrimPrefix(k, kindMetaPrefix), 10, 64); err == nil {
+			s.kinds[w] = Source(v)
+		}
 	}
 	return s, nil
 }
@@ -114,9 +128,9 @@ func (e *Engine) SetRecoverySource(ctx context.Context, worker uint64, u string)
 // leases (lease.go).
 type Source string
 
-// The source kinds. A worker's kind is the door its latest events came through since Open
-// (SourceUnknown before any: after a restart, until its next event); routing decisions name
-// a worker only when no event door did.
+// The source kinds. A worker's kind is the door its latest events came through, kept across
+// restarts (SourceUnknown: none yet); routing decisions name a worker only when no event door
+// did.
 const (
 	SourceUnknown   Source = "unknown"
 	SourceLibrary   Source = "library"   // the Go library (and the benchmark): Ingest, IngestSized, Place
@@ -128,42 +142,59 @@ const (
 	SourceDecisions Source = "decisions" // routing decisions only (approximate mode)
 )
 
-// noteSource records src as worker's kind. A routing decision (SourceDecisions) names only a
-// worker no event door fed.
-func (e *Engine) noteSource(worker uint64, src Source) {
+// noteSource records src as worker's kind and reports whether it changed (then its metadata
+// entry is due). A routing decision (SourceDecisions) names only a worker no event door fed.
+func (e *Engine) noteSource(worker uint64, src Source) bool {
 	s := e.srcs
 	s.mu.RLock()
 	have, ok := s.kinds[worker]
 	s.mu.RUnlock()
 	if have == src || (ok && src == SourceDecisions) {
-		return
+		return false
 	}
 	s.mu.Lock()
-	if have, ok := s.kinds[worker]; !ok || src != SourceDecisions || have == SourceDecisions {
-		s.kinds[worker] = src
+	defer s.mu.Unlock()
+	if have, ok := s.kinds[worker]; have == src || (ok && src == SourceDecisions) {
+		return false
 	}
-	s.mu.Unlock()
+	s.kinds[worker] = src
+	return true
 }
 
-// noteSources records src for the workers of evs.
-func (e *Engine) noteSources(evs []event.RouterEvent, src Source) {
+func kindMeta(worker uint64, src Source) Meta {
+	return Meta{Name: kindMetaPrefix + strconv.FormatUint(worker, 10), Value: []byte(src)}
+}
+
+// noteSources records src for the workers of evs and returns the metadata entries of the kinds
+// that changed, for the log batch of the events.
+func (e *Engine) noteSources(evs []event.RouterEvent, src Source) []Meta {
+	var meta []Meta
 	last, first := uint64(0), true
 	for i := range evs {
 		if w := evs[i].WorkerID; first || w != last {
-			e.noteSource(w, src)
+			if e.noteSource(w, src) {
+				meta = append(meta, kindMeta(w, src))
+			}
 			last, first = w, false
 		}
 	}
+	return meta
 }
 
-// forgetSource drops a removed worker's kind.
-func (e *Engine) forgetSource(worker uint64) {
-	e.srcs.mu.Lock()
-	delete(e.srcs.kinds, worker)
-	e.srcs.mu.Unlock()
+// forgetSource drops a removed worker's kind, durably.
+func (e *Engine) forgetSource(ctx context.Context, worker uint64) error {
+	s := e.srcs
+	s.mu.Lock()
+	_, had := s.kinds[worker]
+	delete(s.kinds, worker)
+	s.mu.Unlock()
+	if !had {
+		return nil
+	}
+	return e.CommitMeta(ctx, func(b MetaBatch) { b.DeleteMeta(kindMetaPrefix + strconv.FormatUint(worker, 10)) })
 }
 
-// SourceOf is the kind of door that last fed worker (SourceUnknown: none since Open).
+// SourceOf is the kind of door that last fed worker (SourceUnknown: none).
 func (e *Engine) SourceOf(worker uint64) Source {
 	s := e.srcs
 	s.mu.RLock()
