@@ -345,18 +345,13 @@ func (e *Engine) LeaseCounters() LeaseCounters {
 // with an injected clock call it directly.
 func (e *Engine) SweepLeases(ctx context.Context) (workers, ranks int, err error) {
 	l := e.leases
+	if len(l.due(e.now().UnixNano(), e.cfg.LeaseGrace)) == 0 {
+		return 0, 0, nil // nothing due: the source doors' renewals are not held up
+	}
 	l.op.Lock()
 	defer l.op.Unlock()
 	now := e.now().UnixNano()
-	grace := e.cfg.LeaseGrace.Nanoseconds()
-	var due []uint64
-	l.mu.RLock()
-	for w, le := range l.byWorker {
-		if now >= le.deadline && now-le.deadline >= grace {
-			due = append(due, w)
-		}
-	}
-	l.mu.RUnlock()
+	due := l.due(now, e.cfg.LeaseGrace) // again: a renewal may have come in between
 	slices.Sort(due)
 	for _, w := range due {
 		part, _ := e.WorkerPartition(w, nil)
@@ -382,6 +377,19 @@ func (e *Engine) SweepLeases(ctx context.Context) (workers, ranks int, err error
 			"expired_at", time.Unix(0, le.deadline).UTC().Format(time.RFC3339Nano), "grace", e.cfg.LeaseGrace.String())
 	}
 	return workers, ranks, nil
+}
+
+// due lists the workers whose lease expired more than grace before now.
+func (l *leases) due(now int64, grace time.Duration) []uint64 {
+	var out []uint64
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for w, le := range l.byWorker {
+		if now >= le.deadline && now-le.deadline >= grace.Nanoseconds() {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // runLeaseSweep sweeps at once, then every Config.LeaseSweep, until ctx ends.
