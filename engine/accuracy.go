@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/kvindex/kvindex/event"
@@ -14,8 +15,9 @@ import (
 // the engine actually reused for it (vLLM: usage.prompt_tokens_details.cached_tokens): an
 // outcome. The engine compares it with what it answers for that rank at that moment (the
 // device score of the one query, stale ranks left out, so 0 for a stale rank) and keeps per
-// partition: outcomes, predicted and realized blocks, over- and under-predictions with their
-// block totals, and a histogram of predicted − realized blocks.
+// partition, and within it per source kind of the rank's worker (SourceOf at that moment):
+// outcomes, predicted and realized blocks, over- and under-predictions with their block totals,
+// and a histogram of predicted − realized blocks.
 //
 // Outcomes are cheap: nothing is written to the log. The counters live in memory from Open and
 // start from zero after a restart (as Prometheus counters do).
@@ -53,10 +55,22 @@ func (e *OutcomeError) Unwrap() error { return e.Err }
 // the last bound.
 var ErrorBounds = []int64{-64, -16, -8, -4, -2, -1, 0, 1, 2, 4, 8, 16, 64}
 
-// Accuracy is one partition's outcomes since Open.
+// Accuracy is one partition's outcomes since Open, in all and per source kind.
 type Accuracy struct {
 	Key       partition.Key
 	BlockSize int
+	AccuracyCounts
+	BySource []SourceAccuracy // the source kinds with outcomes, by name
+}
+
+// SourceAccuracy is the outcomes of a partition's workers of one source kind.
+type SourceAccuracy struct {
+	Source Source
+	AccuracyCounts
+}
+
+// AccuracyCounts are the counters of a set of outcomes.
+type AccuracyCounts struct {
 	Outcomes  uint64
 	Exact     uint64 // predicted == realized
 	Predicted uint64 // blocks predicted, summed
@@ -71,12 +85,22 @@ type Accuracy struct {
 
 type accuracy struct {
 	mu     sync.Mutex
-	byPart map[uint32]*Accuracy
+	byPart map[uint32]*partAccuracy
 }
 
-// prepared is a validated outcome: its partition and prediction.
+type partAccuracy struct {
+	all   Accuracy
+	bySrc map[Source]*AccuracyCounts
+}
+
+func newCounts() AccuracyCounts {
+	return AccuracyCounts{Histogram: make([]uint64, len(ErrorBounds)+1)}
+}
+
+// prepared is a validated outcome: its partition, its rank's source kind and prediction.
 type prepared struct {
 	p                   *partition.Partition
+	src                 Source
 	predicted, realized uint64
 }
 
@@ -98,20 +122,27 @@ func (e *Engine) RecordOutcomes(os []Outcome) (int, error) {
 	acc.mu.Lock()
 	defer acc.mu.Unlock()
 	if acc.byPart == nil {
-		acc.byPart = map[uint32]*Accuracy{}
+		acc.byPart = map[uint32]*partAccuracy{}
 	}
 	for _, pr := range preps {
 		s := acc.byPart[pr.p.ID]
 		if s == nil {
-			s = &Accuracy{Key: pr.p.Key, BlockSize: pr.p.BlockSize, Histogram: make([]uint64, len(ErrorBounds)+1)}
+			s = &partAccuracy{all: Accuracy{Key: pr.p.Key, BlockSize: pr.p.BlockSize, AccuracyCounts: newCounts()}, bySrc: map[Source]*AccuracyCounts{}}
 			acc.byPart[pr.p.ID] = s
 		}
-		s.add(pr.predicted, pr.realized)
+		s.all.add(pr.predicted, pr.realized)
+		c := s.bySrc[pr.src]
+		if c == nil {
+			n := newCounts()
+			c = &n
+			s.bySrc[pr.src] = c
+		}
+		c.add(pr.predicted, pr.realized)
 	}
 	return len(os), nil
 }
 
-func (s *Accuracy) add(predicted, realized uint64) {
+func (s *AccuracyCounts) add(predicted, realized uint64) {
 	s.Outcomes++
 	s.Predicted += predicted
 	s.Realized += realized
@@ -165,7 +196,7 @@ func (e *Engine) prepareOutcome(a *Answer, o *Outcome) (prepared, error) {
 			break
 		}
 	}
-	return prepared{p: p, predicted: predicted, realized: realized}, nil
+	return prepared{p: p, src: e.SourceOf(rk.WorkerID), predicted: predicted, realized: realized}, nil
 }
 
 // Accuracies lists every partition's accuracy (partitions with outcomes), by partition name.
@@ -174,8 +205,14 @@ func (e *Engine) Accuracies() []Accuracy {
 	acc.mu.Lock()
 	out := make([]Accuracy, 0, len(acc.byPart))
 	for _, s := range acc.byPart {
-		c := *s
-		c.Histogram = slices.Clone(s.Histogram)
+		c := s.all
+		c.Histogram = slices.Clone(c.Histogram)
+		for src, sc := range s.bySrc {
+			x := SourceAccuracy{Source: src, AccuracyCounts: *sc}
+			x.Histogram = slices.Clone(sc.Histogram)
+			c.BySource = append(c.BySource, x)
+		}
+		slices.SortFunc(c.BySource, func(a, b SourceAccuracy) int { return strings.Compare(string(a.Source), string(b.Source)) })
 		out = append(out, c)
 	}
 	acc.mu.Unlock()

@@ -44,9 +44,13 @@ func TestOutcomesOfAnExactIndexAreExact(t *testing.T) {
 		t.Fatalf("RecordOutcomes: %d %v", n, err)
 	}
 	a := onlyAccuracy(t, e)
-	want := Accuracy{Key: defKey, BlockSize: 16, Outcomes: 4, Exact: 3, Predicted: 8, Realized: 7, Over: 1, OverBlocks: 1, ErrorSum: 1}
+	want := Accuracy{Key: defKey, BlockSize: 16, AccuracyCounts: AccuracyCounts{Outcomes: 4, Exact: 3, Predicted: 8, Realized: 7, Over: 1, OverBlocks: 1, ErrorSum: 1}}
 	hist := a.Histogram
 	a.Histogram = nil
+	if len(a.BySource) != 1 || a.BySource[0].Source != SourceLibrary || a.BySource[0].Outcomes != 4 {
+		t.Fatalf("by source %+v, want all 4 from the library", a.BySource)
+	}
+	a.BySource = nil
 	if !reflect.DeepEqual(a, want) {
 		t.Fatalf("accuracy %+v, want %+v", a, want)
 	}
@@ -154,5 +158,57 @@ func TestBadOutcomesRecordNothing(t *testing.T) {
 	}
 	if as := e.Accuracies(); len(as) != 0 {
 		t.Fatalf("a refused batch recorded %+v", as)
+	}
+}
+
+// TestWhatOfAccuracySurvivesARestart: outcomes are never written (no fsync), so after a
+// restart — clean or a crash — the counts start at zero; what outcomes are compared against and
+// counted by (ranks, leases, partitions, here a non-default one, and the workers' source kinds,
+// durable with their placement) survives, so the first outcome after it counts as before.
+func TestWhatOfAccuracySurvivesARestart(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		fs := vfs.NewCrashableMem()
+		c := newClock()
+		e := openSourceEngine(t, fs, c, 0)
+		ctx := context.Background()
+		feedFrom(t, e, SourceZMQ, event.Rank{WorkerID: 5}, 1)
+		if _, err := e.SetLease(ctx, 5, time.Hour, nil); err != nil {
+			t.Fatal(err)
+		}
+		o := Outcome{Key: srcKey, Rank: event.Rank{WorkerID: 5}, Hashes: []uint64{10}, CachedTokens: 16}
+		if _, err := e.RecordOutcomes([]Outcome{o, o}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		reopen := fs
+		if crash {
+			reopen = fs.CrashClone(vfs.CrashCloneCfg{}) // kill -9: only what was synced
+		}
+		err := e.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e = openSourceEngine(t, reopen, c, 0)
+		if as := e.Accuracies(); len(as) != 0 {
+			t.Fatalf("crash %v: outcomes survived: %+v", crash, as)
+		}
+		if got := e.SourceOf(5); got != SourceZMQ {
+			t.Fatalf("crash %v: source kind %v after the restart", crash, got)
+		}
+		if _, st := e.LeaseOf(5); st != LeaseLive {
+			t.Fatalf("crash %v: lease %v after the restart", crash, st)
+		}
+		if _, err := e.RecordOutcomes([]Outcome{o}); err != nil {
+			t.Fatal(err)
+		}
+		as := e.Accuracies()
+		if len(as) != 1 || as[0].Outcomes != 1 || as[0].Exact != 1 || len(as[0].BySource) != 1 || as[0].BySource[0].Source != SourceZMQ {
+			t.Fatalf("crash %v: after the restart %+v", crash, as)
+		}
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

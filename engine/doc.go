@@ -14,8 +14,13 @@
 //     then min_score and top_k (Query). The library and both find_matches routes answer from it.
 //   - Range answers are chosen by recovery.RangeRule (a pure function) and served for every
 //     partition; recovery fetches name the rank's partition on the wire and keep its local id.
-//   - Durable metadata (recovery sources, registrations, peers, source configs) is written
-//     through CommitMeta only.
+//   - Durable metadata (recovery sources, registrations, peers, source configs, leases) is
+//     written through CommitMeta only — but for the leases the event sources imply
+//     (Config.SourceLease), written by SourceDoor in the log batch of the events that renew them.
+//   - Every door names its kind (Source: http, zmq, dynamo, nats, peer, library, decisions) where
+//     it places events (PlaceFrom, Batch.Source); the engine keeps each worker's kind (durable
+//     when it changes) and counts outcomes per partition and kind (accuracy.go). The event sources submit through
+//     SourceDoor, which renews their workers' implied leases (lease.go).
 //   - The engine changes no process-global setting (GC percent) unless Config.TuneGC asks.
 //   - The engine imports no HTTP server, status page, pprof, ZMQ or NATS client: the library
 //     links it alone (a test checks `go list -deps`).

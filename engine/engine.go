@@ -91,6 +91,9 @@ type Config struct {
 	// (default DefaultLeaseGrace) and how often expired leases are swept (default DefaultLeaseSweep).
 	LeaseGrace time.Duration
 	LeaseSweep time.Duration
+	// SourceLease: the ttl of the leases the event sources imply for the workers they feed
+	// (SourceDoor; lease.go), renewed by every batch of their events; 0 (default) none.
+	SourceLease time.Duration
 }
 
 func (c *Config) defaults() {

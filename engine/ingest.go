@@ -31,6 +31,26 @@ func (e *PlaceError) Unwrap() error { return e.Err }
 // ranks in another partition is refused (partition.ErrWorkerElsewhere); an existing partition
 // of another block size is refused when blockSize > 0 (partition.ErrBlockSizeMismatch).
 func (e *Engine) Place(ctx context.Context, key partition.Key, blockSize int, worker uint64) (uint32, error) {
+	return e.PlaceFrom(ctx, SourceLibrary, key, blockSize, worker)
+}
+
+// PlaceFrom is Place by a door of kind src (an event source placing a batch it then submits
+// through SourceDoor): the worker's source kind becomes src (SourceOf).
+func (e *Engine) PlaceFrom(ctx context.Context, src Source, key partition.Key, blockSize int, worker uint64) (uint32, error) {
+	id, err := e.place1(ctx, key, blockSize, worker)
+	if err != nil {
+		return 0, err
+	}
+	if e.noteSource(worker, src) { // a new worker, or another door: rare, worth its own commit
+		m := kindMeta(worker, src)
+		if err := e.CommitMeta(ctx, func(b MetaBatch) { b.SetMeta(m.Name, m.Value) }); err != nil {
+			return 0, fmt.Errorf("recording the source kind of worker %d: %w", worker, err)
+		}
+	}
+	return id, nil
+}
+
+func (e *Engine) place1(ctx context.Context, key partition.Key, blockSize int, worker uint64) (uint32, error) {
 	for {
 		p, err := e.parts.Ensure(ctx, key, blockSize)
 		if err != nil {
@@ -115,13 +135,17 @@ func (e *Engine) Ingest(ctx context.Context, key partition.Key, evs []event.Rout
 // IngestSized is Ingest into a partition that, when it is created now, takes blockSize (0: the
 // engine's default); an existing partition of another size refuses the batch.
 func (e *Engine) IngestSized(ctx context.Context, key partition.Key, blockSize int, evs []event.RouterEvent) (Result, error) {
+	return e.ingestFrom(ctx, SourceLibrary, key, blockSize, evs)
+}
+
+func (e *Engine) ingestFrom(ctx context.Context, src Source, key partition.Key, blockSize int, evs []event.RouterEvent) (Result, error) {
 	if err := Validate(evs); err != nil {
 		return Result{}, err
 	}
 	if err := e.place(ctx, key, blockSize, evs); err != nil {
 		return Result{}, err
 	}
-	return e.pipe.Submit(ctx, evs)
+	return e.pipe.SubmitWithMeta(ctx, evs, e.noteSources(evs, src)...)
 }
 
 // SubmitWithMeta logs and applies events already placed by Place (the event sources: one
@@ -142,7 +166,7 @@ func (e *Engine) Install(ctx context.Context, r Rank, dump []event.RouterEvent, 
 // logged through the rank's lane and applied to the side index; it returns the blocks recorded
 // and their deadline once durable. Decisions never move the rank's event cursor.
 func (e *Engine) RecordDecision(ctx context.Context, key partition.Key, rank Rank, local, seq []uint64) (int, time.Time, error) {
-	id, err := e.Place(ctx, key, 0, rank.WorkerID)
+	id, err := e.PlaceFrom(ctx, SourceDecisions, key, 0, rank.WorkerID)
 	if err != nil {
 		return 0, time.Time{}, &PlaceError{Index: -1, Err: err}
 	}
@@ -153,7 +177,7 @@ func (e *Engine) RecordDecision(ctx context.Context, key partition.Key, rank Ran
 // RecordDecisionTokens is RecordDecision by tokens, hashed with the partition's block size and
 // the LoRA / namespace salt.
 func (e *Engine) RecordDecisionTokens(ctx context.Context, key partition.Key, rank Rank, tokens []uint32, lora, namespace string) (int, time.Time, error) {
-	id, err := e.Place(ctx, key, 0, rank.WorkerID)
+	id, err := e.PlaceFrom(ctx, SourceDecisions, key, 0, rank.WorkerID)
 	if err != nil {
 		return 0, time.Time{}, &PlaceError{Index: -1, Err: err}
 	}
@@ -204,7 +228,7 @@ func (e *Engine) RemoveWorker(ctx context.Context, worker uint64, key *partition
 		return r, err
 	}
 	e.parts.Release(worker) // the worker may join another partition now
-	return r, nil
+	return r, e.forgetSource(ctx, worker)
 }
 
 // DropPartition drops partition id when nothing is left in it — no worker belongs to it, and it
@@ -258,15 +282,16 @@ type Batch struct {
 	Key       partition.Key
 	BlockSize int
 	Events    []event.RouterEvent
+	Source    Source // the door's kind (SourceOf); "" is SourceLibrary
 }
 
 // IngestBatches ingests several partitions' batches as one write: every batch is validated and
 // its placement checked against the partitions and claims as they are, and against the other
 // batches (a worker in two of them), before anything is written; then each batch goes through
-// IngestSized. A refusal names the event by its index across all batches.
+// IngestSized (as its Source). A refusal names the event by its index across all batches.
 func (e *Engine) IngestBatches(ctx context.Context, batches []Batch) (Result, error) {
-	if len(batches) == 1 { // one partition: IngestSized checks it whole before writing
-		return e.IngestSized(ctx, batches[0].Key, batches[0].BlockSize, batches[0].Events)
+	if len(batches) == 1 { // one partition: ingestFrom checks it whole before writing
+		return e.ingestFrom(ctx, batches[0].source(), batches[0].Key, batches[0].BlockSize, batches[0].Events)
 	}
 	claims := map[uint64]partition.Key{}
 	offset := 0
@@ -295,7 +320,7 @@ func (e *Engine) IngestBatches(ctx context.Context, batches []Batch) (Result, er
 	var total Result
 	offset = 0
 	for _, b := range batches {
-		res, err := e.IngestSized(ctx, b.Key, b.BlockSize, b.Events)
+		res, err := e.ingestFrom(ctx, b.source(), b.Key, b.BlockSize, b.Events)
 		total.Accepted += res.Accepted
 		total.Ignored += res.Ignored
 		if err != nil {
@@ -304,6 +329,13 @@ func (e *Engine) IngestBatches(ctx context.Context, batches []Batch) (Result, er
 		offset += len(b.Events)
 	}
 	return total, nil
+}
+
+func (b *Batch) source() Source {
+	if b.Source == "" {
+		return SourceLibrary
+	}
+	return b.Source
 }
 
 // shifted moves a PlaceError's index by offset (an index within one batch of several).

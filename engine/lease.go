@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/wal"
@@ -28,13 +29,21 @@ import (
 //
 // Deadlines are wall-clock instants, durable in the log's global metadata, so a restart keeps
 // them and the time kvindex spent down counts.
+//
+// Source-implied leases: with Config.SourceLease set, every batch an event source (SourceDoor:
+// vLLM ZMQ, Dynamo's /register, NATS) delivers for a worker renews that worker's implied lease
+// to now + SourceLease, written in the same log batch as the events (no write of its own). A
+// worker whose stream goes silent turns stale, then is removed after the grace, as with an
+// explicit lease. An explicit lease (SetLease) takes over an implied one and is never renewed
+// by events; EndLease ends either (the next event takes an implied one again). Workers fed
+// only by the other doors (HTTP, the library, peers) never get one.
 
 // leaseMetaPrefix names the leases in the log's global metadata (part of the on-disk format):
 //
-//	"lease/<worker_id>" → +------------------------+------------------------+
-//	                      | deadline: Unix ns, BE  | ttl: ns, BE            |
-//	                      | int64 (8 bytes)        | int64 (8 bytes)        |
-//	                      +------------------------+------------------------+
+//	"lease/<worker_id>" → +------------------------+------------------------+-------------------+
+//	                      | deadline: Unix ns, BE  | ttl: ns, BE            | implied: 1 byte   |
+//	                      | int64 (8 bytes)        | int64 (8 bytes)        | (absent: explicit)|
+//	                      +------------------------+------------------------+-------------------+
 const leaseMetaPrefix = "lease/"
 
 // DefaultLeaseGrace is Config.LeaseGrace's default (`kvindex serve --lease-grace`): how long a
@@ -74,6 +83,7 @@ func (s LeaseState) String() string {
 type Lease struct {
 	WorkerID uint64
 	TTL      time.Duration
+	Implied  bool      // implied by the worker's event source (Config.SourceLease), not taken
 	Deadline time.Time // stale from then on
 	RemoveAt time.Time // Deadline + the grace: removed by the sweep from then on
 }
@@ -87,6 +97,7 @@ type LeaseCounters struct {
 type leaseEntry struct {
 	deadline int64 // Unix ns
 	ttl      time.Duration
+	implied  bool
 }
 
 // staleSet is the workers stale at some instant, valid until next (Unix ns): the earliest
@@ -97,7 +108,9 @@ type staleSet struct {
 }
 
 type leases struct {
-	op       sync.Mutex   // serializes SetLease, EndLease and the sweep (each writes the log)
+	// op serializes SetLease, EndLease and the sweep (each writes the log); the source doors'
+	// renewals hold it shared, so none of them writes a lease between another's read and write.
+	op       sync.RWMutex
 	mu       sync.RWMutex // guards byWorker; held for writing while snap is replaced after a change
 	byWorker map[uint64]leaseEntry
 	snap     atomic.Pointer[staleSet] // nil while no worker holds a lease: the query's fast path
@@ -113,10 +126,11 @@ func loadLeases(lg *wal.Log) (*leases, error) {
 	}
 	for k, v := range m {
 		w, err := strconv.ParseUint(strings.TrimPrefix(k, leaseMetaPrefix), 10, 64)
-		if err != nil || len(v) != 16 {
+		if err != nil || (len(v) != 16 && len(v) != 17) {
 			continue
 		}
-		l.byWorker[w] = leaseEntry{deadline: int64(binary.BigEndian.Uint64(v)), ttl: time.Duration(binary.BigEndian.Uint64(v[8:]))}
+		l.byWorker[w] = leaseEntry{deadline: int64(binary.BigEndian.Uint64(v)), ttl: time.Duration(binary.BigEndian.Uint64(v[8:])),
+			implied: len(v) == 17 && v[16] == 1}
 	}
 	if len(l.byWorker) > 0 {
 		l.snap.Store(&staleSet{next: math.MinInt64}) // computed by the first query, on the engine's clock
@@ -125,10 +139,13 @@ func loadLeases(lg *wal.Log) (*leases, error) {
 }
 
 func encodeLease(le leaseEntry) []byte {
-	var b [16]byte
-	binary.BigEndian.PutUint64(b[:], uint64(le.deadline))
+	b := make([]byte, 16, 17)
+	binary.BigEndian.PutUint64(b, uint64(le.deadline))
 	binary.BigEndian.PutUint64(b[8:], uint64(le.ttl))
-	return b[:]
+	if le.implied {
+		b = append(b, 1)
+	}
+	return b
 }
 
 func leaseKey(worker uint64) string { return leaseMetaPrefix + strconv.FormatUint(worker, 10) }
@@ -243,11 +260,11 @@ func (e *Engine) SetLease(ctx context.Context, worker uint64, ttl time.Duration,
 		return Lease{}, err
 	}
 	l.mu.Lock()
-	_, had := l.byWorker[worker]
+	prev, had := l.byWorker[worker]
 	l.byWorker[worker] = le
 	l.rebuildLocked(e.now().UnixNano())
 	l.mu.Unlock()
-	if !had {
+	if !had || prev.implied {
 		e.lg.Info("lease taken", "worker_id", worker, "ttl_ms", ttl.Milliseconds())
 	}
 	return e.leaseOf(worker, le), nil
@@ -278,7 +295,7 @@ func (e *Engine) EndLease(ctx context.Context, worker uint64) (bool, error) {
 
 func (e *Engine) leaseOf(worker uint64, le leaseEntry) Lease {
 	d := time.Unix(0, le.deadline)
-	return Lease{WorkerID: worker, TTL: le.ttl, Deadline: d, RemoveAt: d.Add(e.cfg.LeaseGrace)}
+	return Lease{WorkerID: worker, TTL: le.ttl, Implied: le.implied, Deadline: d, RemoveAt: d.Add(e.cfg.LeaseGrace)}
 }
 
 // LeaseOf is the worker's lease and its state now (LeaseNone: no lease, the zero Lease).
@@ -328,18 +345,13 @@ func (e *Engine) LeaseCounters() LeaseCounters {
 // with an injected clock call it directly.
 func (e *Engine) SweepLeases(ctx context.Context) (workers, ranks int, err error) {
 	l := e.leases
+	if len(l.due(e.now().UnixNano(), e.cfg.LeaseGrace)) == 0 {
+		return 0, 0, nil // nothing due: the source doors' renewals are not held up
+	}
 	l.op.Lock()
 	defer l.op.Unlock()
 	now := e.now().UnixNano()
-	grace := e.cfg.LeaseGrace.Nanoseconds()
-	var due []uint64
-	l.mu.RLock()
-	for w, le := range l.byWorker {
-		if now >= le.deadline && now-le.deadline >= grace {
-			due = append(due, w)
-		}
-	}
-	l.mu.RUnlock()
+	due := l.due(now, e.cfg.LeaseGrace) // again: a renewal may have come in between
 	slices.Sort(due)
 	for _, w := range due {
 		part, _ := e.WorkerPartition(w, nil)
@@ -367,6 +379,19 @@ func (e *Engine) SweepLeases(ctx context.Context) (workers, ranks int, err error
 	return workers, ranks, nil
 }
 
+// due lists the workers whose lease expired more than grace before now.
+func (l *leases) due(now int64, grace time.Duration) []uint64 {
+	var out []uint64
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for w, le := range l.byWorker {
+		if now >= le.deadline && now-le.deadline >= grace.Nanoseconds() {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
 // runLeaseSweep sweeps at once, then every Config.LeaseSweep, until ctx ends.
 func (e *Engine) runLeaseSweep(ctx context.Context) {
 	t := time.NewTicker(e.cfg.LeaseSweep)
@@ -381,4 +406,58 @@ func (e *Engine) runLeaseSweep(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// submitRenewing is SourceDoor.SubmitWithMeta: with Config.SourceLease set, each worker of evs
+// without an explicit lease gets its implied lease renewed to now + SourceLease, written with the
+// events and live once they are durable.
+func (e *Engine) submitRenewing(ctx context.Context, evs []event.RouterEvent, meta []Meta) (Result, error) {
+	ttl := e.cfg.SourceLease
+	if ttl <= 0 || len(evs) == 0 {
+		return e.pipe.SubmitWithMeta(ctx, evs, meta...)
+	}
+	l := e.leases
+	l.op.RLock()
+	defer l.op.RUnlock()
+	le := leaseEntry{deadline: e.now().Add(ttl).UnixNano(), ttl: ttl, implied: true}
+	var renew []uint64
+	meta = slices.Clip(meta)
+	l.mu.RLock()
+	for i := range evs {
+		w := evs[i].WorkerID
+		if slices.Contains(renew, w) {
+			continue
+		}
+		if have, ok := l.byWorker[w]; ok && !have.implied {
+			continue // the worker's own lease: renewed by the worker, not by its events
+		}
+		renew = append(renew, w)
+		meta = append(meta, Meta{Name: leaseKey(w), Value: encodeLease(le)})
+	}
+	l.mu.RUnlock()
+	res, err := e.pipe.SubmitWithMeta(ctx, evs, meta...)
+	if err != nil || len(renew) == 0 {
+		return res, err
+	}
+	now := e.now().UnixNano()
+	l.mu.Lock()
+	rebuild := false
+	for _, w := range renew {
+		prev, had := l.byWorker[w]
+		if had && !prev.implied {
+			continue // taken explicitly meanwhile (SetLease holds op exclusively: not reached)
+		}
+		l.byWorker[w] = le
+		// A later deadline of a live worker leaves the stale set as it is (its next instant
+		// may come early: then it is recomputed, harmlessly); a new or stale one changes it.
+		rebuild = rebuild || !had || prev.deadline <= now
+		if !had {
+			e.lg.Info("lease implied by the worker's event source", "worker_id", w, "ttl_ms", ttl.Milliseconds())
+		}
+	}
+	if rebuild {
+		l.rebuildLocked(now)
+	}
+	l.mu.Unlock()
+	return res, nil
 }

@@ -25,10 +25,17 @@ type sources struct {
 	mu       sync.RWMutex
 	def      string
 	byWorker map[uint64]string
+	kinds    map[uint64]Source // the kind of door that last fed each worker (persisted: kindMetaPrefix)
 }
 
+// kindMetaPrefix names the workers' source kinds in the log's global metadata:
+// "wsource/<worker_id>" → the Source as UTF-8 bytes. Written when a worker's kind changes (with
+// the events of the ingest door, by a metadata commit of its own for the event sources'
+// placement), deleted with the worker.
+const kindMetaPrefix = "wsource/"
+
 func loadSources(lg *wal.Log, def string) (*sources, error) {
-	s := &sources{def: strings.TrimRight(def, "/"), byWorker: map[uint64]string{}}
+	s := &sources{def: strings.TrimRight(def, "/"), byWorker: map[uint64]string{}, kinds: map[uint64]Source{}}
 	m, err := lg.Metas(sourceMetaPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("loading recovery sources: %w", err)
@@ -39,6 +46,14 @@ func loadSources(lg *wal.Log, def string) (*sources, error) {
 			continue
 		}
 		s.byWorker[w] = string(v)
+	}
+	if m, err = lg.Metas(kindMetaPrefix); err != nil {
+		return nil, fmt.Errorf("loading the workers' source kinds: %w", err)
+	}
+	for k, v := range m {
+		if w, err := strconv.ParseUint(strings.TrimPrefix(k, kindMetaPrefix), 10, 64); err == nil {
+			s.kinds[w] = Source(v)
+		}
 	}
 	return s, nil
 }
@@ -106,4 +121,103 @@ func (e *Engine) SetRecoverySource(ctx context.Context, worker uint64, u string)
 		e.lg.Info("recovery source set", "worker_id", worker, "url", u)
 	}
 	return u, nil
+}
+
+// Source is the kind of door that feeds a worker's ranks: accuracy is kept per partition and
+// source kind (accuracy.go), and the event sources' doors (SourceDoor) renew source-implied
+// leases (lease.go).
+type Source string
+
+// The source kinds. A worker's kind is the door its latest events came through, kept across
+// restarts (SourceUnknown: none yet); routing decisions name a worker only when no event door
+// did.
+const (
+	SourceUnknown   Source = "unknown"
+	SourceLibrary   Source = "library"   // the Go library (and the benchmark): Ingest, IngestSized, Place
+	SourceHTTP      Source = "http"      // POST /v1/events
+	SourceZMQ       Source = "zmq"       // a vLLM ZMQ source (--zmq, POST /v1/sources)
+	SourceDynamo    Source = "dynamo"    // a ZMQ source of Dynamo's /register
+	SourceNATS      Source = "nats"      // a NATS Core or JetStream source
+	SourcePeer      Source = "peer"      // a peer's dump (--peers bootstrap)
+	SourceDecisions Source = "decisions" // routing decisions only (approximate mode)
+)
+
+// noteSource records src as worker's kind and reports whether it changed (then its metadata
+// entry is due). A routing decision (SourceDecisions) names only a worker no event door fed.
+func (e *Engine) noteSource(worker uint64, src Source) bool {
+	s := e.srcs
+	s.mu.RLock()
+	have, ok := s.kinds[worker]
+	s.mu.RUnlock()
+	if have == src || (ok && src == SourceDecisions) {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if have, ok := s.kinds[worker]; have == src || (ok && src == SourceDecisions) {
+		return false
+	}
+	s.kinds[worker] = src
+	return true
+}
+
+func kindMeta(worker uint64, src Source) Meta {
+	return Meta{Name: kindMetaPrefix + strconv.FormatUint(worker, 10), Value: []byte(src)}
+}
+
+// noteSources records src for the workers of evs and returns the metadata entries of the kinds
+// that changed, for the log batch of the events.
+func (e *Engine) noteSources(evs []event.RouterEvent, src Source) []Meta {
+	var meta []Meta
+	last, first := uint64(0), true
+	for i := range evs {
+		if w := evs[i].WorkerID; first || w != last {
+			if e.noteSource(w, src) {
+				meta = append(meta, kindMeta(w, src))
+			}
+			last, first = w, false
+		}
+	}
+	return meta
+}
+
+// forgetSource drops a removed worker's kind, durably.
+func (e *Engine) forgetSource(ctx context.Context, worker uint64) error {
+	s := e.srcs
+	s.mu.Lock()
+	_, had := s.kinds[worker]
+	delete(s.kinds, worker)
+	s.mu.Unlock()
+	if !had {
+		return nil
+	}
+	return e.CommitMeta(ctx, func(b MetaBatch) { b.DeleteMeta(kindMetaPrefix + strconv.FormatUint(worker, 10)) })
+}
+
+// SourceOf is the kind of door that last fed worker (SourceUnknown: none).
+func (e *Engine) SourceOf(worker uint64) Source {
+	s := e.srcs
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if k, ok := s.kinds[worker]; ok {
+		return k
+	}
+	return SourceUnknown
+}
+
+// SourceDoor is the door of an event source (the vLLM ZMQ and NATS source managers' sink): the
+// engine's SubmitWithMeta, which also renews the source-implied lease of each worker it
+// delivers events for (Config.SourceLease; lease.go). Every other method is the engine's.
+type SourceDoor struct {
+	*Engine
+}
+
+// SourceDoor returns the door the event sources submit through.
+func (e *Engine) SourceDoor() SourceDoor { return SourceDoor{e} }
+
+// SubmitWithMeta logs and applies events already placed by PlaceFrom and writes meta in the
+// same log batch; with Config.SourceLease set, the implied leases the events renew are written
+// in that batch too (no write of their own).
+func (d SourceDoor) SubmitWithMeta(ctx context.Context, evs []event.RouterEvent, meta ...Meta) (Result, error) {
+	return d.submitRenewing(ctx, evs, meta)
 }

@@ -117,9 +117,21 @@ type countJSON struct {
 }
 
 type accuracyJSON struct {
-	ModelName       string    `json:"model_name"`
-	RoutingGroup    string    `json:"routing_group"`
-	BlockSize       int       `json:"block_size"`
+	ModelName    string `json:"model_name"`
+	RoutingGroup string `json:"routing_group"`
+	BlockSize    int    `json:"block_size"`
+	countsJSON
+	// The same counts per source kind of the ranks' workers (engine.Source: http, zmq,
+	// dynamo, nats, library, peer, decisions, unknown), those with outcomes, by name.
+	BySource []sourceAccuracyJSON `json:"by_source"`
+}
+
+type sourceAccuracyJSON struct {
+	Source string `json:"source"`
+	countsJSON
+}
+
+type countsJSON struct {
 	Outcomes        uint64    `json:"outcomes"`
 	Exact           uint64    `json:"exact"`
 	ExactRatio      float64   `json:"exact_ratio"` // exact / outcomes (0 without outcomes)
@@ -137,7 +149,15 @@ type accuracyJSON struct {
 
 func accuracyRow(a engine.Accuracy) accuracyJSON {
 	row := accuracyJSON{ModelName: a.Key.ModelName, RoutingGroup: a.Key.RoutingGroup, BlockSize: a.BlockSize,
-		Outcomes: a.Outcomes, Exact: a.Exact, PredictedBlocks: a.Predicted, RealizedBlocks: a.Realized,
+		countsJSON: countsRow(a.AccuracyCounts), BySource: make([]sourceAccuracyJSON, len(a.BySource))}
+	for i, sa := range a.BySource {
+		row.BySource[i] = sourceAccuracyJSON{Source: string(sa.Source), countsJSON: countsRow(sa.AccuracyCounts)}
+	}
+	return row
+}
+
+func countsRow(a engine.AccuracyCounts) countsJSON {
+	row := countsJSON{Outcomes: a.Outcomes, Exact: a.Exact, PredictedBlocks: a.Predicted, RealizedBlocks: a.Realized,
 		Over: countJSON{a.Over, a.OverBlocks}, Under: countJSON{a.Under, a.UnderBlocks}}
 	if a.Outcomes > 0 {
 		row.ExactRatio = float64(a.Exact) / float64(a.Outcomes)
@@ -164,11 +184,11 @@ func (s *Server) getAccuracy(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// accuracyCollector exports the outcomes per partition.
+// accuracyCollector exports the outcomes per partition and source kind.
 type accuracyCollector struct{ s *Server }
 
 var (
-	accLabels         = []string{"model", "routing_group"}
+	accLabels         = []string{"model", "routing_group", "source"}
 	descOutcomes      = prometheus.NewDesc("kvindex_outcomes_total", "Outcomes reported (POST /v1/outcomes): requests whose realized prefix hit was compared with the index's prediction.", accLabels, nil)
 	descOutcomeExact  = prometheus.NewDesc("kvindex_outcomes_exact_total", "Outcomes whose prediction was exact (predicted = realized blocks).", accLabels, nil)
 	descOver          = prometheus.NewDesc("kvindex_overpredictions_total", "Outcomes where the index predicted more blocks than the engine reused (stale or missed Removed events).", accLabels, nil)
@@ -192,11 +212,21 @@ func (c *accuracyCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	accs := c.s.e.Accuracies()
-	// Every partition's series exist from the start, at 0, so rules over them (alerts.yml) select
-	// something before the first outcome; the default partition's even before any write.
+	// Every partition's series exist from the start, at 0 and without a source (source=""), so
+	// rules over them (alerts.yml) select something before the first outcome; the default
+	// partition's even before any write. Once a partition has outcomes its series are per source.
+	type row struct {
+		key partition.Key
+		src string
+		engine.AccuracyCounts
+	}
+	var rows []row
 	seen := map[partition.Key]bool{}
 	for _, a := range accs {
 		seen[a.Key] = true
+		for _, sa := range a.BySource {
+			rows = append(rows, row{a.Key, string(sa.Source), sa.AccuracyCounts})
+		}
 	}
 	keys := []partition.Key{partition.Default}
 	for _, p := range c.s.parts.All() {
@@ -205,11 +235,11 @@ func (c *accuracyCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, k := range keys {
 		if !seen[k] {
 			seen[k] = true
-			accs = append(accs, engine.Accuracy{Key: k, Histogram: make([]uint64, len(engine.ErrorBounds)+1)})
+			rows = append(rows, row{k, "", engine.AccuracyCounts{Histogram: make([]uint64, len(engine.ErrorBounds)+1)}})
 		}
 	}
-	for _, a := range accs {
-		l := []string{a.Key.ModelName, a.Key.RoutingGroup}
+	for _, a := range rows {
+		l := []string{a.key.ModelName, a.key.RoutingGroup, a.src}
 		for _, m := range []struct {
 			d *prometheus.Desc
 			v uint64
@@ -227,10 +257,12 @@ func (c *accuracyCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// accuracyView is a status page row: the partition's accuracy and its histogram as a sparkline
-// (one block character per bucket, scaled to the fullest bucket).
+// accuracyView is a status page row: a partition's accuracy (Source "all"), or that of its
+// workers of one source kind, with its histogram as a sparkline (one block character per
+// bucket, scaled to the fullest bucket).
 type accuracyView struct {
-	accuracyJSON
+	ModelName, RoutingGroup, Source string
+	countsJSON
 	ExactPercent string
 	Sparkline    string
 }
@@ -240,21 +272,29 @@ var sparks = []rune("▁▂▃▄▅▆▇█")
 func (s *Server) accuracyViews() []accuracyView {
 	var out []accuracyView
 	for _, a := range s.e.Accuracies() {
-		v := accuracyView{accuracyJSON: accuracyRow(a)}
-		v.ExactPercent = strconv.FormatFloat(100*v.ExactRatio, 'f', 1, 64) + "%"
-		top := uint64(0)
-		for _, c := range a.Histogram {
-			top = max(top, c)
+		row := accuracyRow(a)
+		out = append(out, accuracyViewOf(row, "all", row.countsJSON))
+		for _, sa := range row.BySource {
+			out = append(out, accuracyViewOf(row, sa.Source, sa.countsJSON))
 		}
-		sl := make([]rune, len(a.Histogram))
-		for i, c := range a.Histogram {
-			sl[i] = ' '
-			if c > 0 {
-				sl[i] = sparks[(c*uint64(len(sparks)-1)+top-1)/top]
-			}
-		}
-		v.Sparkline = string(sl)
-		out = append(out, v)
 	}
 	return out
+}
+
+func accuracyViewOf(row accuracyJSON, src string, c countsJSON) accuracyView {
+	v := accuracyView{ModelName: row.ModelName, RoutingGroup: row.RoutingGroup, Source: src, countsJSON: c}
+	v.ExactPercent = strconv.FormatFloat(100*c.ExactRatio, 'f', 1, 64) + "%"
+	top := uint64(0)
+	for _, n := range c.Histogram.Counts {
+		top = max(top, n)
+	}
+	sl := make([]rune, len(c.Histogram.Counts))
+	for i, n := range c.Histogram.Counts {
+		sl[i] = ' '
+		if n > 0 {
+			sl[i] = sparks[(n*uint64(len(sparks)-1)+top-1)/top]
+		}
+	}
+	v.Sparkline = string(sl)
+	return v
 }

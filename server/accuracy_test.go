@@ -60,20 +60,24 @@ func TestOutcomeRoutes(t *testing.T) {
 		a.PredictedBlocks != 7 || a.RealizedBlocks != 5 || a.ExactRatio != 0.8 || len(a.Histogram.Counts) != len(a.Histogram.Bounds)+1 {
 		t.Fatalf("accuracy: %+v", a)
 	}
+	// Both workers were fed by POST /v1/events: one source kind, the partition's counts.
+	if len(a.BySource) != 1 || a.BySource[0].Source != "http" || a.BySource[0].countsJSON.Outcomes != 5 || a.BySource[0].Over != a.Over {
+		t.Fatalf("by source: %+v", a.BySource)
+	}
 	if rows := accuracyRows(t, url+"/v1/accuracy?model_name=other"); len(rows) != 0 {
 		t.Fatalf("another partition: %+v", rows)
 	}
-	if _, page := call(t, "GET", url+"/", ""); !strings.Contains(page, `data-accuracy="default:default"`) || !strings.Contains(page, "80.0%") {
+	if _, page := call(t, "GET", url+"/", ""); !strings.Contains(page, `data-accuracy="default:default"`) || !strings.Contains(page, `data-accuracy="default:default:http"`) || !strings.Contains(page, "80.0%") {
 		t.Fatalf("the status page lacks the accuracy row")
 	}
 	_, m := call(t, "GET", url+"/metrics", "")
 	for _, want := range []string{
-		`kvindex_outcomes_total{model="default",routing_group="default"} 5`,
-		`kvindex_overpredictions_total{model="default",routing_group="default"} 1`,
-		`kvindex_overpredicted_blocks_total{model="default",routing_group="default"} 2`,
-		`kvindex_prediction_error_blocks_bucket{model="default",routing_group="default",le="0"} 4`,
-		`kvindex_prediction_error_blocks_bucket{model="default",routing_group="default",le="2"} 5`,
-		`kvindex_prediction_error_blocks_count{model="default",routing_group="default"} 5`,
+		`kvindex_outcomes_total{model="default",routing_group="default",source="http"} 5`,
+		`kvindex_overpredictions_total{model="default",routing_group="default",source="http"} 1`,
+		`kvindex_overpredicted_blocks_total{model="default",routing_group="default",source="http"} 2`,
+		`kvindex_prediction_error_blocks_bucket{model="default",routing_group="default",source="http",le="0"} 4`,
+		`kvindex_prediction_error_blocks_bucket{model="default",routing_group="default",source="http",le="2"} 5`,
+		`kvindex_prediction_error_blocks_count{model="default",routing_group="default",source="http"} 5`,
 	} {
 		if !strings.Contains(m, want+"\n") {
 			t.Fatalf("metrics lack %q", want)

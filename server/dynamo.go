@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
@@ -43,6 +44,10 @@ import (
 //   - Scores are in tokens: blocks × the partition's block size. The instances summary is
 //     cumulative over the storage tiers (rankMatch); the tier extensions are 0 until the storage
 //     tiers land, so cpu = gpu and disk = cpu.
+//   - /register may take a lease, "lease_ttl_ms" (kvindex's extension; Dynamo has none): the
+//     instance's lease, taken or renewed as PUT /v1/workers/{id}/lease does (Engine.SetLease),
+//     once the registration is durable; a client re-registering renews it. /unregister of the
+//     instance (or of its last rank) ends it (Engine.EndLease).
 //   - Peers registered with /register_peer are persisted ("peer/<url>"): a restarted kvindex
 //     lists them again and, with --peers, tries them after the flag's peers when a partition
 //     starts empty (peers.go).
@@ -94,8 +99,12 @@ func (r registration) source() vllm.Config {
 
 // registrySourceID is the source id of a registration (its seq cursor is kept under it).
 func registrySourceID(instance uint64, dp uint32) string {
-	return fmt.Sprintf("dynamo-%d-%d", instance, dp)
+	return fmt.Sprintf("%s%d-%d", registrySourcePrefix, instance, dp)
 }
+
+// registrySourcePrefix starts the source id of every registration (its ranks' source kind is
+// engine.SourceDynamo).
+const registrySourcePrefix = "dynamo-"
 
 // registry holds the registrations and peers. mu also serializes /register and /unregister, so
 // their checks and writes do not interleave.
@@ -235,10 +244,18 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 		ReplayEndpoint string  `json:"replay_endpoint"`
 		BlockSize      *uint32 `json:"block_size"`
 		DPRank         uint32  `json:"dp_rank"`
+		LeaseTTLMs     *uint64 `json:"lease_ttl_ms"`
 		partitionNames
 	}
 	if !s.decodeDynamo(w, r, &req) {
 		return
+	}
+	var lease time.Duration
+	if req.LeaseTTLMs != nil {
+		if lease = leaseTTL(*req.LeaseTTLMs); lease == 0 {
+			writeError(w, http.StatusBadRequest, badLeaseTTL("lease_ttl_ms"))
+			return
+		}
 	}
 	switch {
 	case req.InstanceID == nil:
@@ -287,7 +304,9 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 					return
 				}
 			}
-			writeJSON(w, http.StatusCreated, statusOK)
+			if s.registerLease(w, r, reg.InstanceID, key, lease) {
+				writeJSON(w, http.StatusCreated, statusOK)
+			}
 			return
 		}
 	}
@@ -296,7 +315,7 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, hadPartition := s.parts.WorkerPartition(reg.InstanceID)
-	if _, err := s.e.Place(r.Context(), key, reg.BlockSize, reg.InstanceID); err != nil {
+	if _, err := s.e.PlaceFrom(r.Context(), engine.SourceDynamo, key, reg.BlockSize, reg.InstanceID); err != nil {
 		s.partitionError(w, err, -1)
 		return
 	}
@@ -324,9 +343,38 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 		s.submitError(w, fmt.Errorf("starting the source of instance %d dp_rank %d: %w", reg.InstanceID, reg.DPRank, err))
 		return
 	}
+	if !s.registerLease(w, r, reg.InstanceID, key, lease) {
+		return
+	}
 	s.lg.Info("instance registered", "instance_id", reg.InstanceID, "dp_rank", reg.DPRank, "model_name", key.ModelName,
-		"routing_group", key.RoutingGroup, "block_size", reg.BlockSize, "endpoint", reg.Endpoint, "source", cfg.ID)
+		"routing_group", key.RoutingGroup, "block_size", reg.BlockSize, "endpoint", reg.Endpoint, "source", cfg.ID,
+		"lease_ttl_ms", lease.Milliseconds())
 	writeJSON(w, http.StatusCreated, statusOK)
+}
+
+// registerLease takes or renews the lease a /register asked for (ttl 0: none), through the
+// engine call PUT /v1/workers/{id}/lease makes; it answers a failure itself and returns false.
+// The registration stands either way.
+func (s *Server) registerLease(w http.ResponseWriter, r *http.Request, inst uint64, key partition.Key, ttl time.Duration) bool {
+	if ttl == 0 {
+		return true
+	}
+	if _, err := s.e.SetLease(r.Context(), inst, ttl, &key); err != nil {
+		s.submitError(w, fmt.Errorf("registered, but the lease of instance %d was not taken: %w", inst, err))
+		return false
+	}
+	return true
+}
+
+// endLease ends the instance's lease once nothing of it is registered or left (its lease, taken
+// by /register or otherwise, would otherwise outlive it); a failure is logged, the removal stands.
+func (s *Server) endLease(ctx context.Context, inst uint64) {
+	if len(s.reg.regs[inst]) > 0 || len(s.e.RanksOfWorker(inst)) > 0 {
+		return
+	}
+	if _, err := s.e.EndLease(ctx, inst); err != nil {
+		s.lg.Error("unregistered, but its lease was not ended", "instance_id", inst, "err", err)
+	}
 }
 
 func (s *Server) postUnregister(w http.ResponseWriter, r *http.Request) {
@@ -411,6 +459,7 @@ func (s *Server) postUnregister(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("%s %w", what, ErrNotRegistered).Error())
 		return
 	}
+	s.endLease(r.Context(), inst)
 	s.lg.Info("instance unregistered", "instance_id", inst, "model_name", have.ModelName, "routing_group", have.RoutingGroup,
 		"removed_registrations", len(regs))
 	if p != nil {

@@ -243,7 +243,7 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	in := make([]engine.Batch, len(segs))
 	for i, sg := range segs {
-		in[i] = engine.Batch{Key: reqKey, BlockSize: sg.BlockSize, Events: batches[i]}
+		in[i] = engine.Batch{Key: reqKey, BlockSize: sg.BlockSize, Events: batches[i], Source: engine.SourceHTTP}
 		if sg.Named {
 			in[i].Key = sg.Key
 		}

@@ -15,18 +15,34 @@ import (
 // DefaultLeaseGrace is `kvindex serve --lease-grace`' default (engine.DefaultLeaseGrace).
 const DefaultLeaseGrace = engine.DefaultLeaseGrace
 
+// MaxLeaseTTL bounds a lease's ttl, `--source-lease`'s too (engine.MaxLeaseTTL).
+const MaxLeaseTTL = engine.MaxLeaseTTL
+
 type leaseJSON struct {
 	WorkerID  uint64 `json:"worker_id"`
 	TTLMs     int64  `json:"ttl_ms"`
 	ExpiresAt string `json:"expires_at"`
 	RemoveAt  string `json:"remove_at"` // expires_at + --lease-grace: the worker's ranks are removed then
 	State     string `json:"state"`     // live or stale
+	Implied   bool   `json:"implied"`   // implied by the worker's event source (--source-lease), not taken
+}
+
+// leaseTTL is a lease's ttl_ms as a duration, 0 when it is out of range (1 ms to a year).
+func leaseTTL(ms uint64) time.Duration {
+	if ms == 0 || ms > uint64(engine.MaxLeaseTTL.Milliseconds()) {
+		return 0
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+func badLeaseTTL(field string) string {
+	return "field " + field + " must be between 1 and " + engine.MaxLeaseTTL.String() + " in milliseconds"
 }
 
 func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 func leaseRow(l engine.Lease, st engine.LeaseState) leaseJSON {
-	return leaseJSON{WorkerID: l.WorkerID, TTLMs: l.TTL.Milliseconds(), ExpiresAt: rfc3339(l.Deadline), RemoveAt: rfc3339(l.RemoveAt), State: st.String()}
+	return leaseJSON{WorkerID: l.WorkerID, TTLMs: l.TTL.Milliseconds(), ExpiresAt: rfc3339(l.Deadline), RemoveAt: rfc3339(l.RemoveAt), State: st.String(), Implied: l.Implied}
 }
 
 // putLease is PUT /v1/workers/{worker_id}/lease {"ttl_ms": n}: take or renew the worker's lease.
@@ -55,8 +71,9 @@ func (s *Server) putLease(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "missing field ttl_ms")
 		return
 	}
-	if *req.TTLMs == 0 || *req.TTLMs > uint64(engine.MaxLeaseTTL.Milliseconds()) {
-		writeError(w, http.StatusBadRequest, "field ttl_ms must be between 1 and "+time.Duration(engine.MaxLeaseTTL).String()+" in milliseconds")
+	ttl := leaseTTL(*req.TTLMs)
+	if ttl == 0 {
+		writeError(w, http.StatusBadRequest, badLeaseTTL("ttl_ms"))
 		return
 	}
 	var key *partition.Key
@@ -64,7 +81,7 @@ func (s *Server) putLease(w http.ResponseWriter, r *http.Request) {
 		k := partitionKey(r, req.partitionNames)
 		key = &k
 	}
-	l, err := s.e.SetLease(r.Context(), wid, time.Duration(*req.TTLMs)*time.Millisecond, key)
+	l, err := s.e.SetLease(r.Context(), wid, ttl, key)
 	switch {
 	case errors.Is(err, partition.ErrWorkerElsewhere):
 		writeError(w, http.StatusConflict, err.Error())

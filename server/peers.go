@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/partition"
 	"github.com/prometheus/client_golang/prometheus"
@@ -207,13 +208,13 @@ func (s *Server) applyDumpPartition(ctx context.Context, k string, e peerDumpPar
 		kept = append(kept, ev)
 	}
 	if len(kept) == 0 { // an empty dump still creates the partition with its block size
-		if _, err := s.e.IngestSized(ctx, key, e.BlockSize, nil); err != nil {
+		if _, err := s.e.IngestBatches(ctx, []engine.Batch{{Key: key, BlockSize: e.BlockSize, Source: engine.SourcePeer}}); err != nil {
 			return 0, err
 		}
 	}
 	for len(kept) > 0 {
 		chunk := kept[:min(bootstrapChunk, len(kept))]
-		if _, err := s.e.IngestSized(ctx, key, e.BlockSize, chunk); err != nil {
+		if _, err := s.e.IngestBatches(ctx, []engine.Batch{{Key: key, BlockSize: e.BlockSize, Events: chunk, Source: engine.SourcePeer}}); err != nil {
 			return n, fmt.Errorf("%w: submitting: %w", ErrBootstrap, err)
 		}
 		n += len(chunk)

@@ -81,6 +81,9 @@ type Config struct {
 	// LeaseGrace: how long a worker whose lease expired keeps its ranks before they are removed
 	// (`--lease-grace`; default engine.DefaultLeaseGrace).
 	LeaseGrace time.Duration
+	// SourceLease: the ttl of the leases the event sources (ZMQ, /register, NATS) imply for the
+	// workers they feed, renewed by their events (`--source-lease`; 0, the default, none).
+	SourceLease time.Duration
 }
 
 // DefaultRetainEvents is the default of Config.RetainEvents (docs/API.md).
@@ -147,7 +150,7 @@ func (c *Config) engineConfig(l engine.Listener) engine.Config {
 		FetchBackoff: c.FetchBackoff, AuthToken: c.AuthToken, Logger: c.Logger, FS: c.FS, DumpCache: c.DumpCache,
 		SubmitTimeout: c.SubmitTimeout, ApproxTTL: c.ApproxTTL, ApproxTTLZero: c.ApproxTTLZero, ApproxMaxBlocks: c.ApproxMaxBlocks,
 		Now: c.Now, Force: c.Force, MemTableSize: c.MemTableSize, CacheSize: c.CacheSize, Listener: l, TuneGC: true,
-		IndexedGroupKinds: c.IndexedGroupKinds, LeaseGrace: c.LeaseGrace}
+		IndexedGroupKinds: c.IndexedGroupKinds, LeaseGrace: c.LeaseGrace, SourceLease: c.SourceLease}
 }
 
 // Open opens the data dir (store.ErrLocked when another process holds it, store.ErrFormatTooNew
@@ -183,7 +186,7 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.peerM = newPeerMetrics(s.m)
-	s.zmq = vllm.NewManager(e, e, vllm.Options{Logger: cfg.Logger, Placer: s})
+	s.zmq = vllm.NewManager(e.SourceDoor(), e, vllm.Options{Logger: cfg.Logger, Placer: s})
 	e.SetLocalFeed(s.zmq.Feeds)
 	s.m.register(s.zmq)
 	s.nats = s.newNATS()

@@ -43,9 +43,9 @@ func natsConfigs(core, js []string) ([]natsrc.Config, error) {
 
 // newNATS builds the NATS source manager (started by startNATS).
 func (s *Server) newNATS() *natsrc.Manager {
-	return natsrc.NewManager(s.e, s.e, natsrc.Options{Logger: s.cfg.Logger, AuthToken: s.cfg.AuthToken, Peers: s.bootstrapPeers,
+	return natsrc.NewManager(s.e.SourceDoor(), s.e, natsrc.Options{Logger: s.cfg.Logger, AuthToken: s.cfg.AuthToken, Peers: s.bootstrapPeers,
 		Partition: func(ctx context.Context, model, group string, worker uint64) (uint32, error) {
-			return s.e.Place(ctx, partition.KeyOf(model, group, ""), 0, worker)
+			return s.e.PlaceFrom(ctx, engine.SourceNATS, partition.KeyOf(model, group, ""), 0, worker)
 		}})
 }
 

@@ -75,7 +75,11 @@ func (s *Server) Place(ctx context.Context, cfg vllm.Config, topic string, worke
 	if _, exists := s.parts.Lookup(key); bs == 0 && !exists {
 		bs = batchBlockSize
 	}
-	id, err := s.e.Place(ctx, key, bs, worker)
+	src := engine.SourceZMQ
+	if strings.HasPrefix(cfg.ID, registrySourcePrefix) {
+		src = engine.SourceDynamo // the source of a /register
+	}
+	id, err := s.e.PlaceFrom(ctx, src, key, bs, worker)
 	if err != nil {
 		return 0, fmt.Errorf("source %s: %w", cfg.ID, err)
 	}

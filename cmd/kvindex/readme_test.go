@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +106,7 @@ func TestReadmeListsEveryFlag(t *testing.T) {
 //	                           not given; its README address (--listen) is mapped to the real one
 //	                           (a trailing "2>FILE" and "&" are dropped: the test keeps the log)
 //	kill %N ...                nothing: the test stops its servers when it ends
+//	sleep N                    waits N seconds (a lease lapsing)
 //	curl [-s] [-X M] [-d DATA | --data-binary DATA] [-H H] URL [| grep RE]
 //	until curl -sf URL; do sleep N; done    the GET, retried until it answers 200
 //	# ...                      a comment; after a command, a comment line that starts with "{",
@@ -118,6 +120,7 @@ var readmeExampleSections = []string{
 	"## Workers without KV events: approximate mode",
 	"## Several models: partitions",
 	"## Use it as Dynamo's standalone indexer",
+	"## Is the index right?",
 }
 
 type readmeRun struct {
@@ -402,6 +405,15 @@ func (r *readmeRun) command(line string) *readmeCmd {
 		w = w[:n-1]
 	}
 	switch {
+	case len(w) == 2 && w[0] == "sleep":
+		d, err := strconv.ParseFloat(w[1], 64)
+		if err != nil || d < 0 || d > 10 {
+			t.Fatalf("README: %q: sleep takes 0 to 10 seconds", line)
+		}
+		c.do = func() (string, bool) {
+			time.Sleep(time.Duration(d * float64(time.Second)))
+			return "", false
+		}
 	case len(w) >= 2 && w[0] == "kill" && strings.HasPrefix(w[1], "%"):
 		c.do = func() (string, bool) { return "", false } // the test's cleanup stops them
 	case len(w) >= 2 && w[0] == "bin/kvindex" && w[1] == "serve":

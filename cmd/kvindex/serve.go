@@ -85,6 +85,7 @@ func serveCommand() *cli.Command {
 			&cli.DurationFlag{Name: "approx-ttl", Value: 120 * time.Second, Usage: "approximate mode: how long a routing decision's blocks live (0 = they expire at once)", EnvVars: serveEnv("approx-ttl")},
 			&cli.IntFlag{Name: "approx-max-blocks", Usage: "approximate mode: prune a partition's side index above this many (rank, block) entries to 80% of it, earliest deadline first (0 = no bound)", EnvVars: serveEnv("approx-max-blocks")},
 			&cli.DurationFlag{Name: "lease-grace", Value: server.DefaultLeaseGrace, Usage: "how long a worker whose lease expired (stale: left out of answers) keeps its ranks before they are removed, as DELETE /v1/workers/{id} would", EnvVars: serveEnv("lease-grace")},
+			&cli.DurationFlag{Name: "source-lease", Usage: "give every worker an event source feeds (--zmq, POST /v1/sources, Dynamo's /register, NATS) a lease of this ttl, renewed by each batch of its events: a worker whose stream is silent that long turns stale, and after --lease-grace is removed (0 = off; a worker with its own lease keeps it; mind idle workers, which send no events)", EnvVars: serveEnv("source-lease")},
 			&cli.Uint64Flag{Name: "retain-events", Value: server.DefaultRetainEvents, Usage: "keep at least this many log events per rank; older ones are folded into a snapshot online (0 = keep all)", EnvVars: serveEnv("retain-events")},
 			&cli.Float64Flag{Name: "checkpoint-ratio", Value: server.DefaultCheckpointRatio, Usage: "rewrite a rank's snapshot online (its log is kept) once its block operations since the last one exceed this many times its live blocks, so a restart replays little more than the live blocks (0 = off)", EnvVars: serveEnv("checkpoint-ratio")},
 			&cli.StringSliceFlag{Name: "indexed-group-kinds", Value: cli.NewStringSlice("full_attention", "mla_attention", "sink_full_attention"), Usage: "KV-cache group kinds of hybrid models whose vLLM events are indexed, comma separated; events of other kinds (sliding_window, mamba, ...) are counted and shown per rank, never indexed", EnvVars: serveEnv("indexed-group-kinds")},
@@ -133,6 +134,9 @@ func serveCommand() *cli.Command {
 			}
 			if c.Duration("lease-grace") <= 0 {
 				return usagef("--lease-grace must be > 0")
+			}
+			if c.Duration("source-lease") < 0 || c.Duration("source-lease") > server.MaxLeaseTTL {
+				return usagef("--source-lease must be between 0 (off) and %v", server.MaxLeaseTTL)
 			}
 			if c.Duration("body-timeout") <= 0 || c.Duration("idle-timeout") <= 0 || c.Int("max-conns") < 0 {
 				return usagef("--body-timeout and --idle-timeout must be > 0, --max-conns ≥ 0")
@@ -190,6 +194,7 @@ func serveCommand() *cli.Command {
 
 				IndexedGroupKinds: kinds,
 				LeaseGrace:        c.Duration("lease-grace"),
+				SourceLease:       c.Duration("source-lease"),
 			})
 			if errors.Is(err, server.ErrTLSConfig) {
 				return usageError{err}
