@@ -21,9 +21,11 @@ type orderState struct {
 // evictedEntryBytes is the estimated heap of one entry of an evicted set (a Go map of uint64).
 const evictedEntryBytes = 20
 
-// maxEvictedSet caps a rank's evicted set: its live blocks plus 256. Beyond it an eviction is not
-// remembered, and a later Removed of that block counts as block_not_found.
-func maxEvictedSet(live int) int { return live + 256 }
+// maxEvictedSet caps a rank's evicted set at a quarter of its live blocks plus 64, so that the
+// set (20 B an entry, counted in MemoryBytes) stays a small share of what the bound keeps (an
+// eviction that only unshares a node frees less than an entry of the set costs). Beyond it an
+// eviction is not remembered, and a later Removed of that block counts as block_not_found.
+func maxEvictedSet(live int) int { return live/4 + 64 }
 
 // noteStored records that rs newly holds block hash h (attach, with Options.Evictable).
 func (ix *Index) noteStored(rs *rankState, h uint64) {

@@ -539,6 +539,7 @@ func (ln *lane) finishCommit(pd *pending) {
 			rs.sinceSnap += recovery.OpBlocks(&s.ev)
 		}
 		rs.appliedInc = s.inc
+		ln.evictTick(s)
 	}
 
 	for _, f := range bs.fetches {
