@@ -16,6 +16,8 @@
 //     partition; recovery fetches name the rank's partition on the wire and keep its local id.
 //   - Durable metadata (recovery sources, registrations, peers, source configs) is written
 //     through CommitMeta only.
+//   - A memory bound (Config.MaxIndexBytes, bound.go) only measures here; the lanes evict, on
+//     each rank's writer, and nothing of it is logged (docs/ENGINE.md "Memory bound").
 //   - The engine changes no process-global setting (GC percent) unless Config.TuneGC asks.
 //   - The engine imports no HTTP server, status page, pprof, ZMQ or NATS client: the library
 //     links it alone (a test checks `go list -deps`).

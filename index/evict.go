@@ -165,6 +165,9 @@ func (ix *Index) EvictLeaves(r event.Rank, n int) int {
 	if o.head == len(o.order) {
 		o.order, o.head = o.order[:0], 0
 	}
+	if cap(o.order) > 2*(len(o.order)-o.head)+64 {
+		ix.compactOrder(rs) // give back the room of what was evicted
+	}
 	ix.publish(rs, &d)
 	rs.evictions.Add(uint64(done))
 	ix.evictions.Add(uint64(done))

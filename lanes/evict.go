@@ -3,6 +3,7 @@ package lanes
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
@@ -12,11 +13,15 @@ import (
 // The memory bound (Options.Evictor): the lanes keep the index within it by evicting blocks on
 // the ranks' own writers. Each lane counts the block operations it applies (live, and in the
 // restart replay); every Evictor.CheckEvery of them it asks the Evictor how many (rank, block)
-// entries the whole index is over, and if any, sheds them from its own ranks, each rank in
-// proportion to its device blocks (a rank of twice the blocks gives up twice as many, whatever
-// its partition), each rank's share by index.EvictLeaves (its least recently stored chains, from
-// the leaf up). Lanes shed one at a time (evictMu), each re-reading the excess first, so two
-// lanes never shed the same excess twice. Evictions are not logged: the restart replay
+// entries the whole index is over, and splits that excess (less what lanes already owe) over
+// every lane in proportion to the device blocks of its ranks: it sheds its own share at once,
+// and the other lanes owe theirs (evictState.debt), paid on their applier at their next step or,
+// when idle, on their decider, which the split wakes (drainPipeline). Within a lane each rank
+// gives up a share in proportion to its device blocks (a rank of twice the blocks gives up twice
+// as many, whatever its partition), by index.EvictLeaves (its least recently stored chains, from
+// the leaf up). So every rank of every partition sheds the same fraction of its blocks, and a
+// rank's writer is the only one that evicts from it. Splits and sheds take evictShared.mu one at
+// a time, so two lanes never split the same excess twice. Evictions are not logged: the restart replay
 // re-applies the log and sheds again on the way, so a restarted tree may have evicted other
 // blocks than before (it is still an under-count, never an over-count).
 
@@ -34,10 +39,12 @@ type Evictor interface {
 // (its ranks' stranded blocks may make a round shed less memory than its estimate).
 const maxShedRounds = 4
 
-// evictState is a lane's side of the bound; only the lane's applier (or its replay goroutine)
-// touches it.
+// evictState is a lane's side of the bound.
 type evictState struct {
-	ops uint64 // block operations since the last look
+	ops uint64 // block operations since the last look; the lane's applier (or replay) only
+	// debt is the blocks other lanes found this lane owes (its share of an excess): paid by
+	// the lane itself, on its applier at its next step or on its decider woken to drain.
+	debt atomic.Int64
 }
 
 // evictTree is what eviction needs of a partition's state (tier.Tiers).
@@ -48,11 +55,11 @@ type evictTree interface {
 
 // evictShared is the pipeline's side of the bound.
 type evictShared struct {
-	mu sync.Mutex // one lane sheds at a time
+	mu sync.Mutex // one lane sheds (or splits an excess) at a time
 }
 
 // evictTick counts the block operations of an applied step and looks at the bound every
-// Evictor.CheckEvery of them. Called by the applier after each step, and by the replay per event.
+// Evictor.CheckEvery of them. Called by the applier after each step.
 func (ln *lane) evictTick(s *step) {
 	if ln.p.opts.Evictor == nil {
 		return
@@ -68,8 +75,15 @@ func (ln *lane) evictTick(s *step) {
 	ln.maybeShed()
 }
 
+// maybeShed pays the lane's debt, then, every CheckEvery block operations, looks at the bound:
+// an excess not already owed by some lane is split over every lane in proportion to the device
+// blocks of its ranks; the lane sheds its own share at once, and the others owe theirs (and are
+// woken to pay it if idle).
 func (ln *lane) maybeShed() {
 	ev := ln.p.opts.Evictor
+	if ln.ev.debt.Load() > 0 {
+		ln.payDebt()
+	}
 	if ln.ev.ops < ev.CheckEvery() {
 		return
 	}
@@ -77,18 +91,74 @@ func (ln *lane) maybeShed() {
 	if ev.Over() == 0 {
 		return
 	}
-	ln.p.evict.mu.Lock()
-	defer ln.p.evict.mu.Unlock()
+	p := ln.p
+	p.evict.mu.Lock()
+	defer p.evict.mu.Unlock()
 	for range maxShedRounds {
-		k := ev.Over()
-		if k == 0 || ln.shed(k) == 0 {
+		k := int64(ev.Over())
+		for _, o := range p.lanes {
+			k -= o.ev.debt.Load()
+		}
+		if k <= 0 {
+			return
+		}
+		held, total := p.laneBlocks()
+		if total == 0 {
+			return
+		}
+		mine := 0
+		for _, o := range p.lanes {
+			share := (k*int64(held[o.id]) + int64(total) - 1) / int64(total)
+			if share == 0 {
+				continue
+			}
+			if o == ln {
+				mine = int(share)
+				continue
+			}
+			o.ev.debt.Add(share)
+			select {
+			case o.wake <- struct{}{}:
+			default: // a wake-up is pending already
+			}
+		}
+		if mine == 0 || ln.shed(mine) == 0 {
 			return
 		}
 	}
 }
 
+// payDebt sheds what other lanes found this lane owes. On the lane's applier, or its decider
+// with the pipeline drained (drainPipeline).
+func (ln *lane) payDebt() {
+	if ln.p.opts.Evictor == nil {
+		return
+	}
+	if d := ln.ev.debt.Swap(0); d > 0 {
+		ln.p.evict.mu.Lock()
+		defer ln.p.evict.mu.Unlock()
+		ln.shed(int(d))
+	}
+}
+
+// laneBlocks returns the device blocks of each lane's ranks, and their total.
+func (p *Pipeline) laneBlocks() ([]uint64, uint64) {
+	held := make([]uint64, len(p.lanes))
+	var total uint64
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	for r, rs := range p.ranks {
+		if t, ok := p.ix(r).(evictTree); ok { // a removed rank holds nothing
+			n := t.RankBlocks(r)
+			held[rs.lane] += n
+			total += n
+		}
+	}
+	return held, total
+}
+
 // shed evicts about k blocks from the lane's ranks, in proportion to their device blocks, and
-// returns how many it evicted.
+// returns how many it evicted. Caller holds p.evict.mu.
 func (ln *lane) shed(k int) int {
 	type held struct {
 		r event.Rank
@@ -99,7 +169,7 @@ func (ln *lane) shed(k int) int {
 	var total uint64
 	ln.p.mu.RLock()
 	for r, rs := range ln.p.ranks {
-		if rs.lane != ln.id || rs.removed {
+		if rs.lane != ln.id { // a removed rank holds nothing
 			continue
 		}
 		if t, ok := ln.p.ix(r).(evictTree); ok {
