@@ -168,6 +168,9 @@ func (ix *Index) EvictLeaves(r event.Rank, n int) int {
 	if cap(o.order) > 2*(len(o.order)-o.head)+64 {
 		ix.compactOrder(rs) // give back the room of what was evicted
 	}
+	if m := &rs.lookup; len(m.tags) > minLookup && 5*m.n < 2*len(m.tags) {
+		m.resize(max(minLookup, 3*m.n/2+1)) // under 2/5 full: back to 2/3 (MemoryBytes counts 13 B an entry)
+	}
 	ix.publish(rs, &d)
 	rs.evictions.Add(uint64(done))
 	ix.evictions.Add(uint64(done))

@@ -1,6 +1,8 @@
 package index_test
 
 import (
+	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/kvindex/kvindex/event"
@@ -181,3 +183,82 @@ func TestEvictLeavesOrder(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// BenchmarkEvictable measures what the store order costs the write path (Stored and Removed of
+// 32-block chains, one writer, with and without Options.Evictable; one op is 64 block-ops) and
+// what EvictLeaves costs per evicted block (a rank of 64-block chains evicted 256 blocks a call).
+//
+//	go test ./index -run '^$' -bench BenchmarkEvictable -benchmem
+func BenchmarkEvictable(b *testing.B) {
+	const chain = 32
+	for _, evictable := range []bool{false, true} {
+		b.Run(fmt.Sprintf("apply/evictable=%v", evictable), func(b *testing.B) {
+			ix := index.New(index.Options{Evictable: evictable})
+			rank := event.Rank{WorkerID: 1}
+			blocks := make([]event.Block, chain)
+			hashes := make([]uint64, chain)
+			st, rm := event.Stored(rank, 0, nil), event.Removed(rank, 0)
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				chainBlocks(blocks, hashes, 1, uint64(i))
+				st.Blocks, rm.Removed = blocks, hashes
+				ix.Apply(&st)
+				ix.Apply(&rm)
+			}
+			b.ReportMetric(float64(b.N*2*chain)/b.Elapsed().Seconds(), "block-ops/s")
+		})
+	}
+	b.Run("evict", func(b *testing.B) {
+		ix := index.New(index.Options{Evictable: true})
+		rank := event.Rank{WorkerID: 1}
+		blocks := make([]event.Block, 64)
+		hashes := make([]uint64, 64)
+		evicted := 0
+		round := uint64(0)
+		b.ReportAllocs()
+		for b.Loop() {
+			for ix.RankBlocks(rank) < 256 {
+				chainBlocks(blocks, hashes, 1, round)
+				round++
+				ev := event.Stored(rank, 0, nil, blocks...)
+				ix.Apply(&ev)
+			}
+			evicted += ix.EvictLeaves(rank, 256)
+		}
+		b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(evicted), "ns/evicted-block(incl-store)")
+	})
+}
+
+// TestEvictableMemoryBytesTracksHeap checks that MemoryBytes counts the store order and the
+// evicted sets: on unshared chains with Options.Evictable, fresh and after evicting half of
+// every rank, the estimate is within 15 % of the live heap.
+func TestEvictableMemoryBytesTracksHeap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds 260k entries")
+	}
+	before := liveHeap()
+	ix := index.New(index.Options{Evictable: true})
+	blocks := make([]event.Block, 64)
+	hashes := make([]uint64, 64)
+	for r := uint64(1); r <= 64; r++ {
+		for round := uint64(0); round < 64; round++ {
+			chainBlocks(blocks, hashes, r, round)
+			blocks[0].TokensHash = r<<40 | round<<8
+			ev := event.Stored(event.Rank{WorkerID: r}, 0, nil, blocks...)
+			ix.Apply(&ev)
+		}
+	}
+	check := func(what string) {
+		heap, est := float64(liveHeap()-before), float64(ix.MemoryBytes())
+		t.Logf("%s: blocks %d nodes %d: heap %.0f B, estimate %.0f B (%.2f)", what, ix.Blocks(), ix.NodeCount(), heap, est, est/heap)
+		if est < 0.85*heap || est > 1.15*heap {
+			t.Errorf("%s: MemoryBytes %.0f, live heap %.0f: off by more than 15 %%", what, est, heap)
+		}
+	}
+	check("fresh")
+	for r := uint64(1); r <= 64; r++ {
+		ix.EvictLeaves(event.Rank{WorkerID: r}, 32*64)
+	}
+	check("half evicted")
+	runtime.KeepAlive(ix)
+}
