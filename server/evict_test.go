@@ -3,7 +3,7 @@ package server
 import (
 	"encoding/json"
 	"fmt"
-		"strings"
+	"strings"
 	"testing"
 
 	"github.com/kvindex/kvindex/event"
