@@ -6,7 +6,11 @@ import "github.com/kvindex/kvindex/partition"
 // partition's device tree and lower tiers, as kvindex_memory_bytes{part="index"} reports them
 // (tier.Tiers.MemoryBytes) — is kept within the bound by evicting device blocks on the ranks'
 // lanes (lanes/evict.go, index.Index.EvictLeaves). The engine only measures: boundEvictor tells
-// the lanes how many (rank, block) entries they are over.
+// the lanes how many (rank, block) entries they are over. Online checkpoints are off under a
+// bound (Open): a checkpoint snapshots the tree with its evictions, and a restart replaying from
+// it would no longer know which blocks were evicted (a later Removed of one would count as
+// block_not_found); without them the replay re-applies the log and evicts again. Retention's
+// folds replay the log, not the tree, so they keep every block.
 
 // boundRoom is the share of the bound a lane sheds below it once over (1/50: 2 %), so that
 // evictions come in rounds rather than one block per event.

@@ -236,3 +236,25 @@ func TestMemoryBoundHoldsThroughTheEngine(t *testing.T) {
 	}
 	underCounts(t, "restarted", s.scores(again), want, false)
 }
+
+// TestMemoryBoundTurnsCheckpointsOff: Open with a bound and online checkpoints keeps the bound
+// and turns the checkpoints off (a checkpoint would snapshot the evictions); without a bound
+// they stay.
+func TestMemoryBoundTurnsCheckpointsOff(t *testing.T) {
+	for _, tc := range []struct {
+		bound uint64
+		want  float64
+	}{{0, 2}, {1 << 20, 0}} {
+		e, err := Open(Config{DataDir: "data", FS: vfs.NewMem(), CheckpointRatio: 2, MaxIndexBytes: tc.bound,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.cfg.CheckpointRatio != tc.want || e.cfg.MaxIndexBytes != tc.bound {
+			t.Errorf("bound %d: checkpoint ratio %v, bound %d; want %v", tc.bound, e.cfg.CheckpointRatio, e.cfg.MaxIndexBytes, tc.want)
+		}
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

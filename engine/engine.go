@@ -158,6 +158,13 @@ type Engine struct {
 // writes.
 func Open(cfg Config) (*Engine, error) {
 	cfg.defaults()
+	if cfg.MaxIndexBytes > 0 && cfg.CheckpointRatio > 0 {
+		// A checkpoint snapshots the tree, evictions included: the restart would replay from it
+		// and forget which blocks were evicted (bound.go).
+		cfg.Logger.Warn("online checkpoints are off under a memory bound: a restart replays the log", "checkpoint_ratio", cfg.CheckpointRatio,
+			"max_index_bytes", cfg.MaxIndexBytes)
+		cfg.CheckpointRatio = 0
+	}
 	if cfg.Upstream != "" {
 		if err := CheckSourceURL(cfg.Upstream); err != nil {
 			return nil, fmt.Errorf("--upstream: %w", err)

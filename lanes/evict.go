@@ -218,3 +218,45 @@ func (t evictingTree) Reserve(r event.Rank, n int) {
 		rv.Reserve(r, n)
 	}
 }
+
+// replayBarrier tells the replay's lanes when every lane's list of ranks is replayed.
+type replayBarrier struct {
+	left atomic.Int32
+	done chan struct{}
+}
+
+func newReplayBarrier(lanes int) *replayBarrier {
+	b := &replayBarrier{done: make(chan struct{})}
+	b.left.Store(int32(lanes))
+	if lanes == 0 {
+		close(b.done)
+	}
+	return b
+}
+
+// replayIdle runs on a lane's replay goroutine once its ranks are replayed: under a bound it
+// keeps paying the shares the still-replaying lanes find it owes (they wake it), so the index
+// stays within the bound during the whole replay, until every lane is done.
+func (ln *lane) replayIdle(b *replayBarrier) {
+	if b.left.Add(-1) == 0 {
+		close(b.done)
+	}
+	if ln.p.opts.Evictor == nil {
+		return
+	}
+	for {
+		select {
+		case <-ln.wake:
+			ln.payDebt()
+		case <-b.done:
+			return
+		}
+	}
+}
+
+// settleDebts pays every lane's debt, after the replay (before Start: no lane runs).
+func (p *Pipeline) settleDebts() {
+	for _, ln := range p.lanes {
+		ln.payDebt()
+	}
+}

@@ -690,10 +690,12 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 		errMu  sync.Mutex
 		first  error
 	)
-	for _, list := range perLane {
+	listed := newReplayBarrier(len(perLane))
+	for i, list := range perLane {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer p.lanes[i].replayIdle(listed) // evict.go: a lane done early still pays its share
 			for _, rs := range list {
 				if err := ctx.Err(); err != nil {
 					errMu.Lock()
@@ -719,6 +721,7 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 		}()
 	}
 	wg.Wait()
+	p.settleDebts()
 	return first
 }
 
