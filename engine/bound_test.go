@@ -72,7 +72,7 @@ func newBoundStream() *boundStream {
 
 // openBounded opens and recovers an engine on fs's "data" bounded by maxBytes; during the
 // restart replay it calls during(e) after each rank, if set.
-func openBounded(t *testing.T, fs vfs.FS, maxBytes uint64, during func(e *Engine)) *Engine {
+func openBounded(t testing.TB, fs vfs.FS, maxBytes uint64, during func(e *Engine)) *Engine {
 	t.Helper()
 	e, err := Open(Config{DataDir: "data", FS: fs, Lanes: 2, Durability: wal.NoSync, MaxIndexBytes: maxBytes,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -91,7 +91,7 @@ func openBounded(t *testing.T, fs vfs.FS, maxBytes uint64, during func(e *Engine
 
 // feed ingests the stream, partitions interleaved batch by batch, calling after (if set) after
 // each batch.
-func (s *boundStream) feed(t *testing.T, e *Engine, after func()) {
+func (s *boundStream) feed(t testing.TB, e *Engine, after func()) {
 	t.Helper()
 	for i := range s.evs[s.keys[0]] {
 		for _, k := range s.keys {
@@ -256,5 +256,48 @@ func TestMemoryBoundTurnsCheckpointsOff(t *testing.T) {
 		if err := e.Close(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkIngestBounded measures ingest through the engine (NoSync, 2 lanes, MemFS) of the
+// boundStream, unbounded and with a bound of a third of what the stream holds: what the store
+// order and the evictions cost the write path. One op is the whole stream.
+//
+//	go test ./engine -run '^$' -bench BenchmarkIngestBounded -benchtime 3x
+func BenchmarkIngestBounded(b *testing.B) {
+	s := newBoundStream()
+	var blocks int
+	for _, batches := range s.evs {
+		for _, batch := range batches {
+			for i := range batch {
+				blocks += batch[i].NumBlocks()
+			}
+		}
+	}
+	free := openBounded(b, vfs.NewMem(), 0, nil)
+	s.feed(b, free, nil)
+	full, _ := free.IndexMemory()
+	_ = free.Close()
+	for _, c := range []struct {
+		name  string
+		bound uint64
+	}{{"unbounded", 0}, {"bound=third", full / 3}} {
+		b.Run(c.name, func(b *testing.B) {
+			var evicted uint64
+			for b.Loop() {
+				b.StopTimer()
+				e := openBounded(b, vfs.NewMem(), c.bound, nil)
+				b.StartTimer()
+				s.feed(b, e, nil)
+				b.StopTimer()
+				for _, p := range e.Partitions().All() {
+					evicted += e.Evictions(p.ID)
+				}
+				_ = e.Close()
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(blocks*b.N)/b.Elapsed().Seconds(), "blocks/s")
+			b.ReportMetric(float64(evicted)/float64(b.N), "evicted/op")
+		})
 	}
 }
