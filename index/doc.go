@@ -112,7 +112,8 @@
 // event (not in Counts). A rank remembers what it evicted (at most its live blocks + 256 hashes):
 // a later Removed of an evicted block is not block_not_found, and a Stored whose parent was
 // evicted is evicted at once (status ok, its blocks remembered as evicted). Cleared and removal
-// forget the evicted set; re-storing an evicted block holds it again.
+// forget the evicted set; re-storing an evicted block holds it again. An evicted rank gives back
+// room: its store order is compacted, and its lookup shrinks to 2/3 full once under 2/5.
 //
 // A reader sees each node's state as of its visit; a query racing a writer may see a mix of
 // before and after, never a torn holder set.
