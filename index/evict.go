@@ -1,6 +1,10 @@
 package index
 
-import "github.com/kvindex/kvindex/event"
+import (
+	"sync"
+
+	"github.com/kvindex/kvindex/event"
+)
 
 // Eviction (doc.go "Eviction"): with Options.Evictable each rank keeps its block hashes in the
 // order it first stored them (order, 8 B per entry), and EvictLeaves removes the rank's least
@@ -37,7 +41,7 @@ func (ix *Index) noteStored(rs *rankState, h uint64) {
 		}
 	}
 	if len(o.order)-o.head > 2*rs.lookup.len()+64 {
-		ix.compactOrder(rs)
+		ix.compactOrder(rs, false)
 	} else if o.head > 0 && len(o.order) == cap(o.order) && 2*o.head >= len(o.order) {
 		n := copy(o.order, o.order[o.head:])
 		o.order, o.head = o.order[:n], 0
@@ -50,12 +54,14 @@ func (ix *Index) noteStored(rs *rankState, h uint64) {
 }
 
 // compactOrder drops the stale entries of rs's order (hashes rs no longer holds) and the older
-// duplicates of a hash (removed, then stored again), keeping the order of the rest.
-func (ix *Index) compactOrder(rs *rankState) {
+// duplicates of a hash (removed, then stored again), keeping the order of the rest. It compacts
+// in place (a pooled set finds the duplicates); with shrink (after an eviction) it reallocates to
+// give back room when the array is more than twice what is kept (plus 64).
+func (ix *Index) compactOrder(rs *rankState, shrink bool) {
 	o := &rs.ord
 	live := o.order[o.head:]
-	seen := make(map[uint64]struct{}, rs.lookup.len())
-	keep := make([]uint64, 0, rs.lookup.len()+rs.lookup.len()/4+8)
+	seen := seenSets.Get().(map[uint64]struct{})
+	w := len(live) // live[w:] is kept, newest last; w only moves down, behind the reads
 	for i := len(live) - 1; i >= 0; i-- {
 		h := live[i]
 		if _, dup := seen[h]; dup {
@@ -65,14 +71,22 @@ func (ix *Index) compactOrder(rs *rankState) {
 			continue
 		}
 		seen[h] = struct{}{}
-		keep = append(keep, h)
+		w--
+		live[w] = h
 	}
-	for i, j := 0, len(keep)-1; i < j; i, j = i+1, j-1 {
-		keep[i], keep[j] = keep[j], keep[i]
+	clear(seen)
+	seenSets.Put(seen)
+	kept := live[w:]
+	keep := o.order[:copy(o.order, kept)]
+	if shrink && cap(keep) > 2*len(keep)+64 {
+		keep = append(make([]uint64, 0, len(keep)+len(keep)/4+8), keep...)
 	}
 	ix.orderSlots.Add(int64(cap(keep) - cap(o.order)))
 	o.order, o.head = keep, 0
 }
+
+// seenSets are compactOrder's scratch sets.
+var seenSets = sync.Pool{New: func() any { return make(map[uint64]struct{}) }}
 
 // forgetEvicted reports whether h was evicted from rs (and forgets it): a Removed of it is then
 // not block_not_found.
@@ -166,7 +180,7 @@ func (ix *Index) EvictLeaves(r event.Rank, n int) int {
 		o.order, o.head = o.order[:0], 0
 	}
 	if cap(o.order) > 2*(len(o.order)-o.head)+64 {
-		ix.compactOrder(rs) // give back the room of what was evicted
+		ix.compactOrder(rs, true) // give back the room of what was evicted
 	}
 	if m := &rs.lookup; len(m.tags) > minLookup && 5*m.n < 2*len(m.tags) {
 		m.resize(max(minLookup, 3*m.n/2+1)) // under 2/5 full: back to 2/3 (MemoryBytes counts 13 B an entry)
