@@ -58,6 +58,9 @@ type Options struct {
 	// LeaseGrace: how long a worker whose lease expired keeps its ranks before they are removed
 	// (serve's --lease-grace); default 5 minutes. See SetLease.
 	LeaseGrace time.Duration
+	// MaxIndexBytes bounds the index's memory (serve's --max-index-bytes; docs/ENGINE.md "Memory
+	// bound"): over it, device blocks are evicted, so answers under-count; 0 is unbounded.
+	MaxIndexBytes uint64
 }
 
 // Score is one rank's answer: leading query blocks it holds (device, raised to its side score),
@@ -74,7 +77,7 @@ type DB struct {
 func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	cfg := engine.Config{DataDir: dir, BlockSize: opts.BlockSize, Lanes: opts.Lanes, RetainEvents: opts.RetainEvents,
 		ApproxTTL: opts.ApproxTTL, Logger: opts.Logger, MemTableSize: opts.MemTableSize, CacheSize: opts.CacheSize,
-		TuneGC: opts.TuneGC, LeaseGrace: opts.LeaseGrace}
+		TuneGC: opts.TuneGC, LeaseGrace: opts.LeaseGrace, MaxIndexBytes: opts.MaxIndexBytes}
 	if opts.NoSync {
 		cfg.Durability = engine.NoSync
 	}

@@ -21,6 +21,8 @@
 //     it places events (PlaceFrom, Batch.Source); the engine keeps each worker's kind (durable
 //     when it changes) and counts outcomes per partition and kind (accuracy.go). The event sources submit through
 //     SourceDoor, which renews their workers' implied leases (lease.go).
+//   - A memory bound (Config.MaxIndexBytes, bound.go) only measures here; the lanes evict, on
+//     each rank's writer, and nothing of it is logged (docs/ENGINE.md "Memory bound").
 //   - The engine changes no process-global setting (GC percent) unless Config.TuneGC asks.
 //   - The engine imports no HTTP server, status page, pprof, ZMQ or NATS client: the library
 //     links it alone (a test checks `go list -deps`).

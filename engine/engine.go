@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -94,6 +96,10 @@ type Config struct {
 	// SourceLease: the ttl of the leases the event sources imply for the workers they feed
 	// (SourceDoor; lease.go), renewed by every batch of their events; 0 (default) none.
 	SourceLease time.Duration
+	// MaxIndexBytes bounds the index's memory (bound.go; every partition's tiers, as
+	// kvindex_memory_bytes{part="index"} counts them): over it, the lanes evict device blocks,
+	// least recently stored chains first, from the leaf up, fairly across ranks. 0 is unbounded.
+	MaxIndexBytes uint64
 }
 
 func (c *Config) defaults() {
@@ -155,6 +161,13 @@ type Engine struct {
 // writes.
 func Open(cfg Config) (*Engine, error) {
 	cfg.defaults()
+	if cfg.MaxIndexBytes > 0 && cfg.CheckpointRatio > 0 {
+		// A checkpoint snapshots the tree, evictions included: the restart would replay from it
+		// and forget which blocks were evicted (bound.go).
+		cfg.Logger.Warn("online checkpoints are off under a memory bound: a restart replays the log", "checkpoint_ratio", cfg.CheckpointRatio,
+			"max_index_bytes", cfg.MaxIndexBytes)
+		cfg.CheckpointRatio = 0
+	}
 	if cfg.Upstream != "" {
 		if err := CheckSourceURL(cfg.Upstream); err != nil {
 			return nil, fmt.Errorf("--upstream: %w", err)
@@ -171,7 +184,7 @@ func Open(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, lg: cfg.Logger, st: st, log: lg}
-	if e.parts, err = partition.Open(lg, cfg.BlockSize, index.Options{}); err != nil {
+	if e.parts, err = partition.Open(lg, cfg.BlockSize, index.Options{Evictable: cfg.MaxIndexBytes > 0}); err != nil {
 		_ = st.Close()
 		return nil, err
 	}
@@ -187,8 +200,12 @@ func Open(cfg Config) (*Engine, error) {
 	fetcher := recovery.NewFetcher(recovery.FetcherOptions{RequestTimeout: cfg.FetchTimeout, BaseBackoff: cfg.FetchBackoff,
 		Logger: cfg.Logger, AuthToken: cfg.AuthToken, Partition: e.partitionNames})
 	trees := lanes.Trees(func(id uint32) lanes.Tree { return e.parts.TiersOf(id) })
+	var evictor lanes.Evictor
+	if cfg.MaxIndexBytes > 0 {
+		evictor = &boundEvictor{max: cfg.MaxIndexBytes, lanes: cmp.Or(cfg.Lanes, runtime.GOMAXPROCS(0)), parts: e.parts}
+	}
 	e.pipe = lanes.New(lg, trees, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, CheckpointRatio: cfg.CheckpointRatio,
-		Logger: cfg.Logger, Listener: cfg.Listener, Source: e.sourceOf, Fetcher: fetcher, IndexedKinds: cfg.IndexedGroupKinds})
+		Logger: cfg.Logger, Listener: cfg.Listener, Source: e.sourceOf, Fetcher: fetcher, IndexedKinds: cfg.IndexedGroupKinds, Evictor: evictor})
 	e.approx = approx.New(e.pipe, cfg.approxOptions())
 	return e, nil
 }

@@ -101,6 +101,20 @@
 // (kvindex_memory_bytes{part="index"}) from live counts only — node count and child-table sizes
 // exact, lookups and holder sets estimated — so a scrape never walks the tree.
 //
+// # Eviction
+//
+// With Options.Evictable (a memory bound: lanes/evict.go decides when and how much), each rank
+// keeps the block hashes it newly stored in that order (8 B each, in MemoryBytes) and
+// EvictLeaves(r, n) (evict.go) removes n of its blocks: the least recently first-stored block
+// still held, followed down through the first children the rank holds, is cut from that chain's
+// end up, a leaf first. An eviction makes the rank leave a node as a Removed would, so scores
+// after it never exceed the scores before it (an under-count, never an over-count); it is no
+// event (not in Counts). A rank remembers what it evicted (at most its live blocks + 256 hashes):
+// a later Removed of an evicted block is not block_not_found, and a Stored whose parent was
+// evicted is evicted at once (status ok, its blocks remembered as evicted). Cleared and removal
+// forget the evicted set; re-storing an evicted block holds it again. An evicted rank gives back
+// room: its store order is compacted, and its lookup shrinks to 2/3 full once under 2/5.
+//
 // A reader sees each node's state as of its visit; a query racing a writer may see a mix of
 // before and after, never a torn holder set.
 package index

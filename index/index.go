@@ -79,6 +79,9 @@ type Options struct {
 	// LookupCapacity is the initial capacity of a new rank's block lookup. Default (0): 0, the
 	// lookup grows with the rank.
 	LookupCapacity int
+	// Evictable makes EvictLeaves work (evict.go): each rank keeps the order it stored its
+	// blocks in, 8 B per entry, counted in MemoryBytes. Default off: nothing is kept.
+	Evictable bool
 }
 
 func (o Options) withDefaults() Options {
@@ -132,6 +135,10 @@ type rankState struct {
 	// blocks is len(lookup), published for readers: the rank's slot in the rank tables' sizes,
 	// where a query reads it next to the other ranks' counts.
 	blocks *atomic.Uint64
+	// ord is the store order eviction follows (evict.go); writer-owned, empty unless Evictable.
+	ord orderState
+	// evictions counts the blocks evicted from the rank; read by anyone.
+	evictions atomic.Uint64
 }
 
 // Index is the concurrent radix-tree index. See the package documentation for the concurrency
@@ -154,6 +161,10 @@ type Index struct {
 	nodes  atomic.Int64
 	blocks atomic.Int64
 	counts [4][4]atomic.Uint64
+	// Eviction (evict.go): slots of every rank's store order, entries of the evicted sets, and
+	// blocks evicted in total.
+	orderSlots, evictedSet atomic.Int64
+	evictions              atomic.Uint64
 
 	scratch sync.Pool // *matchScratch
 }
@@ -388,6 +399,9 @@ func (ix *Index) applyStored(r event.Rank, ev *event.RouterEvent) Result {
 		}
 		p, ok := rs.lookup.get(ev.ParentHash)
 		if !ok {
+			if ix.evictedBelow(rs, ev) {
+				return Result{Status: StatusOK} // under an evicted block: evicted at once (evict.go)
+			}
 			return Result{Status: StatusParentNotFound}
 		}
 		cur = p
@@ -416,6 +430,9 @@ func (ix *Index) applyRemoved(ev *event.RouterEvent) Result {
 	for _, h := range ev.Removed {
 		n, ok := rs.lookup.del(h)
 		if !ok {
+			if ix.forgetEvicted(rs, h) {
+				continue // evicted under the memory bound: not an error (evict.go)
+			}
 			res.NotFound++
 			continue
 		}
@@ -445,6 +462,7 @@ func (ix *Index) clearState(rs *rankState) {
 	ix.publish(rs, &d)
 	rs.lookup = newLookup(ix.opts.LookupCapacity)
 	rs.refs = nil
+	ix.resetOrder(rs)
 }
 
 // RemoveRank drops every block of r and forgets r. It reports whether r was known.

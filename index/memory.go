@@ -12,7 +12,9 @@ const lookupBytesPerEntry = 13
 // block) entry for the rank lookups (estimated from the entry count at the tables' typical load).
 // Holder sets (4·(k+1) B, rounded up to a size class, per node held by k ≥ 2 ranks) are
 // estimated from the entries beyond one per node, E = Blocks − NodeCount: 4 B each plus 8 B per
-// shared node, counting min(NodeCount, E) shared nodes. Fixed per-rank state is left out. On the
+// shared node, counting min(NodeCount, E) shared nodes. With Options.Evictable, every
+// rank's store order (8 B a slot, exact) and evicted set (20 B an entry, estimated) are added
+// (evict.go). Fixed per-rank state is left out. On the
 // index tests' fixtures it reads within 10 % of the live heap (TestMemoryBytesTracksHeap).
 func (ix *Index) MemoryBytes() uint64 {
 	nodes, blocks := uint64(max(ix.NodeCount(), 0)), ix.Blocks()
@@ -26,5 +28,6 @@ func (ix *Index) MemoryBytes() uint64 {
 			b += uint64(len(t.slots)) * uint64(unsafe.Sizeof(t.slots[0]))
 		}
 	}
+	b += uint64(max(ix.orderSlots.Load(), 0))*8 + uint64(max(ix.evictedSet.Load(), 0))*evictedEntryBytes
 	return b + blocks*lookupBytesPerEntry
 }

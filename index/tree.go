@@ -233,6 +233,9 @@ func (ix *Index) attach(rs *rankState, cur *node, b event.Block, d *deltas) *nod
 	s.mu.Unlock()
 
 	rs.lookup.put(b.BlockHash, child)
+	if ix.opts.Evictable && !had {
+		ix.noteStored(rs, b.BlockHash)
+	}
 	if had {
 		ix.release(rs, old, d)
 	} else {

@@ -76,6 +76,14 @@
 // the ratio × its live blocks gets a snapshot of its live tree at its newest applied id, the log
 // untouched (wal.Log.WriteCheckpoint).
 //
+// The memory bound (Options.Evictor, evict.go): every few block operations the applier (and the
+// restart replay) looks at how far the index is over its bound; the excess is split over the
+// lanes by their ranks' device blocks, each lane evicting its share from its own ranks
+// (index.EvictLeaves), the others' shares left as a debt they pay on their applier or, woken,
+// on their decider with the pipeline drained. Evictions are not logged: with a bound, a rank's
+// tree is the replay of its snapshot + log less some evicted blocks (an under-count), and a
+// restart evicts again.
+//
 // Invariants:
 //   - per rank: cursor decisions are made only by the lane's decider, tree changes only by its
 //     applier (or by the decider with the pipeline drained), in log order;

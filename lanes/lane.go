@@ -107,6 +107,7 @@ func (ln *lane) drainPipeline() {
 	<-m.marker
 	ln.waitCheckpoint()
 	ln.restoreFailed()
+	ln.payDebt() // the memory bound's share other lanes found this lane owes (evict.go)
 }
 
 // drainQueue finishes what is queued at Close so no submitter waits forever.
@@ -539,6 +540,7 @@ func (ln *lane) finishCommit(pd *pending) {
 			rs.sinceSnap += recovery.OpBlocks(&s.ev)
 		}
 		rs.appliedInc = s.inc
+		ln.evictTick(s)
 	}
 
 	for _, f := range bs.fetches {

@@ -83,6 +83,8 @@ type Options struct {
 	// IndexedKinds are the KV-cache group kinds whose events change the tree (groups.go);
 	// default (0) event.MainGroupKinds. Events without group metadata are always indexed.
 	IndexedKinds event.GroupKinds
+	// Evictor, when set, bounds the index's memory (evict.go); nil is unbounded.
+	Evictor Evictor
 }
 
 // Listener holds optional callbacks, called on lane goroutines (keep them cheap). Metrics and tests
@@ -264,6 +266,8 @@ type Pipeline struct {
 	trees Trees
 	lg    *slog.Logger
 
+	evict evictShared // the memory bound (evict.go)
+
 	mu    sync.RWMutex // guards ranks and next
 	ranks map[event.Rank]*rankState
 	next  int
@@ -304,6 +308,8 @@ type lane struct {
 	enc      wal.SnapshotEncoder // the applier's checkpoint buffer (checkpoint.go)
 	ckptMu   sync.Mutex
 	ckptDone chan struct{} // closed when the lane's checkpoint write in flight returned; nil before the first
+
+	ev evictState // the memory bound (evict.go)
 }
 
 // New builds a pipeline; call Replay (optional) and then Start.
@@ -684,10 +690,12 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 		errMu  sync.Mutex
 		first  error
 	)
-	for _, list := range perLane {
+	listed := newReplayBarrier(len(perLane))
+	for i, list := range perLane {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer p.lanes[i].replayIdle(listed) // evict.go: a lane done early still pays its share
 			for _, rs := range list {
 				if err := ctx.Err(); err != nil {
 					errMu.Lock()
@@ -713,6 +721,7 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 		}()
 	}
 	wg.Wait()
+	p.settleDebts()
 	return first
 }
 
@@ -725,7 +734,7 @@ func (p *Pipeline) replayRank(ctx context.Context, rs *rankState, events *atomic
 	if meta.Removed {
 		return nil
 	}
-	rep, err := recovery.ReplayRank(ctx, p.log, gatedTree{p: p, rs: rs, t: p.ix(r)}, r, 0)
+	rep, err := recovery.ReplayRank(ctx, p.log, gatedTree{p: p, rs: rs, t: p.replayTree(rs)}, r, 0)
 	if err != nil {
 		return fmt.Errorf("lanes: replaying rank %v: %w", r, err)
 	}

@@ -429,19 +429,21 @@ type gapsJSON struct {
 }
 
 type rankJSON struct {
-	WorkerID     uint64    `json:"worker_id"`
-	DPRank       uint32    `json:"dp_rank"`
-	ModelName    string    `json:"model_name"`
-	RoutingGroup string    `json:"routing_group"`
-	Mode         string    `json:"mode"` // events, approximate or mixed
-	Blocks       uint64    `json:"blocks"`
-	ApproxBlocks int       `json:"approx_blocks"`
-	Tiers        tiersJSON `json:"tiers"` // lower-tier blocks (docs/CONTRACT.md §7)
-	Lane         int       `json:"lane"`
-	FirstEventID uint64    `json:"first_event_id"`
-	LastEventID  uint64    `json:"last_event_id"`
-	State        string    `json:"state"`
-	Gaps         gapsJSON  `json:"gaps"`
+	WorkerID     uint64 `json:"worker_id"`
+	DPRank       uint32 `json:"dp_rank"`
+	ModelName    string `json:"model_name"`
+	RoutingGroup string `json:"routing_group"`
+	Mode         string `json:"mode"` // events, approximate or mixed
+	Blocks       uint64 `json:"blocks"`
+	ApproxBlocks int    `json:"approx_blocks"`
+	// EvictedBlocks: device blocks evicted under --max-index-bytes since the process started.
+	EvictedBlocks uint64    `json:"evicted_blocks"`
+	Tiers         tiersJSON `json:"tiers"` // lower-tier blocks (docs/CONTRACT.md §7)
+	Lane          int       `json:"lane"`
+	FirstEventID  uint64    `json:"first_event_id"`
+	LastEventID   uint64    `json:"last_event_id"`
+	State         string    `json:"state"`
+	Gaps          gapsJSON  `json:"gaps"`
 	// Groups: the rank's KV-cache groups (hybrid models); absent for streams without them.
 	Groups []engine.GroupStatus `json:"groups,omitempty"`
 	// The worker's lease (leases.go): stale while it is expired (left out of answers).
@@ -489,7 +491,7 @@ func (s *Server) listRanks(w http.ResponseWriter, r *http.Request) {
 		out = append(out, rankJSON{Mode: eventFedMode(side), ApproxBlocks: side, ModelName: p.Key.ModelName, RoutingGroup: p.Key.RoutingGroup,
 			WorkerID: st.Rank.WorkerID, DPRank: st.Rank.DPRank, Blocks: tb[event.TierDevice],
 			Lane: st.Lane, FirstEventID: first, LastEventID: st.Last, State: state, Gaps: gapsJSON{Recovered: st.Recovered, Lost: st.Lost},
-			Tiers: tiersOf(tb), Groups: st.Groups})
+			Tiers: tiersOf(tb), Groups: st.Groups, EvictedBlocks: p.Index.RankEvictions(st.Rank)})
 	}
 	// Ranks fed by routing decisions only (approximate mode).
 	for _, rk := range s.approx.Ranks() {

@@ -77,6 +77,9 @@ func (s *Server) memoryLimits() map[string]uint64 {
 		memCache:     uint64(max(bc, 0)),
 		memDumpCache: dcMax,
 	}
+	if s.cfg.MaxIndexBytes > 0 {
+		out[memIndex] = s.cfg.MaxIndexBytes
+	}
 	if n := s.cfg.ApproxMaxBlocks; n > 0 && s.approx != nil {
 		out[memApprox] = uint64(n) * uint64(max(s.approx.Partitions(), 1)) * uint64(approxBytesPerBlock)
 	}

@@ -302,6 +302,7 @@ type indexCollector struct{ s *Server }
 var (
 	descApplied         = prometheus.NewDesc("kvindex_events_applied_total", "Events applied to the tree by event type and status, per partition.", []string{"event_type", "status", "model", "routing_group"}, nil)
 	descRanks           = prometheus.NewDesc("kvindex_ranks", "Ranks by lifecycle state (live, recovering, degraded) per partition, as GET /v1/ranks lists them.", []string{"state", "model", "routing_group"}, nil)
+	descEvicted         = prometheus.NewDesc("kvindex_evicted_blocks_total", "Device (rank, block) entries evicted under --max-index-bytes since the process started (the restart replay's included), per partition.", []string{"model", "routing_group"}, nil)
 	descBlocks          = prometheus.NewDesc("kvindex_blocks", "(rank, block) entries in the partition's tree.", []string{"model", "routing_group"}, nil)
 	descApproxDecisions = prometheus.NewDesc("kvindex_approx_decisions_total", "Routing decisions recorded (approximate mode).", nil, nil)
 	descApproxBlocks    = prometheus.NewDesc("kvindex_approx_blocks", "Live (rank, block) entries of the partition's side index (approximate mode).", []string{"model", "routing_group"}, nil)
@@ -318,7 +319,7 @@ var (
 )
 
 func (c *indexCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descApplied, descRanks, descBlocks, descNodes, descQueue, descReady,
+	for _, d := range []*prometheus.Desc{descApplied, descRanks, descBlocks, descEvicted, descNodes, descQueue, descReady,
 		descApproxDecisions, descApproxBlocks, descApproxExpired, descApproxPruned,
 		descTierBlocks, descTierEdges, descTierApplied, descTierConflicts} {
 		ch <- d
@@ -352,6 +353,7 @@ func (c *indexCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descBlocks, prometheus.GaugeValue, float64(p.Index.Blocks()), model, group)
 		ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(p.Index.NodeCount()), model, group)
+		ch <- prometheus.MustNewConstMetric(descEvicted, prometheus.CounterValue, float64(p.Index.Evictions()), model, group)
 		collectTiers(ch, p.Tiers, model, group)
 		if c.s.approx != nil {
 			ch <- prometheus.MustNewConstMetric(descApproxBlocks, prometheus.GaugeValue, float64(c.s.approx.Blocks(p.ID)), model, group)

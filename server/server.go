@@ -51,11 +51,13 @@ type Config struct {
 	ApproxTTL       time.Duration
 	ApproxTTLZero   bool
 	ApproxMaxBlocks int
-	Now             func() time.Time // the clock of approximate mode; default time.Now (tests inject one)
-	AuthToken       string           // when set, mutating routes require `Authorization: Bearer <AuthToken>`; also sent to upstreams
-	TLSCertFile     string           // with TLSKeyFile: serve HTTPS (Run only); both or neither
-	TLSKeyFile      string
-	Strict          bool // refuse events with fields kvindex does not know (400) instead of counting them
+	// MaxIndexBytes bounds the index's memory (engine.Config.MaxIndexBytes); 0 is unbounded.
+	MaxIndexBytes uint64
+	Now           func() time.Time // the clock of approximate mode; default time.Now (tests inject one)
+	AuthToken     string           // when set, mutating routes require `Authorization: Bearer <AuthToken>`; also sent to upstreams
+	TLSCertFile   string           // with TLSKeyFile: serve HTTPS (Run only); both or neither
+	TLSKeyFile    string
+	Strict        bool // refuse events with fields kvindex does not know (400) instead of counting them
 	// Pprof serves Go's profiles under /debug/pprof/ (net/http/pprof), behind the auth token
 	// like the writes; off by default.
 	Pprof bool
@@ -150,7 +152,7 @@ func (c *Config) engineConfig(l engine.Listener) engine.Config {
 		FetchBackoff: c.FetchBackoff, AuthToken: c.AuthToken, Logger: c.Logger, FS: c.FS, DumpCache: c.DumpCache,
 		SubmitTimeout: c.SubmitTimeout, ApproxTTL: c.ApproxTTL, ApproxTTLZero: c.ApproxTTLZero, ApproxMaxBlocks: c.ApproxMaxBlocks,
 		Now: c.Now, Force: c.Force, MemTableSize: c.MemTableSize, CacheSize: c.CacheSize, Listener: l, TuneGC: true,
-		IndexedGroupKinds: c.IndexedGroupKinds, LeaseGrace: c.LeaseGrace, SourceLease: c.SourceLease}
+		IndexedGroupKinds: c.IndexedGroupKinds, LeaseGrace: c.LeaseGrace, SourceLease: c.SourceLease, MaxIndexBytes: c.MaxIndexBytes}
 }
 
 // Open opens the data dir (store.ErrLocked when another process holds it, store.ErrFormatTooNew

@@ -84,7 +84,8 @@ type rankRow struct {
 	Lane            int
 	Mode            string // events, approximate or mixed (as /v1/ranks)
 	Blocks          uint64
-	ApproxBlocks    int // side entries of routing decisions
+	ApproxBlocks    int    // side entries of routing decisions
+	Evicted         uint64 // device blocks evicted under the memory bound
 	Last            string
 	Recovered, Lost uint64
 }
@@ -233,7 +234,8 @@ func (s *Server) rankGroups(ranks []engine.RankStatus) ([]*stateGroup, []partiti
 			mode = "approximate"
 		}
 		g.Ranks = append(g.Ranks, rankRow{Partition: parts[i].Name, WorkerID: st.Rank.WorkerID, DPRank: st.Rank.DPRank, Lane: st.Lane,
-			Mode: mode, Blocks: s.rankBlocks(st.Rank), ApproxBlocks: side, Last: last, Recovered: st.Recovered, Lost: st.Lost})
+			Mode: mode, Blocks: s.rankBlocks(st.Rank), ApproxBlocks: side, Last: last, Recovered: st.Recovered, Lost: st.Lost,
+			Evicted: s.rankEvictions(st.Rank)})
 	}
 	return groups, parts
 }
@@ -323,6 +325,14 @@ func humanBytes(n uint64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// rankEvictions is a listed rank's device blocks evicted under the memory bound (a read).
+func (s *Server) rankEvictions(r event.Rank) uint64 {
+	if p := s.parts.Get(r.Partition); p != nil {
+		return p.Index.RankEvictions(r)
+	}
+	return 0
 }
 
 // rankBlocks is a listed rank's device blocks, read without creating its partition (a read).

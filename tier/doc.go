@@ -66,6 +66,9 @@
 //	edge table  one 8-byte slot per edge, tables between 3/8 and 3/4 full
 //	rank set    one 8-byte slot per (rank, edge), at most 3/4 full, grown by half
 //
+// Under a memory bound (engine.Config.MaxIndexBytes) the lower tiers count in the bound but are
+// not evicted from: Tiers.EvictLeaves evicts device blocks only.
+//
 // An edge held by one rank costs about 48 + 14 + 13 ≈ 75 B; shared by k ≥ 2 ranks, its share
 // is about (48 + 14 + 4·(k+1))/k + 13 B.
 //

@@ -1,5 +1,7 @@
 package tier
 
+import "github.com/kvindex/kvindex/event"
+
 // Per-entry costs of a lower tier (doc.go "Memory"): an edge is 48 B plus its edge table slot
 // (8 B at 3/8 to 3/4 full, about 14 B); a (rank, edge) entry is a rank set slot (8 B at most 3/4
 // full, about 13 B).
@@ -23,3 +25,7 @@ func (t *Tiers) MemoryBytes() uint64 {
 	}
 	return b
 }
+
+// EvictLeaves evicts up to n of r's device blocks (index.Index.EvictLeaves, under a memory
+// bound) and returns how many it evicted. The lower tiers are not evicted from.
+func (t *Tiers) EvictLeaves(r event.Rank, n int) int { return t.Device.EvictLeaves(r, n) }

@@ -110,6 +110,7 @@ func serveCommand() *cli.Command {
 			&cli.BoolFlag{Name: "force", Usage: "use a non-empty --data-dir that is not a kvindex data dir", EnvVars: serveEnv("force")},
 			&cli.StringFlag{Name: "memtable-size", Value: "64MiB", Usage: "Pebble memtable size, e.g. 16MiB (1MiB to under 4GiB); memtables take at most twice this before writes stall", EnvVars: serveEnv("memtable-size")},
 			&cli.StringFlag{Name: "cache-size", Value: "64MiB", Usage: "Pebble block cache size, e.g. 32MiB (at least 1MiB)", EnvVars: serveEnv("cache-size")},
+			&cli.StringFlag{Name: "max-index-bytes", Value: "0", Usage: "bound the index's memory (kvindex_memory_bytes{part=\"index\"}), e.g. 2GiB: over it, evict device blocks, least recently stored chains first from the leaf up, fairly across ranks; answers under-count, the log keeps every event (0 = unbounded)", EnvVars: serveEnv("max-index-bytes")},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -156,6 +157,10 @@ func serveCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			maxIndex, err := parseSize(c, "max-index-bytes", 0, math.MaxInt64)
+			if err != nil {
+				return err
+			}
 			kinds, err := event.ParseGroupKinds(c.StringSlice("indexed-group-kinds"))
 			if err != nil {
 				return err
@@ -163,6 +168,7 @@ func serveCommand() *cli.Command {
 			err = server.Run(c.Context, server.Config{
 				MemTableSize:    memtable,
 				CacheSize:       cache,
+				MaxIndexBytes:   uint64(maxIndex),
 				DataDir:         c.String("data-dir"),
 				Listen:          c.String("listen"),
 				BlockSize:       c.Int("block-size"),
