@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
@@ -209,7 +210,29 @@ func (t evictingTree) Apply(ev *event.RouterEvent) index.Result {
 	res := t.Tree.Apply(ev)
 	t.ln.ev.ops += recovery.OpBlocks(ev)
 	t.ln.maybeShed()
+	t.ln.awaitDebts()
 	return res
+}
+
+// awaitDebts (replay only) waits until the shares this lane's split gave the other lanes are
+// paid: they pay at their next replayed event, or woken in replayIdle, so the index is back
+// within the bound before this lane adds more (on a loaded machine the others may not run for a
+// while). It pays its own debt while it waits, so two lanes waiting on each other both go on.
+func (ln *lane) awaitDebts() {
+	for {
+		owed := false
+		for _, o := range ln.p.lanes {
+			if o != ln && o.ev.debt.Load() > 0 {
+				owed = true
+				break
+			}
+		}
+		if !owed {
+			return
+		}
+		ln.payDebt()
+		time.Sleep(20 * time.Microsecond)
+	}
 }
 
 // Reserve passes the replay's size hint on (recovery.ReplayRank).
