@@ -725,7 +725,9 @@ func (p *Pipeline) replayRank(ctx context.Context, rs *rankState, events *atomic
 	if meta.Removed {
 		return nil
 	}
-	rep, err := recovery.ReplayRank(ctx, p.log, gatedTree{p: p, rs: rs, t: p.ix(r)}, r, 0)
+	bt := newBulkTree(gatedTree{p: p, rs: rs, t: p.ix(r)})
+	rep, err := recovery.ReplayRank(ctx, p.log, bt, r, 0)
+	bt.commit()
 	if err != nil {
 		return fmt.Errorf("lanes: replaying rank %v: %w", r, err)
 	}
