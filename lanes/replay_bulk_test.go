@@ -1,17 +1,13 @@
 package lanes
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/index"
-	"github.com/kvindex/kvindex/store"
-	"github.com/kvindex/kvindex/tier"
-	"github.com/kvindex/kvindex/wal"
 )
 
 // TestFormat3DirReplaysAsWritten: a data dir of the format-3 binary (testdata/format3, its
@@ -21,9 +17,30 @@ import (
 // a recorded gap (4), a Cleared inside a batch (5). Run twice: the second open replays what the
 // first left.
 func TestFormat3DirReplaysAsWritten(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "data")
-	if err := os.CopyFS(dir, os.DirFS("../testdata/format3/datadir")); err != nil {
+	fs := vfs.NewMem()
+	if err := fs.MkdirAll("data", 0o755); err != nil {
 		t.Fatal(err)
+	}
+	src := "../testdata/format3/datadir"
+	files, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range files {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := fs.Create(fs.PathJoin("data", e.Name()), vfs.WriteCategoryUnspecified)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	chain := make([]uint64, 12)
 	for i := range chain {
@@ -54,21 +71,8 @@ func TestFormat3DirReplaysAsWritten(t *testing.T) {
 		{event.Rank{WorkerID: 5}, 3, 0, false, []uint64{1, 2, 3}},
 	}
 	for round := 0; round < 2; round++ {
-		st, err := store.Open(dir, store.Options{Logger: quiet()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		lg, err := wal.Open(st, wal.Options{Durability: wal.Sync, Logger: quiet()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ix := index.New(index.Options{})
-		ts := tier.New(ix)
-		p := New(lg, Single(ts), Options{Logger: quiet()})
-		if err := p.Replay(context.Background(), nil); err != nil {
-			t.Fatal(err)
-		}
-		p.Start()
+		f := open(t, fs, Options{})
+		ix, ts, p, lg := f.ix, f.ts, f.p, f.log
 		for _, c := range scores {
 			got := uint32(0)
 			for _, s := range ix.FindMatches(c.q, false) {
@@ -102,9 +106,6 @@ func TestFormat3DirReplaysAsWritten(t *testing.T) {
 		if rs, _ := p.RankStatus(event.Rank{WorkerID: 3, DPRank: 1}); len(rs.Groups) != 1 || rs.Groups[0].Kind != event.GroupKindFullAttention {
 			t.Errorf("round %d: worker 3 groups %+v", round, rs.Groups)
 		}
-		p.Close()
-		if err := st.Close(); err != nil {
-			t.Fatal(err)
-		}
+		f.close()
 	}
 }
