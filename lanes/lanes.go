@@ -657,7 +657,7 @@ func (p *Pipeline) RanksOfWorker(workerID uint64) []event.Rank {
 }
 
 // Replay rebuilds the index and every rank's cursor from the log (snapshots + log tails), ranks
-// in parallel, one goroutine per lane, before Start. progress, if set, is called after each rank
+// in parallel on one goroutine per lane (each takes the next rank), before Start. progress, if set, is called after each rank
 // with the ranks done, the total and the events replayed so far.
 func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, events uint64)) error {
 	ranks, err := p.log.Ranks()
@@ -672,23 +672,31 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 	for part, rs := range byPart {
 		p.trees(part).RegisterRanks(rs)
 	}
-	perLane := make([][]*rankState, len(p.lanes))
-	for _, r := range ranks {
-		rs := p.register(r)
-		perLane[rs.lane] = append(perLane[rs.lane], rs)
+	all := make([]*rankState, len(ranks))
+	for i, r := range ranks {
+		all[i] = p.register(r)
 	}
+	// The lanes do not run yet and ranks replay independently, so the replay goroutines (one
+	// per lane) take the next rank in key order from one counter instead of each its lane's
+	// share: none idles while another still has a long rank, or is descheduled, on 2 cores.
 	var (
+		next   atomic.Int64
 		done   atomic.Int64
 		events atomic.Uint64
 		wg     sync.WaitGroup
 		errMu  sync.Mutex
 		first  error
 	)
-	for _, list := range perLane {
+	for range p.lanes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for _, rs := range list {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(all)) {
+					return
+				}
+				rs := all[i]
 				if err := ctx.Err(); err != nil {
 					errMu.Lock()
 					if first == nil {
