@@ -221,6 +221,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := r.pebbleCeiling(ctx); err != nil {
 		return r.rep, err
 	}
+	if m, ok := r.rep.Get(MetricMemoryIngestEventsPS); ok && m > 0 {
+		r.rep.add(MetricIngestVsMemory, r.ingest/m, UnitRatio)
+	}
 	if c, ok := r.rep.Get(MetricPebbleCeilingEventsPS); ok && c > 0 {
 		r.rep.add(MetricIngestVsCeiling, r.ingest/c, UnitRatio)
 		if m, ok := r.rep.Get(MetricMemoryIngestEventsPS); ok && m > 0 {

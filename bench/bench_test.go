@@ -93,6 +93,10 @@ func TestRunReportsEveryMetric(t *testing.T) {
 	if got, want := get(MetricIngestVsLimit), get(MetricIngestEventsPerS)/limit; got != want {
 		t.Errorf("ingest_vs_limit = %v, want %v", got, want)
 	}
+	// Issue 25: durable ingest against in-memory apply.
+	if got, want := get(MetricIngestVsMemory), get(MetricIngestEventsPerS)/get(MetricMemoryIngestEventsPS); got != want {
+		t.Errorf("ingest_vs_memory = %v, want %v", got, want)
+	}
 	if get(MetricLoadedQueries) < 1 {
 		t.Error("no query was timed under load")
 	}

@@ -64,6 +64,7 @@ func (m Machine) String() string {
 // next to the numbers.
 var Targets = map[string]string{
 	MetricIngestVsLimit:          "≥ 0.8",
+	MetricIngestVsMemory:         "≥ 0.5 (--batch 64)",
 	MetricMemoryIngestBlocksPerS: "≥ 5,000,000",
 	MetricFindMatchesP99:         "≤ 10,000",
 	MetricFindMatchesLoadedP99:   "≤ 50,000",

@@ -43,7 +43,10 @@ const (
 	MetricLoadedIngestEventsPS = "loaded_ingest_events_per_s" // what the loaded phase achieved
 	MetricLoadedQueries        = "find_matches_loaded_calls"  // queries timed under load
 	MetricMemoryIngestEventsPS = "memory_ingest_events_per_s" // baseline (a) in events
-	MetricIndexEntries         = "index_entries"              // (rank, block) entries after stage 2
+	// MetricIngestVsMemory is durable ingest against in-memory apply, whatever bounds it:
+	// ingest_events_per_s ÷ memory_ingest_events_per_s (issue 25: ≥ 0.5 at --batch 64).
+	MetricIngestVsMemory = "ingest_vs_memory"
+	MetricIndexEntries   = "index_entries" // (rank, block) entries after stage 2
 	// Bytes the ingest (stage 2) put into Pebble's WAL per event: log records, cursors and the
 	// online checkpoints (serve --checkpoint-ratio), which wal_bytes_per_event does not see.
 	MetricWALBytesInPerEvent = "wal_bytes_in_per_event"

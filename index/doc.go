@@ -29,6 +29,10 @@
 //     reachable ≤ score ≤ held holds. With earlyExit the walk stops when one rank is left.
 //   - DumpRank emits the blocks whose ancestors the rank all holds; stranded blocks (above) are
 //     not expressible as Stored events and are left out. Replay reproduces every score.
+//   - RankBuilder (bulk.go) rebuilds an empty rank from its events on private maps with the
+//     semantics above, then links only its final positions (and their ancestors, pinned in
+//     their kids count until their child is linked) into the tree: the restart replay of a log
+//     full of churn. Its result equals Apply event by event (TestRankBuilderAgainstModel).
 //
 // # Concurrency
 //

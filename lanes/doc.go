@@ -71,6 +71,12 @@
 // only the blocks every group holds. The restart replay, retention and checkpoints go through the
 // same gate, and a rank's snapshot keeps each indexed group's blocks.
 //
+// The restart replay (Replay) rebuilds each rank's device events in bulk (replay_bulk.go): an
+// index.RankBuilder takes its snapshot and log events and links the rank's final state into the
+// tree once, instead of applying every store and removal of a never-compacted log; the first
+// event it cannot take (a lower tier, a KV-cache group) hands the rank to the gate and the
+// event-by-event apply, in log order. Either way the tree equals the event-by-event replay.
+//
 // Online checkpoints (Options.CheckpointRatio, checkpoint.go) run on the applier right after a
 // batch is applied and acknowledged: a rank whose block operations since its last snapshot exceed
 // the ratio × its live blocks gets a snapshot of its live tree at its newest applied id, the log

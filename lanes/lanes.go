@@ -663,7 +663,8 @@ func (p *Pipeline) RanksOfWorker(workerID uint64) []event.Rank {
 }
 
 // Replay rebuilds the index and every rank's cursor from the log (snapshots + log tails), ranks
-// in parallel, one goroutine per lane, before Start. progress, if set, is called after each rank
+// in parallel on one goroutine per lane (each takes the next rank; under a memory bound, its own
+// lane's ranks), before Start. progress, if set, is called after each rank
 // with the ranks done, the total and the events replayed so far.
 func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, events uint64)) error {
 	ranks, err := p.log.Ranks()
@@ -678,25 +679,51 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 	for part, rs := range byPart {
 		p.trees(part).RegisterRanks(rs)
 	}
-	perLane := make([][]*rankState, len(p.lanes))
-	for _, r := range ranks {
-		rs := p.register(r)
-		perLane[rs.lane] = append(perLane[rs.lane], rs)
+	all := make([]*rankState, len(ranks))
+	for i, r := range ranks {
+		all[i] = p.register(r)
 	}
+	// The lanes do not run yet and ranks replay independently, so the replay goroutines (one
+	// per lane) take the next rank in key order from one counter instead of each its lane's
+	// share: none idles while another still has a long rank, or is descheduled, on 2 cores.
 	var (
+		next   atomic.Int64
 		done   atomic.Int64
 		events atomic.Uint64
 		wg     sync.WaitGroup
 		errMu  sync.Mutex
 		first  error
 	)
-	listed := newReplayBarrier(len(perLane))
-	for i, list := range perLane {
+	// Under a memory bound a lane's ranks replay on that lane's goroutine only, since a lane
+	// evicts from all its ranks (evict.go): one writer per rank, as live.
+	bounded := p.opts.Evictor != nil
+	var perLane [][]*rankState
+	if bounded {
+		perLane = make([][]*rankState, len(p.lanes))
+		for _, rs := range all {
+			perLane[rs.lane] = append(perLane[rs.lane], rs)
+		}
+	}
+	listed := newReplayBarrier(len(p.lanes))
+	for li := range p.lanes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer p.lanes[i].replayIdle(listed) // evict.go: a lane done early still pays its share
-			for _, rs := range list {
+			defer p.lanes[li].replayIdle(listed) // evict.go: a lane done early still pays its share
+			for k := 0; ; k++ {
+				var rs *rankState
+				if bounded {
+					if k >= len(perLane[li]) {
+						return
+					}
+					rs = perLane[li][k]
+				} else {
+					i := next.Add(1) - 1
+					if i >= int64(len(all)) {
+						return
+					}
+					rs = all[i]
+				}
 				if err := ctx.Err(); err != nil {
 					errMu.Lock()
 					if first == nil {
@@ -734,7 +761,16 @@ func (p *Pipeline) replayRank(ctx context.Context, rs *rankState, events *atomic
 	if meta.Removed {
 		return nil
 	}
-	rep, err := recovery.ReplayRank(ctx, p.log, gatedTree{p: p, rs: rs, t: p.replayTree(rs)}, r, 0)
+	var rep recovery.Replayed
+	if p.opts.Evictor != nil {
+		// Under a memory bound, event by event through the lane's evicting tree (evict.go): the
+		// bulk build would reach its final size before the bound is looked at.
+		rep, err = recovery.ReplayRank(ctx, p.log, gatedTree{p: p, rs: rs, t: p.replayTree(rs)}, r, 0)
+	} else {
+		bt := newBulkTree(gatedTree{p: p, rs: rs, t: p.ix(r)})
+		rep, err = recovery.ReplayRank(ctx, p.log, bt, r, 0)
+		bt.commit()
+	}
 	if err != nil {
 		return fmt.Errorf("lanes: replaying rank %v: %w", r, err)
 	}
