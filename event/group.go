@@ -86,6 +86,20 @@ func (s GroupKinds) Has(k GroupKind) bool { return s&kindBit(k) != 0 }
 // With returns the set with k added.
 func (s GroupKinds) With(k GroupKind) GroupKinds { return s | kindBit(k) }
 
+// Names returns the wire names of the kinds in s, in GroupKind order ("other" last).
+func (s GroupKinds) Names() []string {
+	var out []string
+	for i := 1; i < len(groupKindNames); i++ {
+		if s.Has(GroupKind(i)) {
+			out = append(out, groupKindNames[i])
+		}
+	}
+	if s.Has(GroupKindOther) {
+		out = append(out, GroupKindOther.String())
+	}
+	return out
+}
+
 // MainGroupKinds are the kinds that describe a reusable prefix, the kinds indexed by default:
 // full attention, MLA and sink full attention. A block counts for a rank only while every group
 // of these kinds holds it.

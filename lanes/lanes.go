@@ -83,6 +83,10 @@ type Options struct {
 	// IndexedKinds are the KV-cache group kinds whose events change the tree (groups.go);
 	// default (0) event.MainGroupKinds. Events without group metadata are always indexed.
 	IndexedKinds event.GroupKinds
+	// KindsOf, when set, gives the indexed kinds of one rank (a source's or a partition's own
+	// setting), 0 meaning IndexedKinds. It must answer the same for a rank until Regroup is
+	// called for its worker, and is read by the decider, the applier and the restart replay.
+	KindsOf func(r event.Rank) event.GroupKinds
 }
 
 // Listener holds optional callbacks, called on lane goroutines (keep them cheap). Metrics and tests
