@@ -278,6 +278,13 @@ func (g *groupGate) apply(t Tree, ev *event.RouterEvent) index.Result {
 	if !ok {
 		return index.Result{Status: index.StatusOK, NotFound: len(ev.Removed)}
 	}
+	if !isNew && ev.Kind != event.KindCleared && len(ev.Blocks) == 0 && len(ev.Removed) == 0 {
+		// An event of the group without blocks: logged while its kind was not indexed (the
+		// setting changed since), so what the group dropped meanwhile is unknown: it holds
+		// nothing until it stores again (an under-count, never an over-count).
+		g.resetGroup(t, b)
+		return index.Result{Status: index.StatusOK}
+	}
 	if !g.multi && len(g.mains) == 1 {
 		return t.Apply(ev) // one indexed group: the tree's own rules
 	}
@@ -297,6 +304,48 @@ func (g *groupGate) apply(t Tree, ev *event.RouterEvent) index.Result {
 // the tree lets go of the rank's blocks. The first time (single → multi), the blocks
 // the tree holds become the first group's, from the rank's dump.
 func (g *groupGate) addGroup(t Tree) {
+	g.toMulti(t)
+	rm := g.rm[:0]
+	for h, e := range g.blocks {
+		if e.inTree {
+			e.inTree = false
+			rm = append(rm, h)
+		}
+	}
+	g.rm = rm[:0]
+	if len(rm) > 0 {
+		ev := event.Removed(g.rank, 0, rm...)
+		t.Apply(&ev)
+	}
+}
+
+// resetGroup drops every block group bit b holds; the blocks that leave the intersection leave
+// the tree with the blocks under them.
+func (g *groupGate) resetGroup(t Tree, b uint64) {
+	g.toMulti(t)
+	rm := g.rm[:0]
+	for h, e := range g.blocks {
+		if e.mask&b == 0 {
+			continue
+		}
+		e.mask &^= b
+		if e.inTree {
+			rm = g.leave(h, rm)
+		}
+		if e.mask == 0 {
+			g.forget(h, e)
+		}
+	}
+	g.rm = rm[:0]
+	if len(rm) > 0 {
+		ev := event.Removed(g.rank, 0, rm...)
+		t.Apply(&ev)
+	}
+}
+
+// toMulti makes the gate keep every block's membership (the first time: the blocks the tree
+// holds become the first group's, from the rank's dump).
+func (g *groupGate) toMulti(t Tree) {
 	if !g.multi {
 		g.multi = true
 		g.blocks = map[uint64]*gateBlock{}
@@ -330,18 +379,6 @@ func (g *groupGate) addGroup(t Tree) {
 				})
 			}
 		}
-	}
-	rm := g.rm[:0]
-	for h, e := range g.blocks {
-		if e.inTree {
-			e.inTree = false
-			rm = append(rm, h)
-		}
-	}
-	g.rm = rm[:0]
-	if len(rm) > 0 {
-		ev := event.Removed(g.rank, 0, rm...)
-		t.Apply(&ev)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
@@ -124,11 +125,21 @@ func formatGroups(gs []GroupStatus) string {
 //	groups            the rank's groups (RankStatus.Groups) and the ignored counts by kind
 //	restart           close and reopen the data dir (replay)
 //	indexed kinds=K,...  (first command only) Options.IndexedKinds
+//	rank-kinds kinds=K,...|-  what Options.KindsOf answers for the rank from now on (- : 0, the
+//	                  server's); the running pipeline learns it at regroup or restart
+//	regroup           Pipeline.Regroup of the rank's worker
 func TestGroups(t *testing.T) {
 	datadriven.Walk(t, "testdata/groups", func(t *testing.T, path string) {
 		fs := vfs.NewMem()
 		var f *fixture
 		var opts Options
+		var rankKinds atomic.Uint64
+		opts.KindsOf = func(r event.Rank) event.GroupKinds {
+			if r != groupRank {
+				return 0
+			}
+			return event.GroupKinds(rankKinds.Load())
+		}
 		ignored := map[event.GroupKind]int{}
 		opts.Listener.GroupIgnored = func(_ event.Rank, k event.GroupKind, _ int) { ignored[k]++ }
 		id := uint64(0)
@@ -154,10 +165,32 @@ func TestGroups(t *testing.T) {
 				opts.IndexedKinds = ks
 				return ""
 			}
+			if d.Cmd == "rank-kinds" {
+				var names []string
+				for _, a := range d.CmdArgs {
+					if a.Key == "kinds" && a.Vals[0] != "-" {
+						for _, v := range a.Vals {
+							names = append(names, strings.Split(v, ",")...)
+						}
+					}
+				}
+				ks, err := event.ParseGroupKinds(names)
+				if err != nil {
+					return err.Error() + "\n"
+				}
+				rankKinds.Store(uint64(ks))
+				return ""
+			}
 			if f == nil {
 				f = open(t, fs, opts)
 			}
 			switch d.Cmd {
+			case "regroup":
+				if err := f.p.Regroup(context.Background(), groupRank.WorkerID); err != nil {
+					return err.Error() + "\n"
+				}
+				return ""
+
 			case "store", "remove":
 				id++
 				f.submit(groupEvent(t, d, id))
