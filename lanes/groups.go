@@ -313,6 +313,11 @@ func (g *groupGate) addGroup(t Tree) {
 		}
 	}
 	g.rm = rm[:0]
+	g.removeFromTree(t, rm)
+}
+
+// removeFromTree takes the blocks rm out of the rank's tree.
+func (g *groupGate) removeFromTree(t Tree, rm []uint64) {
 	if len(rm) > 0 {
 		ev := event.Removed(g.rank, 0, rm...)
 		t.Apply(&ev)
@@ -325,22 +330,12 @@ func (g *groupGate) resetGroup(t Tree, b uint64) {
 	g.toMulti(t)
 	rm := g.rm[:0]
 	for h, e := range g.blocks {
-		if e.mask&b == 0 {
-			continue
-		}
-		e.mask &^= b
-		if e.inTree {
-			rm = g.leave(h, rm)
-		}
-		if e.mask == 0 {
-			g.forget(h, e)
+		if e.mask&b != 0 {
+			rm = g.drop(h, e, b, rm)
 		}
 	}
 	g.rm = rm[:0]
-	if len(rm) > 0 {
-		ev := event.Removed(g.rank, 0, rm...)
-		t.Apply(&ev)
-	}
+	g.removeFromTree(t, rm)
 }
 
 // toMulti makes the gate keep every block's membership (the first time: the blocks the tree
@@ -495,20 +490,24 @@ func (g *groupGate) remove(t Tree, ev *event.RouterEvent, b uint64) index.Result
 			continue
 		}
 		res.Blocks++
-		e.mask &^= b
-		if e.inTree {
-			rm = g.leave(h, rm)
-		}
-		if e.mask == 0 {
-			g.forget(h, e)
-		}
+		rm = g.drop(h, e, b, rm)
 	}
 	g.rm = rm[:0]
-	if len(rm) > 0 {
-		out := event.Removed(g.rank, 0, rm...)
-		t.Apply(&out)
-	}
+	g.removeFromTree(t, rm)
 	return res
+}
+
+// drop takes block h (entry e) out of group bit b: out of the tree (with the blocks under it,
+// appended to rm) as it leaves the intersection, forgotten once no group holds it.
+func (g *groupGate) drop(h uint64, e *gateBlock, b uint64, rm []uint64) []uint64 {
+	e.mask &^= b
+	if e.inTree {
+		rm = g.leave(h, rm)
+	}
+	if e.mask == 0 {
+		g.forget(h, e)
+	}
+	return rm
 }
 
 // leave takes h and the blocks under it out of the tree (appending their hashes to rm).

@@ -1,14 +1,12 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/kvindex/kvindex/event"
@@ -129,24 +127,8 @@ func TestStatusPageShowsGroups(t *testing.T) {
 			grouped(event.Stored(r, 4, nil, b(3)), 2, event.GroupKindMamba))
 	}
 
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 1000))...)
-	defer cancelAlloc()
-	browser, cancelBrowser := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
-	defer cancelBrowser()
-	if err := chromedp.Do(browser); err != nil {
-		t.Fatalf("starting %s: %v", exe, err)
-	}
-	ctx, cancel := context.WithTimeout(browser, 90*time.Second)
-	defer cancel()
-	defer func() {
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Errorf("screenshot: %v", err)
-			return
-		}
-		keepScreenshot(t, png)
-	}()
+	ctx, closeBrowser := startBrowser(t, exe)
+	defer closeBrowser()
 	if err := chromedp.Do(ctx, chromedp.Navigate(url+"/?refresh=0"), chromedp.WaitVisible(chromedp.ID("groups"))); err != nil {
 		t.Fatalf("loading the status page: %v", err)
 	}

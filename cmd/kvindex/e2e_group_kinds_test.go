@@ -104,33 +104,27 @@ func TestServeGroupKindsPerSourceAndPartition(t *testing.T) {
 		}
 		return out
 	}
-	want := fmt.Sprint([]score{{WorkerID: 21, Score: 3, TreeSize: 3}, {WorkerID: 22, Score: 6, TreeSize: 6}})
-	wantGroups := "gemma 21 g0 full_attention true; gemma 21 g1 sliding_window true; gemma 22 g0 full_attention true; gemma 22 g1 sliding_window false; "
-	if got := scores(p); got != want {
-		t.Fatalf("scores %s, want %s\n%s", got, want, p.logs())
+	check := func(p *proc, when string, s21 uint32, window21 bool) {
+		t.Helper()
+		want := fmt.Sprint([]score{{WorkerID: 21, Score: s21, TreeSize: uint64(s21)}, {WorkerID: 22, Score: 6, TreeSize: 6}})
+		if got := scores(p); got != want {
+			t.Fatalf("%s: scores %s, want %s\n%s", when, got, want, p.logs())
+		}
+		wantGroups := fmt.Sprintf("gemma 21 g0 full_attention true; gemma 21 g1 sliding_window %t; "+
+			"gemma 22 g0 full_attention true; gemma 22 g1 sliding_window false; ", window21)
+		if got := indexed(p); got != wantGroups {
+			t.Fatalf("%s: groups %s, want %s", when, got, wantGroups)
+		}
 	}
-	if got := indexed(p); got != wantGroups {
-		t.Fatalf("groups %s, want %s", got, wantGroups)
-	}
+	check(p, "live", 3, true)
 	p.kill()
 	p2 := start(t, dir, args...)
 	p2.waitReady()
-	if got := scores(p2); got != want {
-		t.Fatalf("after kill -9 and a restart: scores %s, want %s\n%s", got, want, p2.logs())
-	}
-	if got := indexed(p2); got != wantGroups {
-		t.Fatalf("after kill -9 and a restart: groups %s, want %s", got, wantGroups)
-	}
+	check(p2, "after kill -9 and a restart", 3, true)
 	p2.stop()
 	// Without the partition setting the server's default (the main attention kinds) applies to
 	// worker 21: the replay decides again, with the window group's events left out.
 	p3 := start(t, dir, sources...)
 	p3.waitReady()
-	want = fmt.Sprint([]score{{WorkerID: 21, Score: 6, TreeSize: 6}, {WorkerID: 22, Score: 6, TreeSize: 6}})
-	if got := scores(p3); got != want {
-		t.Fatalf("restarted without --partition-group-kinds: scores %s, want %s\n%s", got, want, p3.logs())
-	}
-	if got, w := indexed(p3), "gemma 21 g0 full_attention true; gemma 21 g1 sliding_window false; gemma 22 g0 full_attention true; gemma 22 g1 sliding_window false; "; got != w {
-		t.Fatalf("restarted without --partition-group-kinds: groups %s, want %s", got, w)
-	}
+	check(p3, "restarted without --partition-group-kinds", 6, false)
 }
