@@ -88,12 +88,31 @@ func (e *Engine) IndexedGroupKinds(r Rank) event.GroupKinds {
 // with the new setting (lanes.Pipeline.Regroup), as a restart would rebuild them. Unchanged, it
 // does nothing (a source calls it for every batch it places).
 func (e *Engine) SetSourceGroupKinds(ctx context.Context, worker uint64, kinds event.GroupKinds) error {
+	changed, err := e.keepSourceGroupKinds(ctx, worker, kinds)
+	if err != nil || !changed {
+		return err
+	}
+	e.lg.Info("indexed KV-cache group kinds of a source's worker", "worker_id", worker, "kinds", kinds.Names())
+	return e.pipe.Regroup(ctx, worker)
+}
+
+// forgetSourceGroupKinds drops a removed worker's source setting (its source, still running,
+// sets it again with its next batch), so the worker, back through another door, follows its
+// partition's setting.
+func (e *Engine) forgetSourceGroupKinds(ctx context.Context, worker uint64) error {
+	_, err := e.keepSourceGroupKinds(ctx, worker, 0)
+	return err
+}
+
+// keepSourceGroupKinds writes worker's source setting (0: deletes it) when it changes, durably
+// first, and reports whether it changed.
+func (e *Engine) keepSourceGroupKinds(ctx context.Context, worker uint64, kinds event.GroupKinds) (bool, error) {
 	g := e.kinds
 	g.mu.RLock()
 	old, had := g.byWorker[worker]
 	g.mu.RUnlock()
 	if (kinds == 0 && !had) || (had && old == kinds) {
-		return nil
+		return false, nil
 	}
 	name := groupKindsMetaPrefix + strconv.FormatUint(worker, 10)
 	if err := e.CommitMeta(ctx, func(b MetaBatch) {
@@ -103,7 +122,7 @@ func (e *Engine) SetSourceGroupKinds(ctx context.Context, worker uint64, kinds e
 			b.SetMeta(name, []byte(strings.Join(kinds.Names(), ",")))
 		}
 	}); err != nil {
-		return fmt.Errorf("setting the indexed group kinds of worker %d: %w", worker, err)
+		return false, fmt.Errorf("setting the indexed group kinds of worker %d: %w", worker, err)
 	}
 	g.mu.Lock()
 	if kinds == 0 {
@@ -112,6 +131,5 @@ func (e *Engine) SetSourceGroupKinds(ctx context.Context, worker uint64, kinds e
 		g.byWorker[worker] = kinds
 	}
 	g.mu.Unlock()
-	e.lg.Info("indexed KV-cache group kinds of a source's worker", "worker_id", worker, "kinds", kinds.Names())
-	return e.pipe.Regroup(ctx, worker)
+	return true, nil
 }

@@ -132,5 +132,23 @@ func TestSourceGroupKindsRegroupAndRestart(t *testing.T) {
 			t.Fatalf("%s: score %d, want %d", st.what, got, st.want)
 		}
 	}
-	_ = e.Close()
+	// A removed worker's source setting goes with it.
+	if err := e.SetSourceGroupKinds(ctx, 1, kindsFA); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.RemoveWorker(ctx, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = openKindsEngine(t, fs, 0, parts)
+	defer e.Close()
+	id, err := e.Place(ctx, gemma, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.IndexedGroupKinds(event.Rank{Partition: id, WorkerID: 1}); got != kindsSWA {
+		t.Fatalf("after the worker's removal and a restart: kinds %v, want the partition's", got.Names())
+	}
 }
