@@ -14,8 +14,11 @@
 //     then min_score and top_k (Query). The library and both find_matches routes answer from it.
 //   - Range answers are chosen by recovery.RangeRule (a pure function) and served for every
 //     partition; recovery fetches name the rank's partition on the wire and keep its local id.
-//   - Durable metadata (recovery sources, registrations, peers, source configs) is written
-//     through CommitMeta only.
+//   - Durable metadata (recovery sources, registrations, peers, source configs, a source's
+//     indexed KV-cache group kinds per worker) is written through CommitMeta only.
+//   - Which KV-cache group kinds a rank indexes is resolved in one place (groupkinds.go:
+//     its source's setting, else its partition's, else the server's), read by the lanes
+//     wherever the log is applied; a source's changed setting rebuilds the worker's ranks.
 //   - The engine changes no process-global setting (GC percent) unless Config.TuneGC asks.
 //   - The engine imports no HTTP server, status page, pprof, ZMQ or NATS client: the library
 //     links it alone (a test checks `go list -deps`).
