@@ -7,11 +7,13 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/wal"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 func TestParsePartitionGroupKinds(t *testing.T) {
@@ -152,4 +154,62 @@ func TestStatusPageShowsGroups(t *testing.T) {
 	if strings.Join(rows, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("groups on the page:\n%s\nwant:\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// TestZMQSourceGroupKindsChangedWhileRunning: a ZMQ source in partition gemma indexes its
+// sliding-window group (indexed_group_kinds), so the window's eviction lowers the rank's score;
+// added again with full_attention alone, its next batch rebuilds the worker's rank from its log
+// at once (no restart), and the score is the attention group's.
+func TestZMQSourceGroupKindsChangedWhileRunning(t *testing.T) {
+	pub := startZMQPub(t)
+	_, url, stop := serveConfig(t, Config{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Durability: wal.NoSync, Lanes: 2, BlockSize: 4})
+	defer func() { _ = stop() }()
+	addSource := func(kinds string) string {
+		t.Helper()
+		code, body := call(t, "POST", url+"/v1/sources", `{"endpoint":"`+pub.ep+`","worker_id":9,"model_name":"gemma","indexed_group_kinds":`+kinds+`}`)
+		if code != 200 {
+			t.Fatalf("POST /v1/sources: %d %s", code, body)
+		}
+		pub.waitSubscribed()
+		return listZMQ(t, url)[0].ID
+	}
+	tokens := make([]uint32, 24)
+	for i := range tokens {
+		tokens[i] = uint32(i + 1)
+	}
+	hashes := []uint64{11, 12, 13, 14, 15, 16}
+	seq := uint64(0)
+	send := func(events ...any) {
+		t.Helper()
+		if events == nil {
+			events = []any{} // an empty batch
+		}
+		payload, err := msgpack.Marshal([]any{float64(time.Now().Unix()), events, 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub.send("", seq, payload)
+		seq++
+	}
+	score := func() string {
+		_, body := call(t, "POST", url+"/v1/find_matches_for_request", fmt.Sprintf(`{"tokens":%s,"model_name":"gemma"}`, strings.ReplaceAll(fmt.Sprint(tokens), " ", ",")))
+		return body
+	}
+	id := addSource(`["full_attention","sliding_window"]`)
+	send([]any{"BlockStored", hashes, nil, tokens, 4, nil, "GPU", nil, nil, 0, "full_attention", nil},
+		[]any{"BlockStored", hashes, nil, tokens, 4, nil, "GPU", nil, nil, 1, "sliding_window", 8},
+		[]any{"BlockRemoved", hashes[3:], "GPU", 1, "sliding_window", 8})
+	waitFor(t, "score 3 (both groups indexed)", func() bool { return strings.Contains(score(), `"worker_id":9,"dp_rank":0,"score":3`) })
+
+	if code, body := call(t, "DELETE", url+"/v1/sources/"+id, ""); code != 200 {
+		t.Fatalf("DELETE: %d %s", code, body)
+	}
+	addSource(`["full_attention"]`)
+	// Empty batches (until the new subscription is up, a late joiner): the placement of the
+	// first it takes applies the source's new setting.
+	waitFor(t, "score 6 (the window group no longer indexed)", func() bool {
+		send()
+		return strings.Contains(score(), `"worker_id":9,"dp_rank":0,"score":6`)
+	})
 }

@@ -130,7 +130,13 @@ func (s *Server) Place(ctx context.Context, cfg vllm.Config, topic string, worke
 		return 0, fmt.Errorf("source %s: %w", cfg.ID, err)
 	}
 	if err := s.e.SetSourceGroupKinds(ctx, worker, kinds); err != nil {
-		return 0, fmt.Errorf("source %s: %w", cfg.ID, err)
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("source %s: %w", cfg.ID, err)
+		}
+		// The batch is not refused for it (a refused batch is skipped): the setting kept
+		// is the old one if it could not be stored, and a rank not rebuilt is rebuilt by the
+		// next restart's replay.
+		s.lg.Error("applying a source's indexed group kinds", "source", cfg.ID, "worker_id", worker, "err", err)
 	}
 	return id, nil
 }
