@@ -1,6 +1,9 @@
 package event
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // GroupKind is the attention kind of an engine's KV-cache group (vLLM's kv_cache_spec_kind). A
 // hybrid model keeps one group per kind of layer and reports each block once per group, with the
@@ -105,15 +108,19 @@ func (s GroupKinds) Names() []string {
 // of these kinds holds it.
 const MainGroupKinds = GroupKinds(1<<GroupKindFullAttention | 1<<GroupKindMLAAttention | 1<<GroupKindSinkFullAttention)
 
-// ParseGroupKinds parses a comma-separated list of kind names ("full_attention,mla_attention").
-func ParseGroupKinds(list []string) (GroupKinds, error) {
+// ParseGroupKinds parses lists of kind names, each joined with ',', '+' or spaces
+// ("full_attention,mla_attention", "full_attention+sliding_window"; a '+' of a query string
+// arrives as a space).
+func ParseGroupKinds(lists []string) (GroupKinds, error) {
 	var s GroupKinds
-	for _, name := range list {
-		k, known := ParseGroupKind(name)
-		if !known || k == GroupKindUnset {
-			return 0, fmt.Errorf("event: unknown KV-cache group kind %q", name)
+	for _, list := range lists {
+		for _, name := range strings.FieldsFunc(list, func(r rune) bool { return r == ',' || r == '+' || r == ' ' }) {
+			k, known := ParseGroupKind(name)
+			if !known || k == GroupKindUnset {
+				return 0, fmt.Errorf("event: unknown KV-cache group kind %q", name)
+			}
+			s = s.With(k)
 		}
-		s = s.With(k)
 	}
 	return s, nil
 }

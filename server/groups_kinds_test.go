@@ -11,6 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/natsrc"
 	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/wal"
 	"github.com/vmihailenco/msgpack/v5"
@@ -53,19 +54,26 @@ func TestZMQFlagGroupKinds(t *testing.T) {
 	}{
 		{in: "tcp://h:1", want: "[]"},
 		{in: "tcp://h:1?indexed_group_kinds=full_attention+sliding_window", want: "[full_attention sliding_window]"},
-		{in: "tcp://h:1?indexed_group_kinds=mamba&indexed_group_kinds=full_attention", want: "[mamba full_attention]"},
+		{in: "tcp://h:1?indexed_group_kinds=mamba&indexed_group_kinds=full_attention", want: "[full_attention mamba]"},
+		{in: "tcp://h:1?indexed_group_kinds=sliding_window,full_attention+sliding_window", want: "[full_attention sliding_window]"},
 		{in: "tcp://h:1?indexed_group_kinds=window", err: `unknown KV-cache group kind "window"`},
 	} {
-		cfg, err := ParseZMQFlag(tc.in)
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("%q: error %v, want %q", tc.in, err, tc.err)
+		zcfg, err := ParseZMQFlag(tc.in)
+		check := func(door string, got []string, err error) {
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Errorf("%s %q: error %v, want %q", door, tc.in, err, tc.err)
+				}
+				return
 			}
-			continue
+			if err != nil || fmt.Sprint(got) != tc.want {
+				t.Errorf("%s %q: %v %v, want %s", door, tc.in, got, err, tc.want)
+			}
 		}
-		if err != nil || fmt.Sprint(cfg.IndexedGroupKinds) != tc.want {
-			t.Errorf("%q: %v %v, want %s", tc.in, cfg.IndexedGroupKinds, err, tc.want)
-		}
+		check("--zmq", zcfg.IndexedGroupKinds, err)
+		// The same option on a NATS source (nats:// instead of tcp://).
+		ncfg, err := natsrc.ParseFlag(natsrc.KindCore, "nats://h:1?subject=s&"+strings.TrimPrefix(strings.TrimPrefix(tc.in, "tcp://h:1"), "?"))
+		check("--nats", ncfg.IndexedGroupKinds, err)
 	}
 }
 

@@ -50,10 +50,7 @@ func ParseZMQFlag(v string) (vllm.Config, error) {
 		case "routing_group":
 			cfg.RoutingGroup = val
 		case "indexed_group_kinds": // kinds joined with '+' (the flag's values are comma separated), or the option repeated
-			cfg.IndexedGroupKinds = nil
-			for _, v := range vals {
-				cfg.IndexedGroupKinds = append(cfg.IndexedGroupKinds, splitKinds(v)...)
-			}
+			cfg.IndexedGroupKinds = vals
 		default:
 			return cfg, fmt.Errorf("--zmq %q: unknown option %q (want replay, worker_id, model_name, routing_group, indexed_group_kinds)", v, k)
 		}
@@ -63,12 +60,6 @@ func ParseZMQFlag(v string) (vllm.Config, error) {
 		return cfg, fmt.Errorf("--zmq %q: %w", v, err)
 	}
 	return cfg, nil
-}
-
-// splitKinds splits a list of KV-cache group kind names joined with '+', ',' or spaces (a '+'
-// of a query string arrives as a space).
-func splitKinds(v string) []string {
-	return strings.FieldsFunc(v, func(r rune) bool { return r == '+' || r == ',' || r == ' ' })
 }
 
 // ParsePartitionGroupKinds parses serve --partition-group-kinds values,
@@ -88,7 +79,7 @@ func ParsePartitionGroupKinds(vals []string) (map[partition.Key]event.GroupKinds
 		if i == len(v) || model == "" {
 			return nil, fmt.Errorf("--partition-group-kinds %q: want MODEL[@ROUTING_GROUP]=KIND[+KIND...]", v)
 		}
-		kinds, err := event.ParseGroupKinds(splitKinds(v[i+1:]))
+		kinds, err := event.ParseGroupKinds([]string{v[i+1:]})
 		if err == nil && kinds == 0 {
 			err = errors.New("no kind named")
 		}
@@ -112,10 +103,6 @@ func ParsePartitionGroupKinds(vals []string) (map[partition.Key]event.GroupKinds
 // ranks elsewhere is refused), and takes the source's indexed group kinds (none: its partition's
 // or the server's), before any event of the batch is decided.
 func (s *Server) Place(ctx context.Context, cfg vllm.Config, topic string, worker uint64, batchBlockSize int) (uint32, error) {
-	kinds, err := event.ParseGroupKinds(cfg.IndexedGroupKinds)
-	if err != nil {
-		return 0, fmt.Errorf("source %s: %w", cfg.ID, err) // Normalize refused it already
-	}
 	model := cfg.ModelName
 	if model == "" {
 		model, _ = vllm.ModelFromTopic(topic)
@@ -129,16 +116,28 @@ func (s *Server) Place(ctx context.Context, cfg vllm.Config, topic string, worke
 	if err != nil {
 		return 0, fmt.Errorf("source %s: %w", cfg.ID, err)
 	}
-	if err := s.e.SetSourceGroupKinds(ctx, worker, kinds); err != nil {
-		if ctx.Err() != nil {
-			return 0, fmt.Errorf("source %s: %w", cfg.ID, err)
-		}
-		// The batch is not refused for it (a refused batch is skipped): the setting kept
-		// is the old one if it could not be stored, and a rank not rebuilt is rebuilt by the
-		// next restart's replay.
-		s.lg.Error("applying a source's indexed group kinds", "source", cfg.ID, "worker_id", worker, "err", err)
+	if err := s.sourceGroupKinds(ctx, cfg.ID, cfg.IndexedGroupKinds, worker); err != nil {
+		return 0, err
 	}
 	return id, nil
+}
+
+// sourceGroupKinds gives worker the indexed group kinds of its source (ZMQ or NATS; none: its
+// partition's or the server's), before any event of the batch is decided. A failure other than
+// the end of ctx is logged, not returned: a refused batch would be skipped, and the setting kept
+// is the old one if it could not be stored (a rank not rebuilt is rebuilt by the next restart).
+func (s *Server) sourceGroupKinds(ctx context.Context, source string, names []string, worker uint64) error {
+	kinds, err := event.ParseGroupKinds(names)
+	if err == nil {
+		err = s.e.SetSourceGroupKinds(ctx, worker, kinds)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("source %s: %w", source, err)
+		}
+		s.lg.Error("applying a source's indexed group kinds", "source", source, "worker_id", worker, "err", err)
+	}
+	return nil
 }
 
 // zmqConfigs parses Config.ZMQ (Open refuses a bad one).

@@ -219,9 +219,12 @@ func Normalize(cfg Config) (Config, error) {
 			return cfg, fmt.Errorf("replay endpoint: %w", err)
 		}
 	}
-	if _, err := event.ParseGroupKinds(cfg.IndexedGroupKinds); err != nil {
+	kinds, err := event.ParseGroupKinds(cfg.IndexedGroupKinds)
+	if err != nil {
 		return cfg, fmt.Errorf("indexed_group_kinds: %w", err)
 	}
+	cfg.IndexedGroupKinds = kinds.Names() // one name a kind, in kind order
+
 	if cfg.ID == "" {
 		cfg.ID = SourceID(cfg.Endpoint)
 	}
