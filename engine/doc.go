@@ -14,7 +14,8 @@
 //     then min_score and top_k (Query). The library and both find_matches routes answer from it.
 //   - Range answers are chosen by recovery.RangeRule (a pure function) and served for every
 //     partition; recovery fetches name the rank's partition on the wire and keep its local id.
-//   - Durable metadata (recovery sources, registrations, peers, source configs, leases) is
+//   - Durable metadata (recovery sources, registrations, peers, source configs, leases, a
+//     source's indexed KV-cache group kinds per worker) is
 //     written through CommitMeta only — but for the leases the event sources imply
 //     (Config.SourceLease), written by SourceDoor in the log batch of the events that renew them.
 //   - Every door names its kind (Source: http, zmq, dynamo, nats, peer, library, decisions) where
@@ -23,6 +24,9 @@
 //     SourceDoor, which renews their workers' implied leases (lease.go).
 //   - A memory bound (Config.MaxIndexBytes, bound.go) only measures here; the lanes evict, on
 //     each rank's writer, and nothing of it is logged (docs/ENGINE.md "Memory bound").
+//   - Which KV-cache group kinds a rank indexes is resolved in one place (groupkinds.go:
+//     its source's setting, else its partition's, else the server's), read by the lanes
+//     wherever the log is applied; a source's changed setting rebuilds the worker's ranks.
 //   - The engine changes no process-global setting (GC percent) unless Config.TuneGC asks.
 //   - The engine imports no HTTP server, status page, pprof, ZMQ or NATS client: the library
 //     links it alone (a test checks `go list -deps`).

@@ -89,6 +89,9 @@ type Config struct {
 	// IndexedGroupKinds: the KV-cache group kinds of hybrid models whose events change the tree
 	// (lanes.Options.IndexedKinds); default (0) the main attention kinds.
 	IndexedGroupKinds event.GroupKinds
+	// PartitionGroupKinds: a partition's own indexed kinds, ahead of IndexedGroupKinds and
+	// behind a source's (groupkinds.go). A partition not named follows the server's.
+	PartitionGroupKinds map[partition.Key]event.GroupKinds
 	// Leases (lease.go): how long a stale worker keeps its ranks before they are removed
 	// (default DefaultLeaseGrace) and how often expired leases are swept (default DefaultLeaseSweep).
 	LeaseGrace time.Duration
@@ -133,6 +136,7 @@ type Engine struct {
 	approx *approx.Set
 	pipe   *lanes.Pipeline
 	srcs   *sources
+	kinds  *groupKinds
 	leases *leases
 	acc    accuracy // outcomes (accuracy.go)
 	dumps  dumpCache
@@ -197,6 +201,10 @@ func Open(cfg Config) (*Engine, error) {
 		_ = st.Close()
 		return nil, err
 	}
+	if e.kinds, err = loadGroupKinds(lg, cfg.PartitionGroupKinds); err != nil {
+		_ = st.Close()
+		return nil, err
+	}
 	fetcher := recovery.NewFetcher(recovery.FetcherOptions{RequestTimeout: cfg.FetchTimeout, BaseBackoff: cfg.FetchBackoff,
 		Logger: cfg.Logger, AuthToken: cfg.AuthToken, Partition: e.partitionNames})
 	trees := lanes.Trees(func(id uint32) lanes.Tree { return e.parts.TiersOf(id) })
@@ -205,7 +213,8 @@ func Open(cfg Config) (*Engine, error) {
 		evictor = &boundEvictor{max: cfg.MaxIndexBytes, lanes: cmp.Or(cfg.Lanes, runtime.GOMAXPROCS(0)), parts: e.parts}
 	}
 	e.pipe = lanes.New(lg, trees, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, CheckpointRatio: cfg.CheckpointRatio,
-		Logger: cfg.Logger, Listener: cfg.Listener, Source: e.sourceOf, Fetcher: fetcher, IndexedKinds: cfg.IndexedGroupKinds, Evictor: evictor})
+		Logger: cfg.Logger, Listener: cfg.Listener, Source: e.sourceOf, Fetcher: fetcher, IndexedKinds: cfg.IndexedGroupKinds,
+		KindsOf: e.kindsOf, Evictor: evictor})
 	e.approx = approx.New(e.pipe, cfg.approxOptions())
 	return e, nil
 }

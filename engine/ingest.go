@@ -228,6 +228,9 @@ func (e *Engine) RemoveWorker(ctx context.Context, worker uint64, key *partition
 		return r, err
 	}
 	e.parts.Release(worker) // the worker may join another partition now
+	if err := e.forgetSourceGroupKinds(ctx, worker); err != nil {
+		return r, err
+	}
 	return r, e.forgetSource(ctx, worker)
 }
 

@@ -1,6 +1,9 @@
 package event
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // GroupKind is the attention kind of an engine's KV-cache group (vLLM's kv_cache_spec_kind). A
 // hybrid model keeps one group per kind of layer and reports each block once per group, with the
@@ -86,20 +89,38 @@ func (s GroupKinds) Has(k GroupKind) bool { return s&kindBit(k) != 0 }
 // With returns the set with k added.
 func (s GroupKinds) With(k GroupKind) GroupKinds { return s | kindBit(k) }
 
+// Names returns the wire names of the kinds in s, in GroupKind order ("other" last).
+func (s GroupKinds) Names() []string {
+	var out []string
+	for i := 1; i < len(groupKindNames); i++ {
+		if s.Has(GroupKind(i)) {
+			out = append(out, groupKindNames[i])
+		}
+	}
+	if s.Has(GroupKindOther) {
+		out = append(out, GroupKindOther.String())
+	}
+	return out
+}
+
 // MainGroupKinds are the kinds that describe a reusable prefix, the kinds indexed by default:
 // full attention, MLA and sink full attention. A block counts for a rank only while every group
 // of these kinds holds it.
 const MainGroupKinds = GroupKinds(1<<GroupKindFullAttention | 1<<GroupKindMLAAttention | 1<<GroupKindSinkFullAttention)
 
-// ParseGroupKinds parses a comma-separated list of kind names ("full_attention,mla_attention").
-func ParseGroupKinds(list []string) (GroupKinds, error) {
+// ParseGroupKinds parses lists of kind names, each joined with ',', '+' or spaces
+// ("full_attention,mla_attention", "full_attention+sliding_window"; a '+' of a query string
+// arrives as a space).
+func ParseGroupKinds(lists []string) (GroupKinds, error) {
 	var s GroupKinds
-	for _, name := range list {
-		k, known := ParseGroupKind(name)
-		if !known || k == GroupKindUnset {
-			return 0, fmt.Errorf("event: unknown KV-cache group kind %q", name)
+	for _, list := range lists {
+		for _, name := range strings.FieldsFunc(list, func(r rune) bool { return r == ',' || r == '+' || r == ' ' }) {
+			k, known := ParseGroupKind(name)
+			if !known || k == GroupKindUnset {
+				return 0, fmt.Errorf("event: unknown KV-cache group kind %q", name)
+			}
+			s = s.With(k)
 		}
-		s = s.With(k)
 	}
 	return s, nil
 }

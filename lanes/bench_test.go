@@ -114,9 +114,18 @@ func benchSubmit(b *testing.B, producers, batch int, variant string) {
 func BenchmarkGroupGate(b *testing.B) {
 	const chain = 16
 	full := event.Group{Kind: event.GroupKindFullAttention, BlockSize: 16}
-	for _, variant := range []string{"tree-only", "no-metadata", "one-group", "two-groups", "full+sliding"} {
+	for _, variant := range []string{"tree-only", "no-metadata", "one-group", "two-groups", "full+sliding", "two-groups+kinds-of"} {
 		b.Run(variant, func(b *testing.B) {
 			p := &Pipeline{opts: Options{IndexedKinds: event.MainGroupKinds}}
+			if variant == "two-groups+kinds-of" { // a per-rank setting looked up as the engine does (a locked map)
+				var mu sync.RWMutex
+				byWorker := map[uint64]event.GroupKinds{1: event.MainGroupKinds}
+				p.opts.KindsOf = func(r event.Rank) event.GroupKinds {
+					mu.RLock()
+					defer mu.RUnlock()
+					return byWorker[r.WorkerID]
+				}
+			}
 			r := event.Rank{WorkerID: 1}
 			rs := &rankState{rank: r}
 			ts := tier.New(nil)
@@ -124,7 +133,7 @@ func BenchmarkGroupGate(b *testing.B) {
 			switch variant {
 			case "one-group":
 				groups = []event.Group{full}
-			case "two-groups":
+			case "two-groups", "two-groups+kinds-of":
 				g1 := full
 				g1.Idx = 1
 				groups = []event.Group{full, g1}

@@ -66,10 +66,15 @@
 // the index directly.
 //
 // KV-cache groups of hybrid models (groups.go): the decider learns each rank's groups and logs
-// events of kinds that are not indexed (Options.IndexedKinds) without their blocks; the applier
+// events of kinds that are not indexed (Options.KindsOf for the rank — a source's or a
+// partition's setting — else Options.IndexedKinds) without their blocks; the applier
 // puts a per-rank group gate in front of the tree, which with two or more indexed groups keeps
 // only the blocks every group holds. The restart replay, retention and checkpoints go through the
-// same gate, and a rank's snapshot keeps each indexed group's blocks.
+// same gate, and a rank's snapshot keeps each indexed group's blocks. A rank's setting is read
+// wherever the log is applied (live, replay, Regroup), so a changed setting rebuilds the rank as
+// a restart would; Regroup does it for a running worker, on each rank's lane, drained. An event
+// of an indexed group without blocks (logged while its kind was not indexed) empties that group
+// in the gate.
 //
 // The restart replay (Replay) rebuilds each rank's device events in bulk (replay_bulk.go): an
 // index.RankBuilder takes its snapshot and log events and links the rank's final state into the

@@ -2,6 +2,7 @@ package lanes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -51,9 +52,20 @@ type GroupStatus struct {
 	Ignored       uint64          `json:"ignored"`        // of those, events not indexed (logged without their blocks)
 }
 
-// indexed reports whether events of kind k change the tree.
-func (p *Pipeline) indexed(k event.GroupKind) bool {
-	return k == event.GroupKindUnset || p.opts.IndexedKinds.Has(k)
+// kindsOf is the set of kinds rank r indexes: Options.KindsOf's answer, else (or when it answers
+// 0) Options.IndexedKinds. The one place the setting is resolved (docs/API.md "KV-cache groups").
+func (p *Pipeline) kindsOf(r event.Rank) event.GroupKinds {
+	if f := p.opts.KindsOf; f != nil {
+		if k := f(r); k != 0 {
+			return k
+		}
+	}
+	return p.opts.IndexedKinds
+}
+
+// indexed reports whether events of kind k of rank r change the tree.
+func (p *Pipeline) indexed(r event.Rank, k event.GroupKind) bool {
+	return k == event.GroupKindUnset || p.kindsOf(r).Has(k)
 }
 
 // learnGroup records ev's group in the rank's table, resolves an unset kind from it and returns
@@ -88,14 +100,15 @@ func (p *Pipeline) classify(rs *rankState, ev *event.RouterEvent, scratch *event
 	rs.mu.Lock()
 	gs := rs.learnGroup(ev.Group)
 	kind = gs.Kind
-	gs.Indexed = p.indexed(kind)
+	indexed := p.indexed(rs.rank, kind)
+	gs.Indexed = indexed
 	first := gs.Events == 0 && kind == event.GroupKindOther
 	rs.mu.Unlock()
 	if first {
 		p.lg.Warn("KV-cache group of a kind kvindex does not know: not indexed", "worker_id", rs.rank.WorkerID,
 			"dp_rank", rs.rank.DPRank, "group_idx", ev.Group.Idx)
 	}
-	if !p.indexed(kind) {
+	if !indexed {
 		*scratch = *ev
 		scratch.Group.Kind = kind
 		scratch.Blocks, scratch.Removed, scratch.HasParent, scratch.ParentHash = nil, nil, false, 0
@@ -112,7 +125,7 @@ func (p *Pipeline) classify(rs *rankState, ev *event.RouterEvent, scratch *event
 // countGroup counts an accepted event of a group (decider, after its decision): ignored says it
 // was logged without its blocks (nblocks of them).
 func (p *Pipeline) countGroup(rs *rankState, g event.Group, kind event.GroupKind, nblocks int) {
-	ignored := !p.indexed(kind)
+	ignored := !p.indexed(rs.rank, kind)
 	rs.mu.Lock()
 	gs := rs.learnGroup(g)
 	gs.Events++
@@ -137,7 +150,7 @@ func (p *Pipeline) applyEvent(rs *rankState, t Tree, ev *event.RouterEvent) inde
 	if !ev.HasGroup || ev.Group.Kind == event.GroupKindUnset || ev.Tier != event.TierDevice {
 		return t.Apply(ev)
 	}
-	if !p.indexed(ev.Group.Kind) {
+	if !p.indexed(rs.rank, ev.Group.Kind) {
 		return index.Result{Status: index.StatusOK} // logged without blocks, or indexed no more
 	}
 	if rs.gate == nil {
@@ -169,7 +182,7 @@ func (g gatedTree) Apply(ev *event.RouterEvent) index.Result {
 	if ev.HasGroup && ev.Kind != event.KindCleared {
 		g.rs.mu.Lock()
 		gs := g.rs.learnGroup(ev.Group)
-		gs.Indexed = g.p.indexed(gs.Kind)
+		gs.Indexed = g.p.indexed(g.rs.rank, gs.Kind)
 		g.rs.mu.Unlock()
 	}
 	return g.p.applyEvent(g.rs, g.t, ev)
@@ -265,6 +278,13 @@ func (g *groupGate) apply(t Tree, ev *event.RouterEvent) index.Result {
 	if !ok {
 		return index.Result{Status: index.StatusOK, NotFound: len(ev.Removed)}
 	}
+	if !isNew && ev.Kind != event.KindCleared && len(ev.Blocks) == 0 && len(ev.Removed) == 0 {
+		// An event of the group without blocks: logged while its kind was not indexed (the
+		// setting changed since), so what the group dropped meanwhile is unknown: it holds
+		// nothing until it stores again (an under-count, never an over-count).
+		g.resetGroup(t, b)
+		return index.Result{Status: index.StatusOK}
+	}
 	if !g.multi && len(g.mains) == 1 {
 		return t.Apply(ev) // one indexed group: the tree's own rules
 	}
@@ -284,6 +304,43 @@ func (g *groupGate) apply(t Tree, ev *event.RouterEvent) index.Result {
 // the tree lets go of the rank's blocks. The first time (single → multi), the blocks
 // the tree holds become the first group's, from the rank's dump.
 func (g *groupGate) addGroup(t Tree) {
+	g.toMulti(t)
+	rm := g.rm[:0]
+	for h, e := range g.blocks {
+		if e.inTree {
+			e.inTree = false
+			rm = append(rm, h)
+		}
+	}
+	g.rm = rm[:0]
+	g.removeFromTree(t, rm)
+}
+
+// removeFromTree takes the blocks rm out of the rank's tree.
+func (g *groupGate) removeFromTree(t Tree, rm []uint64) {
+	if len(rm) > 0 {
+		ev := event.Removed(g.rank, 0, rm...)
+		t.Apply(&ev)
+	}
+}
+
+// resetGroup drops every block group bit b holds; the blocks that leave the intersection leave
+// the tree with the blocks under them.
+func (g *groupGate) resetGroup(t Tree, b uint64) {
+	g.toMulti(t)
+	rm := g.rm[:0]
+	for h, e := range g.blocks {
+		if e.mask&b != 0 {
+			rm = g.drop(h, e, b, rm)
+		}
+	}
+	g.rm = rm[:0]
+	g.removeFromTree(t, rm)
+}
+
+// toMulti makes the gate keep every block's membership (the first time: the blocks the tree
+// holds become the first group's, from the rank's dump).
+func (g *groupGate) toMulti(t Tree) {
 	if !g.multi {
 		g.multi = true
 		g.blocks = map[uint64]*gateBlock{}
@@ -317,18 +374,6 @@ func (g *groupGate) addGroup(t Tree) {
 				})
 			}
 		}
-	}
-	rm := g.rm[:0]
-	for h, e := range g.blocks {
-		if e.inTree {
-			e.inTree = false
-			rm = append(rm, h)
-		}
-	}
-	g.rm = rm[:0]
-	if len(rm) > 0 {
-		ev := event.Removed(g.rank, 0, rm...)
-		t.Apply(&ev)
 	}
 }
 
@@ -445,20 +490,24 @@ func (g *groupGate) remove(t Tree, ev *event.RouterEvent, b uint64) index.Result
 			continue
 		}
 		res.Blocks++
-		e.mask &^= b
-		if e.inTree {
-			rm = g.leave(h, rm)
-		}
-		if e.mask == 0 {
-			g.forget(h, e)
-		}
+		rm = g.drop(h, e, b, rm)
 	}
 	g.rm = rm[:0]
-	if len(rm) > 0 {
-		out := event.Removed(g.rank, 0, rm...)
-		t.Apply(&out)
-	}
+	g.removeFromTree(t, rm)
 	return res
+}
+
+// drop takes block h (entry e) out of group bit b: out of the tree (with the blocks under it,
+// appended to rm) as it leaves the intersection, forgotten once no group holds it.
+func (g *groupGate) drop(h uint64, e *gateBlock, b uint64, rm []uint64) []uint64 {
+	e.mask &^= b
+	if e.inTree {
+		rm = g.leave(h, rm)
+	}
+	if e.mask == 0 {
+		g.forget(h, e)
+	}
+	return rm
 }
 
 // leave takes h and the blocks under it out of the tree (appending their hashes to rm).
@@ -532,7 +581,7 @@ func (p *Pipeline) groupDump(rs *rankState, t Tree) (out []event.RouterEvent, ok
 		return event.Group{Idx: idx, Kind: event.GroupKindFullAttention}
 	}
 	for _, gs := range groups {
-		if gs.Kind != event.GroupKindUnset && !p.indexed(gs.Kind) {
+		if gs.Kind != event.GroupKindUnset && !p.indexed(r, gs.Kind) {
 			ev := event.Stored(r, 0, nil)
 			ev.HasGroup, ev.Group = true, groupOf(gs.Idx)
 			out = append(out, ev)
@@ -730,4 +779,51 @@ func GroupSnapshot(evs []event.RouterEvent) bool {
 		}
 	}
 	return false
+}
+
+// Regroup rebuilds every rank of worker from its snapshot and log, on the rank's lane with its
+// pipeline drained, after the kinds it indexes (Options.KindsOf) changed: the rank then holds
+// what a restart with the new setting would rebuild. Events logged while a kind was not
+// indexed were logged without their blocks and stay so: a kind indexed anew holds only the
+// blocks its group stores from now on (with two or more indexed groups the rank's score is 0
+// until the group stored them again: an under-count, never an over-count); a kind no more
+// indexed leaves the gate at once. The rank gets a new Incarnation.
+func (p *Pipeline) Regroup(ctx context.Context, workerID uint64) error {
+	for _, rs := range p.ranksOf(workerID) {
+		var rerr error
+		err := p.Do(ctx, rs.rank, func() { rerr = p.regroupRank(ctx, rs) })
+		if errors.Is(err, ErrUnknownRank) {
+			continue // removed or never written: nothing to rebuild
+		}
+		if err == nil {
+			err = rerr
+		}
+		if err != nil {
+			return fmt.Errorf("lanes: regrouping rank %v: %w", rs.rank, err)
+		}
+	}
+	return nil
+}
+
+// regroupRank is Regroup for one rank, on its lane, the pipeline drained.
+func (p *Pipeline) regroupRank(ctx context.Context, rs *rankState) error {
+	r := rs.rank
+	t := p.ix(r)
+	t.ClearRank(r)
+	rs.resetGate(false)
+	rep, err := recovery.ReplayRank(ctx, p.log, gatedTree{p: p, rs: rs, t: t}, r, 0)
+	if err != nil {
+		return err
+	}
+	if rep.Damaged != nil {
+		p.lg.Warn("regroup: the rank's snapshot is damaged; rebuilt from its log", "worker_id", r.WorkerID, "dp_rank", r.DPRank, "err", rep.Damaged)
+	}
+	rs.mu.Lock()
+	for i := range rs.groups {
+		rs.groups[i].Indexed = p.indexed(r, rs.groups[i].Kind)
+	}
+	rs.incarnation = p.incarnations.Add(1)
+	rs.mu.Unlock()
+	p.lg.Info("rank rebuilt for its indexed KV-cache group kinds", "worker_id", r.WorkerID, "dp_rank", r.DPRank, "kinds", p.kindsOf(r).Names())
+	return nil
 }

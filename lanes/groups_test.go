@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
@@ -124,11 +125,21 @@ func formatGroups(gs []GroupStatus) string {
 //	groups            the rank's groups (RankStatus.Groups) and the ignored counts by kind
 //	restart           close and reopen the data dir (replay)
 //	indexed kinds=K,...  (first command only) Options.IndexedKinds
+//	rank-kinds kinds=K,...|-  what Options.KindsOf answers for the rank from now on (- : 0, the
+//	                  server's); the running pipeline learns it at regroup or restart
+//	regroup           Pipeline.Regroup of the rank's worker
 func TestGroups(t *testing.T) {
 	datadriven.Walk(t, "testdata/groups", func(t *testing.T, path string) {
 		fs := vfs.NewMem()
 		var f *fixture
 		var opts Options
+		var rankKinds atomic.Uint64
+		opts.KindsOf = func(r event.Rank) event.GroupKinds {
+			if r != groupRank {
+				return 0
+			}
+			return event.GroupKinds(rankKinds.Load())
+		}
 		ignored := map[event.GroupKind]int{}
 		opts.Listener.GroupIgnored = func(_ event.Rank, k event.GroupKind, _ int) { ignored[k]++ }
 		id := uint64(0)
@@ -154,10 +165,32 @@ func TestGroups(t *testing.T) {
 				opts.IndexedKinds = ks
 				return ""
 			}
+			if d.Cmd == "rank-kinds" {
+				var names []string
+				for _, a := range d.CmdArgs {
+					if a.Key == "kinds" && a.Vals[0] != "-" {
+						for _, v := range a.Vals {
+							names = append(names, strings.Split(v, ",")...)
+						}
+					}
+				}
+				ks, err := event.ParseGroupKinds(names)
+				if err != nil {
+					return err.Error() + "\n"
+				}
+				rankKinds.Store(uint64(ks))
+				return ""
+			}
 			if f == nil {
 				f = open(t, fs, opts)
 			}
 			switch d.Cmd {
+			case "regroup":
+				if err := f.p.Regroup(context.Background(), groupRank.WorkerID); err != nil {
+					return err.Error() + "\n"
+				}
+				return ""
+
 			case "store", "remove":
 				id++
 				f.submit(groupEvent(t, d, id))
@@ -464,4 +497,108 @@ func TestFormat2DirIndexesAsToday(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestGroupKindsChangesNeverOverCount drives random per-group streams of a full-attention, a
+// sliding-window and a Mamba group while the rank's indexed kinds change (Options.KindsOf, then
+// Regroup or a restart), and checks after every step that the rank's score for every chain of the
+// universe is at most the prefix every indexed group truly holds: a changed setting may
+// under-count, never over-count.
+func TestGroupKindsChangesNeverOverCount(t *testing.T) {
+	gk := []event.GroupKind{event.GroupKindFullAttention, event.GroupKindSlidingWindow, event.GroupKindMamba}
+	fa := event.GroupKinds(0).With(event.GroupKindFullAttention)
+	settings := []event.GroupKinds{fa, fa.With(event.GroupKindSlidingWindow), fa.With(event.GroupKindMamba),
+		fa.With(event.GroupKindSlidingWindow).With(event.GroupKindMamba), event.GroupKinds(0).With(event.GroupKindSlidingWindow)}
+	var chains [][]uint64
+	const universe = 7 // blocks 1..7: small, so that a group often drops what another holds
+	for h := uint64(1); h <= universe; h++ {
+		var c []uint64
+		for x, ok := h, true; ok; x, ok = refParent(x) {
+			c = append([]uint64{x}, c...)
+		}
+		chains = append(chains, c)
+	}
+	rapid.Check(t, func(rt *rapid.T) {
+		var kinds atomic.Uint64
+		kinds.Store(uint64(rapid.SampledFrom(settings).Draw(rt, "setting")))
+		opts := Options{Lanes: 1, RetainEvents: uint64(rapid.SampledFrom([]int{0, 3}).Draw(rt, "retain")),
+			KindsOf: func(event.Rank) event.GroupKinds { return event.GroupKinds(kinds.Load()) }}
+		f := open(t, vfs.NewMem(), opts)
+		defer func() { f.close() }()
+		truth := make([]map[uint64]bool, len(gk)) // what each group holds, whatever is indexed
+		for g := range truth {
+			truth[g] = map[uint64]bool{}
+		}
+		reported := make([]bool, len(gk))
+		check := func(when string) {
+			set := event.GroupKinds(kinds.Load())
+			for _, c := range chains {
+				bound := uint32(0)
+			prefix:
+				for _, h := range c {
+					for g, k := range gk {
+						if set.Has(k) && reported[g] && !truth[g][h] {
+							break prefix
+						}
+					}
+					bound++
+				}
+				if got, _ := scoreOf(f.ix, c); got > bound {
+					rt.Fatalf("%s: chain %v: score %d over the %d every indexed group holds (kinds %v)", when, c, got, bound, set.Names())
+				}
+			}
+		}
+		nops := rapid.IntRange(1, 40).Draw(rt, "ops")
+		for id := uint64(1); id <= uint64(nops); id++ {
+			g := rapid.IntRange(0, len(gk)-1).Draw(rt, "group")
+			var ev event.RouterEvent
+			switch op := rapid.IntRange(0, 12).Draw(rt, "op"); {
+			case op < 5:
+				x := rapid.Uint64Range(1, universe).Draw(rt, "from")
+				var blocks []event.Block
+				var hs []uint64
+				for h := x; h <= universe && len(hs) < rapid.IntRange(1, 4).Draw(rt, "len"); h = 2*h + uint64(rapid.IntRange(0, 1).Draw(rt, "child")) {
+					blocks, hs = append(blocks, blk(h)), append(hs, h)
+				}
+				var parent *uint64
+				if p, ok := refParent(x); ok {
+					parent = &p
+				}
+				ev = event.Stored(groupRank, id, parent, blocks...)
+				if parent == nil || truth[g][*parent] { // a store needs its parent in its group
+					for _, h := range hs {
+						truth[g][h] = true
+					}
+				}
+			case op < 8:
+				hs := rapid.SliceOfN(rapid.Uint64Range(1, universe), 1, 3).Draw(rt, "removed")
+				ev = event.Removed(groupRank, id, hs...)
+				for _, h := range hs {
+					delete(truth[g], h)
+				}
+			case op < 9:
+				ev = event.Cleared(groupRank, id)
+				for _, held := range truth {
+					clear(held)
+				}
+			default: // the setting changes: the running pipeline rebuilds the rank, or a restart does
+				id--
+				kinds.Store(uint64(rapid.SampledFrom(settings).Draw(rt, "setting")))
+				if rapid.Bool().Draw(rt, "restart") {
+					f.close()
+					f = open(t, f.fs, opts)
+				} else if err := f.p.Regroup(context.Background(), groupRank.WorkerID); err != nil {
+					rt.Fatal(err)
+				}
+				check(fmt.Sprintf("after the setting changed to %v", event.GroupKinds(kinds.Load()).Names()))
+				continue
+			}
+			if ev.Kind != event.KindCleared {
+				ev.HasGroup, ev.Group = true, event.Group{Idx: uint32(g), Kind: gk[g], BlockSize: 4}
+				reported[g] = true
+			}
+			f.submit(ev)
+			check(fmt.Sprintf("after event %d (%v group %d)", id, ev.Kind, g))
+		}
+	})
 }

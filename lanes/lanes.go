@@ -85,6 +85,10 @@ type Options struct {
 	IndexedKinds event.GroupKinds
 	// Evictor, when set, bounds the index's memory (evict.go); nil is unbounded.
 	Evictor Evictor
+	// KindsOf, when set, gives the indexed kinds of one rank (a source's or a partition's own
+	// setting), 0 meaning IndexedKinds. It must answer the same for a rank until Regroup is
+	// called for its worker, and is read by the decider, the applier and the restart replay.
+	KindsOf func(r event.Rank) event.GroupKinds
 }
 
 // Listener holds optional callbacks, called on lane goroutines (keep them cheap). Metrics and tests

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kvindex/kvindex/event"
 	"github.com/zeebo/xxh3"
 )
 
@@ -68,6 +69,10 @@ type Config struct {
 	// partition).
 	ModelName    string `json:"model_name,omitempty"`
 	RoutingGroup string `json:"routing_group,omitempty"`
+	// IndexedGroupKinds are the KV-cache group kinds of this source's workers whose events are
+	// indexed (kind names); empty: the partition's setting, else the server's
+	// (engine.Engine.SetSourceGroupKinds).
+	IndexedGroupKinds []string `json:"indexed_group_kinds,omitempty"`
 	// Batch is the most messages taken per fetch (JetStream) or per drained burst (Core); each
 	// burst is one log batch per lane. Default 256.
 	Batch int `json:"batch,omitempty"`
@@ -132,12 +137,18 @@ func Normalize(cfg Config) (Config, error) {
 	if strings.ContainsAny(cfg.ID, "/ ") {
 		return cfg, fmt.Errorf("%w: source id %q must not contain '/' or spaces", ErrBadConfig, cfg.ID)
 	}
+	kinds, err := event.ParseGroupKinds(cfg.IndexedGroupKinds)
+	if err != nil {
+		return cfg, fmt.Errorf("%w: indexed_group_kinds: %v", ErrBadConfig, err)
+	}
+	cfg.IndexedGroupKinds = kinds.Names() // one name a kind, in kind order
 	return cfg, nil
 }
 
 // ParseFlag parses one --nats (kind KindCore) or --jetstream (KindJetStream) value:
 // URL?option=value&..., the options being the JSON fields of Config (subject, stream, durable,
-// create, max_age_seconds, peers — repeated for several —, model_name, routing_group, batch, id).
+// create, max_age_seconds, peers — repeated for several —, model_name, routing_group,
+// indexed_group_kinds — KIND+KIND —, batch, id).
 // E.g. nats://nats-0:4222?stream=namespace-dynamo-component-backend-kv-events&durable=kvindex-a.
 func ParseFlag(kind, v string) (Config, error) {
 	raw, query, _ := strings.Cut(strings.TrimSpace(v), "?")
@@ -171,6 +182,8 @@ func ParseFlag(kind, v string) (Config, error) {
 			cfg.ModelName = val
 		case "routing_group":
 			cfg.RoutingGroup = val
+		case "indexed_group_kinds": // kinds joined with '+', or the option repeated
+			cfg.IndexedGroupKinds = vals
 		default:
 			return cfg, fmt.Errorf("%w: --%s %q: unknown option %q", ErrBadConfig, kind, v, k)
 		}

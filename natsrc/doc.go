@@ -30,4 +30,7 @@
 //
 // all 8-byte big-endian. The server keeps the configs of sources added over HTTP under
 // "natssource/<id>".
+//
+// A source's partition and its indexed KV-cache group kinds (Config.IndexedGroupKinds) reach the
+// engine through Options.Partition, the first time a session sees a worker, before its events.
 package natsrc

@@ -42,9 +42,10 @@ type Metadata interface {
 }
 
 // Partitioner returns the partition id of a worker's events for a source configured with model
-// and group (empty: the default partition), creating the partition and claiming the worker for
-// it; an error (the worker belongs to another partition) refuses the event.
-type Partitioner func(ctx context.Context, model, group string, worker uint64) (uint32, error)
+// and group (cfg.ModelName, cfg.RoutingGroup; empty: the default partition), creating the
+// partition and claiming the worker for it, and gives the worker the source's settings
+// (cfg.IndexedGroupKinds); an error (the worker belongs to another partition) refuses the event.
+type Partitioner func(ctx context.Context, cfg Config, worker uint64) (uint32, error)
 
 // Options configure a Manager. Zero values take the documented defaults.
 type Options struct {
@@ -76,7 +77,7 @@ func (o *Options) defaults() {
 		o.FetchWait = 500 * time.Millisecond
 	}
 	if o.Partition == nil {
-		o.Partition = func(context.Context, string, string, uint64) (uint32, error) { return 0, nil }
+		o.Partition = func(context.Context, Config, uint64) (uint32, error) { return 0, nil }
 	}
 	if o.HTTP == nil {
 		o.HTTP = &http.Client{Timeout: 60 * time.Second}
@@ -185,7 +186,7 @@ func (b *base) partition(ctx context.Context, evs []event.RouterEvent) bool {
 	id, ok := b.parts[w]
 	if !ok {
 		var err error
-		id, err = b.m.opts.Partition(ctx, b.cfg.ModelName, b.cfg.RoutingGroup, w)
+		id, err = b.m.opts.Partition(ctx, b.cfg, w)
 		if err != nil {
 			b.ctr.rejected.Add(uint64(len(evs)))
 			b.lg.Warn("nats events refused", "worker_id", w, "err", err)

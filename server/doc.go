@@ -11,7 +11,9 @@
 //     anything is submitted; nothing of a rejected request is written.
 //   - Until the restart replay (and the --peers bootstrap, peers.go) is done, /readyz, every /v1
 //     route and Dynamo's routes (dynamo.go) answer 503; /healthz, /health, /metrics and the
-//     status page / (status.go) answer 200.
+//     status page / (status.go; its KV-cache groups section, status_groups.go) answer 200.
+//   - A ZMQ source's indexed_group_kinds reach the engine through Place (sources_zmq.go), before
+//     any event of its batch is decided; --partition-group-kinds is parsed here too.
 //   - After a fatal store error (failure.go) /healthz, /health, /readyz and every mutating route
 //     answer 503 {"error": "store failed …: <cause>"} until restart; reads are still served, and
 //     the range route serves no event past a rank's durable cursor.

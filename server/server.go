@@ -73,6 +73,9 @@ type Config struct {
 	// IndexedGroupKinds: the KV-cache group kinds of hybrid models that are indexed
 	// (lanes.Options.IndexedKinds); default (0) the main attention kinds.
 	IndexedGroupKinds event.GroupKinds
+	// PartitionGroupKinds: a partition's own indexed kinds (engine.Config.PartitionGroupKinds):
+	// ahead of IndexedGroupKinds, behind a ZMQ source's indexed_group_kinds.
+	PartitionGroupKinds map[partition.Key]event.GroupKinds
 
 	// AccessLog: a file of one JSON line per request in Dynamo's shape (accesslog.go), reopened
 	// by POST /reopen_logs; "" none. TraceIDHeader names the header of its trace_id (default
@@ -152,7 +155,8 @@ func (c *Config) engineConfig(l engine.Listener) engine.Config {
 		FetchBackoff: c.FetchBackoff, AuthToken: c.AuthToken, Logger: c.Logger, FS: c.FS, DumpCache: c.DumpCache,
 		SubmitTimeout: c.SubmitTimeout, ApproxTTL: c.ApproxTTL, ApproxTTLZero: c.ApproxTTLZero, ApproxMaxBlocks: c.ApproxMaxBlocks,
 		Now: c.Now, Force: c.Force, MemTableSize: c.MemTableSize, CacheSize: c.CacheSize, Listener: l, TuneGC: true,
-		IndexedGroupKinds: c.IndexedGroupKinds, LeaseGrace: c.LeaseGrace, SourceLease: c.SourceLease, MaxIndexBytes: c.MaxIndexBytes}
+		IndexedGroupKinds: c.IndexedGroupKinds, PartitionGroupKinds: c.PartitionGroupKinds, LeaseGrace: c.LeaseGrace,
+		SourceLease: c.SourceLease, MaxIndexBytes: c.MaxIndexBytes}
 }
 
 // Open opens the data dir (store.ErrLocked when another process holds it, store.ErrFormatTooNew

@@ -44,8 +44,12 @@ func natsConfigs(core, js []string) ([]natsrc.Config, error) {
 // newNATS builds the NATS source manager (started by startNATS).
 func (s *Server) newNATS() *natsrc.Manager {
 	return natsrc.NewManager(s.e.SourceDoor(), s.e, natsrc.Options{Logger: s.cfg.Logger, AuthToken: s.cfg.AuthToken, Peers: s.bootstrapPeers,
-		Partition: func(ctx context.Context, model, group string, worker uint64) (uint32, error) {
-			return s.e.PlaceFrom(ctx, engine.SourceNATS, partition.KeyOf(model, group, ""), 0, worker)
+		Partition: func(ctx context.Context, cfg natsrc.Config, worker uint64) (uint32, error) {
+			id, err := s.e.PlaceFrom(ctx, engine.SourceNATS, partition.KeyOf(cfg.ModelName, cfg.RoutingGroup, ""), 0, worker)
+			if err != nil {
+				return 0, err
+			}
+			return id, s.sourceGroupKinds(ctx, cfg.ID, cfg.IndexedGroupKinds, worker)
 		}})
 }
 

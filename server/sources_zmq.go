@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/natsrc"
 	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/vllm"
@@ -24,8 +25,8 @@ import (
 const zmqSourceMetaPrefix = "zmqsource/"
 
 // ParseZMQFlag parses one --zmq value:
-// ENDPOINT[?replay=ENDPOINT&worker_id=N&model_name=M&routing_group=G], e.g.
-// tcp://vllm-0:5557?replay=tcp://vllm-0:5558&worker_id=7.
+// ENDPOINT[?replay=ENDPOINT&worker_id=N&model_name=M&routing_group=G&indexed_group_kinds=K,K],
+// e.g. tcp://vllm-0:5557?replay=tcp://vllm-0:5558&worker_id=7.
 func ParseZMQFlag(v string) (vllm.Config, error) {
 	ep, query, _ := strings.Cut(strings.TrimSpace(v), "?")
 	cfg := vllm.Config{Endpoint: ep}
@@ -48,8 +49,10 @@ func ParseZMQFlag(v string) (vllm.Config, error) {
 			cfg.ModelName = val
 		case "routing_group":
 			cfg.RoutingGroup = val
+		case "indexed_group_kinds": // kinds joined with '+' (the flag's values are comma separated), or the option repeated
+			cfg.IndexedGroupKinds = vals
 		default:
-			return cfg, fmt.Errorf("--zmq %q: unknown option %q (want replay, worker_id, model_name, routing_group)", v, k)
+			return cfg, fmt.Errorf("--zmq %q: unknown option %q (want replay, worker_id, model_name, routing_group, indexed_group_kinds)", v, k)
 		}
 	}
 	cfg, err = vllm.Normalize(cfg)
@@ -59,12 +62,46 @@ func ParseZMQFlag(v string) (vllm.Config, error) {
 	return cfg, nil
 }
 
+// ParsePartitionGroupKinds parses serve --partition-group-kinds values,
+// MODEL[@ROUTING_GROUP]=KIND[+KIND...], e.g. gemma-3=full_attention+sliding_window: the KV-cache
+// group kinds indexed in that partition (routing group default "default").
+func ParsePartitionGroupKinds(vals []string) (map[partition.Key]event.GroupKinds, error) {
+	out := map[partition.Key]event.GroupKinds{}
+	for _, v := range vals {
+		if strings.TrimSpace(v) == "" {
+			continue
+		}
+		i := strings.LastIndex(v, "=")
+		if i < 0 {
+			i = len(v)
+		}
+		model, group, _ := strings.Cut(strings.TrimSpace(v[:i]), "@")
+		if i == len(v) || model == "" {
+			return nil, fmt.Errorf("--partition-group-kinds %q: want MODEL[@ROUTING_GROUP]=KIND[+KIND...]", v)
+		}
+		kinds, err := event.ParseGroupKinds([]string{v[i+1:]})
+		if err == nil && kinds == 0 {
+			err = errors.New("no kind named")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--partition-group-kinds %q: %w", v, err)
+		}
+		k := partition.KeyOf(model, group, "")
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("--partition-group-kinds %q: partition %s named twice", v, k)
+		}
+		out[k] = kinds
+	}
+	return out, nil
+}
+
 // Place implements vllm.Placer: a source's ranks go to the partition its configuration names
 // (model_name / routing_group), else to the model of its topic kv@<pod>@<model> (routing group
 // "default"), else to the default partition. The source's block size, when configured, must be
 // the partition's (a new partition takes it); otherwise a new partition takes the batch's block
 // size, and an existing one keeps its own. The worker is claimed for the partition (a worker with
-// ranks elsewhere is refused).
+// ranks elsewhere is refused), and takes the source's indexed group kinds (none: its partition's
+// or the server's), before any event of the batch is decided.
 func (s *Server) Place(ctx context.Context, cfg vllm.Config, topic string, worker uint64, batchBlockSize int) (uint32, error) {
 	model := cfg.ModelName
 	if model == "" {
@@ -83,7 +120,28 @@ func (s *Server) Place(ctx context.Context, cfg vllm.Config, topic string, worke
 	if err != nil {
 		return 0, fmt.Errorf("source %s: %w", cfg.ID, err)
 	}
+	if err := s.sourceGroupKinds(ctx, cfg.ID, cfg.IndexedGroupKinds, worker); err != nil {
+		return 0, err
+	}
 	return id, nil
+}
+
+// sourceGroupKinds gives worker the indexed group kinds of its source (ZMQ or NATS; none: its
+// partition's or the server's), before any event of the batch is decided. A failure other than
+// the end of ctx is logged, not returned: a refused batch would be skipped, and the setting kept
+// is the old one if it could not be stored (a rank not rebuilt is rebuilt by the next restart).
+func (s *Server) sourceGroupKinds(ctx context.Context, source string, names []string, worker uint64) error {
+	kinds, err := event.ParseGroupKinds(names)
+	if err == nil {
+		err = s.e.SetSourceGroupKinds(ctx, worker, kinds)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("source %s: %w", source, err)
+		}
+		s.lg.Error("applying a source's indexed group kinds", "source", source, "worker_id", worker, "err", err)
+	}
+	return nil
 }
 
 // zmqConfigs parses Config.ZMQ (Open refuses a bad one).
@@ -203,6 +261,9 @@ func (s *Server) postSource(w http.ResponseWriter, r *http.Request) {
 		ModelName      string  `json:"model_name"`
 		RoutingGroup   string  `json:"routing_group"`
 		TenantID       string  `json:"tenant_id"` // accepted, ignored (docs/CONTRACT.md §9)
+		// IndexedGroupKinds: the KV-cache group kinds of this source's ranks that are indexed
+		// (docs/API.md "KV-cache groups"); absent: the partition's or the server's.
+		IndexedGroupKinds []string `json:"indexed_group_kinds"`
 	}
 	if err := decodeStrict(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -217,7 +278,7 @@ func (s *Server) postSource(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cfg, err := vllm.Normalize(vllm.Config{ID: req.ID, Endpoint: *req.Endpoint, ReplayEndpoint: req.ReplayEndpoint, WorkerID: req.WorkerID,
-		ModelName: req.ModelName, RoutingGroup: req.RoutingGroup})
+		ModelName: req.ModelName, RoutingGroup: req.RoutingGroup, IndexedGroupKinds: req.IndexedGroupKinds})
 	if err == nil && strings.ContainsAny(cfg.ID, "/ ") {
 		err = fmt.Errorf("source id %q must not contain '/' or spaces", cfg.ID)
 	}

@@ -57,6 +57,10 @@ type statusData struct {
 	Recovery                       []recoveryRow
 	Leases                         []leaseJSON    // leases.go
 	Accuracy                       []accuracyView // accuracy.go
+	// KV-cache groups of hybrid models (status_groups.go)
+	Groups       []groupRow
+	GroupKinds   []kindRow
+	GroupsHidden int
 }
 
 type partitionRow struct {
@@ -166,6 +170,7 @@ func (s *Server) statusData(refresh int) statusData {
 	d.ZMQ = s.zmqRows(now)
 	d.Recovery = s.recoveryRows(ranks)
 	d.Leases, d.Accuracy = s.leaseRows(), s.accuracyViews()
+	d.Groups, d.GroupKinds, d.GroupsHidden = s.groupsView(ranks)
 	return d
 }
 

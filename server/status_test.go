@@ -79,6 +79,31 @@ func keepScreenshot(t *testing.T, png []byte) {
 	}
 }
 
+// startBrowser starts the headless browser exe for the test and returns its context (90 s) and
+// the func to defer: it keeps a screenshot (on failure too) and stops the browser.
+func startBrowser(t *testing.T, exe string) (context.Context, func()) {
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 1000))...)
+	browser, cancelBrowser := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
+	// The first Run starts the browser and must not carry a timeout (it would stop the browser).
+	if err := chromedp.Do(browser); err != nil {
+		cancelBrowser()
+		cancelAlloc()
+		t.Fatalf("starting %s: %v", exe, err)
+	}
+	ctx, cancel := context.WithTimeout(browser, 90*time.Second)
+	return ctx, func() {
+		if png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)); err != nil {
+			t.Errorf("screenshot: %v", err)
+		} else {
+			keepScreenshot(t, png)
+		}
+		cancel()
+		cancelBrowser()
+		cancelAlloc()
+	}
+}
+
 // pageView is what the test reads off the rendered page (by the test's script, not the page's:
 // the page has none).
 type pageView struct {
@@ -200,25 +225,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 		return false
 	})
 
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 1000))...)
-	defer cancelAlloc()
-	browser, cancelBrowser := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
-	defer cancelBrowser()
-	// The first Run starts the browser and must not carry a timeout (it would stop the browser).
-	if err := chromedp.Do(browser); err != nil {
-		t.Fatalf("starting %s: %v", exe, err)
-	}
-	ctx, cancel := context.WithTimeout(browser, 90*time.Second)
-	defer cancel()
-	defer func() { // runs on failure too, before the browser stops
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Errorf("screenshot: %v", err)
-			return
-		}
-		keepScreenshot(t, png)
-	}()
+	ctx, closeBrowser := startBrowser(t, exe)
+	defer closeBrowser()
 
 	if err := chromedp.Do(ctx, chromedp.Navigate(url+"/?refresh=1"), chromedp.WaitVisible(chromedp.ID("partitions"))); err != nil {
 		t.Fatalf("loading the status page: %v", err)

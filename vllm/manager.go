@@ -58,6 +58,10 @@ type Config struct {
 	BlockSize int `json:"block_size,omitempty"`
 	// DPRank is the dp rank of batches that carry none (Dynamo's /register dp_rank); nil: 0.
 	DPRank *uint32 `json:"dp_rank,omitempty"`
+	// IndexedGroupKinds are the KV-cache group kinds of this publisher's ranks whose events are
+	// indexed (kind names, e.g. full_attention, sliding_window); empty: its partition's setting,
+	// else the server's (engine.Engine.SetSourceGroupKinds).
+	IndexedGroupKinds []string `json:"indexed_group_kinds,omitempty"`
 }
 
 // SourceID is the default id of a source: "zmq-" and 16 hex digits of XXH3-64 of the endpoint,
@@ -215,6 +219,12 @@ func Normalize(cfg Config) (Config, error) {
 			return cfg, fmt.Errorf("replay endpoint: %w", err)
 		}
 	}
+	kinds, err := event.ParseGroupKinds(cfg.IndexedGroupKinds)
+	if err != nil {
+		return cfg, fmt.Errorf("indexed_group_kinds: %w", err)
+	}
+	cfg.IndexedGroupKinds = kinds.Names() // one name a kind, in kind order
+
 	if cfg.ID == "" {
 		cfg.ID = SourceID(cfg.Endpoint)
 	}

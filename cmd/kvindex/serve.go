@@ -89,15 +89,16 @@ func serveCommand() *cli.Command {
 			&cli.Uint64Flag{Name: "retain-events", Value: server.DefaultRetainEvents, Usage: "keep at least this many log events per rank; older ones are folded into a snapshot online (0 = keep all)", EnvVars: serveEnv("retain-events")},
 			&cli.Float64Flag{Name: "checkpoint-ratio", Value: server.DefaultCheckpointRatio, Usage: "rewrite a rank's snapshot online (its log is kept) once its block operations since the last one exceed this many times its live blocks, so a restart replays little more than the live blocks (0 = off)", EnvVars: serveEnv("checkpoint-ratio")},
 			&cli.StringSliceFlag{Name: "indexed-group-kinds", Value: cli.NewStringSlice("full_attention", "mla_attention", "sink_full_attention"), Usage: "KV-cache group kinds of hybrid models whose vLLM events are indexed, comma separated; events of other kinds (sliding_window, mamba, ...) are counted and shown per rank, never indexed", EnvVars: serveEnv("indexed-group-kinds")},
+			&cli.StringSliceFlag{Name: "partition-group-kinds", Usage: "a partition's own indexed KV-cache group kinds, comma separated entries MODEL[@ROUTING_GROUP]=KIND[+KIND...], e.g. gemma-3=full_attention+sliding_window; ahead of --indexed-group-kinds, behind a source's indexed_group_kinds (--zmq, --nats, --jetstream)", EnvVars: serveEnv("partition-group-kinds")},
 			&cli.StringFlag{Name: "upstream", Usage: "default recovery source of every worker: base URL of a kvindex serving /v1/ranks/{w}/{r}/events (e.g. the one beside the workers); gaps are fetched from it instead of being lost", EnvVars: serveEnv("upstream")},
 			&cli.DurationFlag{Name: "fetch-timeout", Value: 10 * time.Second, Usage: "per-request timeout of recovery fetches (8 tries, backoff 200ms·2^n)", EnvVars: serveEnv("fetch-timeout")},
 			&cli.DurationFlag{Name: "fetch-backoff", Value: 200 * time.Millisecond, Usage: "first retry backoff of a recovery fetch; doubles each try", EnvVars: serveEnv("fetch-backoff")},
-			&cli.StringSliceFlag{Name: "zmq", Usage: "vLLM KV-events publishers to subscribe to, comma separated: ENDPOINT[?replay=ENDPOINT&worker_id=N&model_name=M&routing_group=G], e.g. tcp://vllm-0:5557?replay=tcp://vllm-0:5558 (worker id default: derived from the topic kv@<pod>@<model>; partition default: the topic's <model>, routing group default)", EnvVars: serveEnv("zmq")},
+			&cli.StringSliceFlag{Name: "zmq", Usage: "vLLM KV-events publishers to subscribe to, comma separated: ENDPOINT[?replay=ENDPOINT&worker_id=N&model_name=M&routing_group=G&indexed_group_kinds=KIND+KIND], e.g. tcp://vllm-0:5557?replay=tcp://vllm-0:5558 (worker id default: derived from the topic kv@<pod>@<model>; partition default: the topic's <model>, routing group default)", EnvVars: serveEnv("zmq")},
 			&cli.StringSliceFlag{Name: "peers", Usage: "kvindex or Dynamo standalone indexers, comma separated base URLs: at start, each partition that is empty is filled from the first one whose GET /dump answers, before /readyz turns 200", EnvVars: serveEnv("peers")},
 			&cli.StringFlag{Name: "access-log", Usage: "write one JSON line per request to FILE in Dynamo's standalone-indexer shape {trace_id, method, path, model, status, ts, duration_ms}; POST /reopen_logs reopens it", EnvVars: serveEnv("access-log")},
 			&cli.StringFlag{Name: "trace-id-header", Value: "x-trace-id", Usage: "the request header whose value is the access log's trace_id", EnvVars: serveEnv("trace-id-header")},
-			&cli.StringSliceFlag{Name: "nats", Usage: "NATS Core subjects of Dynamo's event plane (msgpack EventEnvelope), comma separated: URL?subject=SUBJECT[&model_name=M&routing_group=G], e.g. nats://nats-0:4222?subject=namespace.dynamo.component.backend.kv-events", EnvVars: serveEnv("nats")},
-			&cli.StringSliceFlag{Name: "jetstream", Usage: "JetStream streams of JSON RouterEvents, one durable consumer per replica, comma separated: URL?stream=NAME&durable=REPLICA[&create=true&peers=http://peer:7070&model_name=M&routing_group=G]", EnvVars: serveEnv("jetstream")},
+			&cli.StringSliceFlag{Name: "nats", Usage: "NATS Core subjects of Dynamo's event plane (msgpack EventEnvelope), comma separated: URL?subject=SUBJECT[&model_name=M&routing_group=G&indexed_group_kinds=KIND+KIND], e.g. nats://nats-0:4222?subject=namespace.dynamo.component.backend.kv-events", EnvVars: serveEnv("nats")},
+			&cli.StringSliceFlag{Name: "jetstream", Usage: "JetStream streams of JSON RouterEvents, one durable consumer per replica, comma separated: URL?stream=NAME&durable=REPLICA[&create=true&peers=http://peer:7070&model_name=M&routing_group=G&indexed_group_kinds=KIND+KIND]", EnvVars: serveEnv("jetstream")},
 			&cli.Int64Flag{Name: "max-body-bytes", Value: 64 << 20, Usage: "request body limit (of the decoded body when gzip-encoded)", EnvVars: serveEnv("max-body-bytes")},
 			&cli.DurationFlag{Name: "body-timeout", Value: 10 * time.Second, Usage: "a request body must arrive at 64 KiB per this long at least (the whole body when smaller), else it is answered 408 and its connection closed", EnvVars: serveEnv("body-timeout")},
 			&cli.IntFlag{Name: "max-conns", Value: 4096, Usage: "open HTTP connections at most; at the cap new ones wait in the listen backlog (logged, kvindex_http_conn_cap_waits_total); 0 = no cap", EnvVars: serveEnv("max-conns")},
@@ -165,6 +166,10 @@ func serveCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			partKinds, err := server.ParsePartitionGroupKinds(c.StringSlice("partition-group-kinds"))
+			if err != nil {
+				return usageError{err}
+			}
 			err = server.Run(c.Context, server.Config{
 				MemTableSize:    memtable,
 				CacheSize:       cache,
@@ -198,9 +203,10 @@ func serveCommand() *cli.Command {
 				ApproxMaxBlocks: c.Int("approx-max-blocks"),
 				Logger:          slog.Default(),
 
-				IndexedGroupKinds: kinds,
-				LeaseGrace:        c.Duration("lease-grace"),
-				SourceLease:       c.Duration("source-lease"),
+				IndexedGroupKinds:   kinds,
+				PartitionGroupKinds: partKinds,
+				LeaseGrace:          c.Duration("lease-grace"),
+				SourceLease:         c.Duration("source-lease"),
 			})
 			if errors.Is(err, server.ErrTLSConfig) {
 				return usageError{err}
