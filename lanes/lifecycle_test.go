@@ -307,7 +307,8 @@ func TestLifecycle(t *testing.T) {
 	})
 }
 
-// waitFetchesSettled waits until every recovering rank's fetch reached the fake source.
+// waitFetchesSettled waits until every recovering rank's fetch reached the fake source and
+// the fetches of ranks no longer recovering (removed: their context is cancelled) have ended.
 func waitFetchesSettled(g *lifecycleRig) {
 	deadline := time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) {
@@ -317,7 +318,7 @@ func waitFetchesSettled(g *lifecycleRig) {
 				recovering++
 			}
 		}
-		if len(g.fetcher.outstanding()) >= recovering {
+		if len(g.fetcher.outstanding()) == recovering { // a cancelled fetch (a removed rank) ends too
 			return
 		}
 		time.Sleep(time.Millisecond)
