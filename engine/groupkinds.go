@@ -133,3 +133,16 @@ func (e *Engine) keepSourceGroupKinds(ctx context.Context, worker uint64, kinds 
 	g.mu.Unlock()
 	return true, nil
 }
+
+// GroupKindsOf returns, for the offline tools, the kinds each rank of a data dir indexes as a
+// server with these settings resolves them (IndexedGroupKinds: its source's setting kept in
+// the log, else byPart's for its partition, else server, else the main attention kinds), so a
+// compact, export or verify rebuilds the tree the server holds. parts is the dir's partitions.
+func GroupKindsOf(lg *wal.Log, parts *partition.Set, byPart map[partition.Key]event.GroupKinds, server event.GroupKinds) (func(Rank) event.GroupKinds, error) {
+	g, err := loadGroupKinds(lg, byPart)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{kinds: g, parts: parts, cfg: Config{IndexedGroupKinds: server}}
+	return e.IndexedGroupKinds, nil
+}

@@ -82,6 +82,10 @@ func Compact(ctx context.Context, w io.Writer, opts CompactOptions) (res Compact
 	if err != nil {
 		return res, err
 	}
+	kinds, err := opts.groupKinds(l, parts)
+	if err != nil {
+		return res, err
+	}
 	var bad []string
 	for _, r := range ranks {
 		if _, _, err := l.ReadSnapshot(r); err != nil {
@@ -117,7 +121,7 @@ func Compact(ctx context.Context, w io.Writer, opts CompactOptions) (res Compact
 			pb.add(1)
 			continue
 		}
-		if err := lanes.Fold(ctx, l, r, last, 0); err != nil { // keeps KV-cache groups (lanes/groups.go)
+		if err := lanes.Fold(ctx, l, r, last, kinds(r)); err != nil { // keeps KV-cache groups (lanes/groups.go)
 			var nf *recovery.NotFoldableError
 			if !errors.As(err, &nf) {
 				return res, fmt.Errorf("compact: rank %s: %w", rankName(parts, r), err)

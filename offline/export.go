@@ -159,6 +159,10 @@ func Export(ctx context.Context, w io.Writer, opts ExportOptions) (res ExportRes
 	if err != nil {
 		return res, err
 	}
+	kinds, err := opts.groupKinds(l, parts)
+	if err != nil {
+		return res, err
+	}
 	out := &ndjson{w: w}
 	lines := partitionLines(parts, ranks, opts.Filter)
 	pb := newBar(opts.Progress, int64(len(ranks)), "exporting")
@@ -177,7 +181,7 @@ func Export(ctx context.Context, w io.Writer, opts ExportOptions) (res ExportRes
 		}
 		var er ExportedRank
 		if opts.What == WhatDump {
-			er, err = exportDump(ctx, l, r, out)
+			er, err = exportDump(ctx, l, r, kinds(r), out)
 		} else {
 			er, err = exportEvents(ctx, l, r, opts.From, out)
 		}
@@ -299,11 +303,11 @@ func exportEvents(ctx context.Context, l *wal.Log, r event.Rank, from uint64, ou
 	return er, err
 }
 
-func exportDump(ctx context.Context, l *wal.Log, r event.Rank, out *ndjson) (ExportedRank, error) {
+func exportDump(ctx context.Context, l *wal.Log, r event.Rank, kinds event.GroupKinds, out *ndjson) (ExportedRank, error) {
 	er := ExportedRank{Rank: r}
 	ix := tier.New(index.New(index.Options{RankCapacity: 1})) // every tier: the dump carries them all
 	// Through the lanes' group gate: a rank of several main KV-cache groups holds what they all hold.
-	rep, err := lanes.ReplayGroups(ctx, l, ix, r, 0, 0)
+	rep, err := lanes.ReplayGroups(ctx, l, ix, r, 0, kinds)
 	if err != nil {
 		return er, err
 	}

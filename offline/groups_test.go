@@ -125,3 +125,48 @@ func TestVerifyGroupCheckpoints(t *testing.T) {
 		t.Fatalf("verify: %v\n%s", err, out.String())
 	}
 }
+
+// TestOfflineToolsIndexTheServersKinds: a server indexing sliding-window groups too
+// (--indexed-group-kinds full_attention,sliding_window) holds a window group's blocks; export,
+// compact and verify given the same setting rebuild the rank as the server holds it (a compact
+// with the default kinds would fold the window's blocks away, and the restarted server would
+// lose them).
+func TestOfflineToolsIndexTheServersKinds(t *testing.T) {
+	kinds := event.GroupKinds(0).With(event.GroupKindFullAttention).With(event.GroupKindSlidingWindow)
+	fs := vfs.NewMem()
+	s := openRWWith(t, fs, lanes.Options{Lanes: 1, Logger: quiet(), IndexedKinds: kinds})
+	r := event.Rank{WorkerID: 5}
+	ev := event.Stored(r, 1, nil, event.Block{BlockHash: 81, TokensHash: 1}, event.Block{BlockHash: 82, TokensHash: 2})
+	ev.HasGroup, ev.Group = true, event.Group{Idx: 0, Kind: event.GroupKindSlidingWindow, SlidingWindow: 128}
+	if _, err := s.pipe.Submit(bg, []event.RouterEvent{ev}); err != nil {
+		t.Fatal(err)
+	}
+	s.close(t)
+	opts := testOptions(fs)
+	opts.IndexedGroupKinds = kinds
+	dump := func(o Options) string {
+		var b bytes.Buffer
+		if _, err := Export(bg, &b, ExportOptions{Options: o, What: WhatDump}); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	if got := dump(opts); !strings.Contains(got, `"block_hash":82`) {
+		t.Fatalf("dump with the server's kinds, want the window's blocks:\n%s", got)
+	}
+	if got := dump(testOptions(fs)); strings.Contains(got, `"block_hash":81`) {
+		t.Fatalf("dump with the default kinds, want no window block:\n%s", got)
+	}
+	if _, err := Compact(bg, &bytes.Buffer{}, CompactOptions{Options: opts}); err != nil {
+		t.Fatal(err)
+	}
+	var vout bytes.Buffer
+	if _, err := Verify(bg, &vout, VerifyOptions{Options: opts}); err != nil {
+		t.Fatalf("verify after compact: %v\n%s", err, vout.String())
+	}
+	s = openRWWith(t, fs, lanes.Options{Lanes: 1, Logger: quiet(), IndexedKinds: kinds})
+	defer s.close(t)
+	if sc := s.ix.FindMatches([]uint64{1, 2}, false); len(sc) != 1 || sc[0].Score != 2 {
+		t.Fatalf("scores after compact and restart: %+v", sc)
+	}
+}

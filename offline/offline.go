@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/partition"
@@ -40,6 +41,21 @@ type Options struct {
 	// Progress, when set, receives a progress bar for long runs (the CLI passes stderr when it
 	// is a terminal); default none.
 	Progress io.Writer
+	// IndexedGroupKinds and PartitionGroupKinds are the server's settings of which KV-cache
+	// group kinds are indexed (serve --indexed-group-kinds, --partition-group-kinds; a source's
+	// own setting is read from the dir): compact, export and verify rebuild each rank with the
+	// kinds the server indexes it with. Zero: the main attention kinds.
+	IndexedGroupKinds   event.GroupKinds
+	PartitionGroupKinds map[partition.Key]event.GroupKinds
+}
+
+// groupKinds returns the indexed KV-cache group kinds of each rank of the dir (Options).
+func (o *Options) groupKinds(l *wal.Log, parts *partition.Set) (func(event.Rank) event.GroupKinds, error) {
+	k, err := engine.GroupKindsOf(l, parts, o.PartitionGroupKinds, o.IndexedGroupKinds)
+	if err != nil {
+		return nil, err
+	}
+	return k, nil
 }
 
 func (o *Options) defaults() {

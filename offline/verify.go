@@ -78,13 +78,17 @@ func Verify(ctx context.Context, w io.Writer, opts VerifyOptions) (rep VerifyRep
 		return rep, err
 	}
 	rep.Partitions = len(parts.All())
+	kinds, err := opts.groupKinds(l, parts)
+	if err != nil {
+		return rep, err
+	}
 	fmt.Fprintf(w, "verify %s: format version %d, %s, %s\n", opts.DataDir, st.Version(), plural(uint64(len(ranks)), "rank"), plural(uint64(rep.Partitions), "partition"))
 	pb := newBar(opts.Progress, int64(len(ranks)), "verifying")
 	for _, r := range ranks {
 		if err := ctx.Err(); err != nil {
 			return rep, fmt.Errorf("verify: %w", err)
 		}
-		v := rankVerifier{ctx: ctx, st: st, l: l, r: r, name: rankName(parts, r)}
+		v := rankVerifier{ctx: ctx, st: st, l: l, r: r, name: rankName(parts, r), kinds: kinds(r)}
 		if err := v.run(); err != nil {
 			return rep, fmt.Errorf("verify rank %v: %w", r, err)
 		}
@@ -134,7 +138,8 @@ type rankVerifier struct {
 	st       *store.Store
 	l        *wal.Log
 	r        event.Rank
-	name     string // rankName
+	name     string           // rankName
+	kinds    event.GroupKinds // the KV-cache group kinds the server indexes the rank with
 	problems []string
 	records  uint64
 	blocks   uint64
@@ -164,7 +169,7 @@ func (v *rankVerifier) run() error {
 	}
 
 	ix := tier.New(index.New(index.Options{RankCapacity: 1})) // every tier; the checks are the tree's
-	gx := lanes.GroupTree(ix, r, 0)                           // ix behind the lanes' KV-cache group gate
+	gx := lanes.GroupTree(ix, r, v.kinds)                     // ix behind the lanes' KV-cache group gate
 	snap, hasSnap, err := v.l.ReadSnapshot(r)
 	switch {
 	case err != nil && errors.Is(err, wal.ErrCorruption):
@@ -203,7 +208,7 @@ func (v *rankVerifier) checkSnapshot(snap wal.Snapshot, meta wal.RankMeta) {
 	}
 	scratch := tier.New(index.New(index.Options{RankCapacity: 1}))
 	groups := lanes.GroupSnapshot(snap.Events) // each KV-cache group's blocks, not a plain dump
-	gs := lanes.GroupTree(scratch, v.r, 0)
+	gs := lanes.GroupTree(scratch, v.r, v.kinds)
 	for i := range snap.Events {
 		ev := &snap.Events[i]
 		if ev.Kind != event.KindStored {
@@ -257,7 +262,7 @@ func (v *rankVerifier) replayLog(ix recovery.Tree, snap wal.Snapshot, hasSnap bo
 		prev, havePrev = snap.LastEventID, true
 	}
 	under := tier.New(index.New(index.Options{RankCapacity: 1})) // the log up to the snapshot
-	underG := lanes.GroupTree(under, v.r, 0)
+	underG := lanes.GroupTree(under, v.r, v.kinds)
 	for valid := it.First(); valid; valid = it.Next() {
 		if v.records&1023 == 0 && v.ctx.Err() != nil {
 			_ = it.Close()
@@ -328,7 +333,7 @@ func (v *rankVerifier) replayLog(ix recovery.Tree, snap wal.Snapshot, hasSnap bo
 		if lanes.GroupSnapshot(got) {
 			// Each group's blocks: compare the trees they rebuild.
 			st := tier.New(index.New(index.Options{RankCapacity: 1}))
-			gs := lanes.GroupTree(st, v.r, 0)
+			gs := lanes.GroupTree(st, v.r, v.kinds)
 			for i := range got {
 				gs.Apply(&got[i])
 			}

@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/offline"
 	"github.com/kvindex/kvindex/partition"
+	"github.com/kvindex/kvindex/server"
 	"github.com/kvindex/kvindex/store"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
@@ -22,10 +24,34 @@ func offlineOptions(c *cli.Context) (offline.Options, error) {
 		return offline.Options{}, usagef("%s takes no arguments, got %q", c.Command.Name, c.Args().Slice())
 	}
 	o := offline.Options{DataDir: c.String("data-dir"), Logger: slog.Default()}
+	if v := c.StringSlice("indexed-group-kinds"); len(v) > 0 {
+		k, err := event.ParseGroupKinds(v)
+		if err != nil {
+			return o, usagef("--indexed-group-kinds: %v", err)
+		}
+		o.IndexedGroupKinds = k
+	}
+	if v := c.StringSlice("partition-group-kinds"); len(v) > 0 {
+		m, err := server.ParsePartitionGroupKinds(v)
+		if err != nil {
+			return o, usagef("--partition-group-kinds: %v", err)
+		}
+		o.PartitionGroupKinds = m
+	}
 	if f, ok := c.App.ErrWriter.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		o.Progress = f
 	}
 	return o, nil
+}
+
+// groupKindsFlags are serve's settings of which KV-cache group kinds are indexed, for the
+// offline commands that rebuild trees (compact, export, verify): give them as the server has
+// them, so a rank is rebuilt as the server indexes it (a source's own setting is in the dir).
+func groupKindsFlags(cmd string) []cli.Flag {
+	return []cli.Flag{
+		&cli.StringSliceFlag{Name: "indexed-group-kinds", Usage: "as serve's: the KV-cache group kinds indexed, comma separated (default the main attention kinds)", EnvVars: env(cmd, "indexed-group-kinds", serveEnv("indexed-group-kinds")...)},
+		&cli.StringSliceFlag{Name: "partition-group-kinds", Usage: "as serve's: a partition's own indexed kinds, MODEL[@ROUTING_GROUP]=KIND[+KIND...],...", EnvVars: env(cmd, "partition-group-kinds", serveEnv("partition-group-kinds")...)},
+	}
 }
 
 // offlineErr turns a library error into the CLI's: a clear line for a locked dir.
@@ -43,7 +69,7 @@ func compactCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "compact",
 		Usage: "offline: fold each rank's log into a snapshot at its newest event, delete the folded log, compact Pebble",
-		Flags: []cli.Flag{offlineDataDirFlag("compact")},
+		Flags: append([]cli.Flag{offlineDataDirFlag("compact")}, groupKindsFlags("compact")...),
 		Action: func(c *cli.Context) error {
 			o, err := offlineOptions(c)
 			if err != nil {
@@ -60,7 +86,7 @@ func exportCommand() *cli.Command {
 		Name: "export",
 		Usage: "offline, read-only: the log as RouterEvent NDJSON (events, original ids) or the rebuilt tree (dump); " +
 			"each partition's events follow its partition line {\"partition\":{...}} unless --model-name/--routing-group select one",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			offlineDataDirFlag("export"),
 			&cli.StringFlag{Name: "what", Value: "events", Usage: "events: the retained log, each rank's snapshot first; dump: the rebuilt tree, ids from 0 per rank", EnvVars: env("export", "what")},
 			&cli.Uint64Flag{Name: "worker-id", Usage: "only this worker's ranks", DefaultText: "every worker", EnvVars: env("export", "worker-id")},
@@ -69,7 +95,7 @@ func exportCommand() *cli.Command {
 			&cli.StringFlag{Name: "routing-group", Usage: "only this partition's ranks, without partition lines (with --model-name, default \"default\")", EnvVars: env("export", "routing-group")},
 			&cli.Uint64Flag{Name: "from", Usage: "events only: skip log events below this id (a snapshot at or above it is still written)", EnvVars: env("export", "from")},
 			&cli.StringFlag{Name: "out", Usage: "write to this file (replaced atomically when done) instead of stdout", EnvVars: env("export", "out")},
-		},
+		}, groupKindsFlags("export")...),
 		Action: func(c *cli.Context) error {
 			o, err := offlineOptions(c)
 			if err != nil {
@@ -167,7 +193,7 @@ func verifyCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "verify",
 		Usage: "offline, read-only: rebuild every rank from snapshot + log and check checksums, ids and tree invariants; exit 1 listing each problem",
-		Flags: []cli.Flag{offlineDataDirFlag("verify")},
+		Flags: append([]cli.Flag{offlineDataDirFlag("verify")}, groupKindsFlags("verify")...),
 		Action: func(c *cli.Context) error {
 			o, err := offlineOptions(c)
 			if err != nil {
