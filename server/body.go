@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"compress/gzip"
 	"errors"
 	"fmt"
@@ -106,9 +105,11 @@ func (s *Server) bodyError(w http.ResponseWriter, err error) {
 	}
 }
 
-// decodeEvents decodes a POST /v1/events body of the given kind. A body that decodes is then
-// checked for fields kvindex does not know (refused with --strict, else counted and logged once
-// per field name), msgpack as JSON and NDJSON; JSON keys repeated in one object are refused.
+// decodeEvents decodes a POST /v1/events body of the given kind. JSON and NDJSON are decoded,
+// validated and key-checked in one pass (event.DecodeJSONBatchKeys, DecodeNDJSONKeys): a field
+// kvindex does not know is refused with --strict, else counted and logged once per field name;
+// JSON keys repeated in one object are refused. A msgpack body that decodes is then checked for
+// unknown fields the same way.
 func (s *Server) decodeEvents(body []byte, kind bodyKind) ([]event.RouterEvent, error) {
 	var (
 		evs []event.RouterEvent
@@ -120,13 +121,10 @@ func (s *Server) decodeEvents(body []byte, kind bodyKind) ([]event.RouterEvent, 
 			err = event.CheckKeysMsgpack(body, s.unknownField)
 		}
 	case bodyNDJSON:
-		if evs, err = event.DecodeNDJSON(bytes.NewReader(body)); err == nil {
-			err = event.CheckKeysNDJSON(body, s.unknownField)
-		}
+		evs, err = event.DecodeNDJSONKeys(body, s.unknownField)
 	default:
-		if evs, err = event.DecodeJSONBatch(body); err == nil {
-			err = event.CheckKeys(body, true, 0, s.unknownField)
-		} else if strings.Contains(err.Error(), "after top-level value") {
+		evs, err = event.DecodeJSONBatchKeys(body, s.unknownField)
+		if err != nil && strings.Contains(err.Error(), "after top-level value") {
 			// Most often NDJSON posted with curl -d, which strips the newlines between the lines.
 			err = fmt.Errorf("%w (the body is several JSON values: post NDJSON with Content-Type: application/x-ndjson and, with curl, --data-binary, since -d strips newlines)", err)
 		}
