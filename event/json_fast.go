@@ -288,11 +288,17 @@ func (s *jscan) members(depth int, names []string, prefix string, f func(i int) 
 const blocksPrefix = "event.data.stored.blocks[]."
 
 func (s *jscan) record(prefix string, k []byte) {
+	s.unknown = appendUnknown(s.unknown, s.idx, prefix, k, s.blockJ)
+}
+
+// appendUnknown appends the unknown field k of event idx, whose object's path is prefix (block
+// blockJ's when prefix is blocksPrefix).
+func appendUnknown(list []unknownAt, idx int, prefix string, k []byte, blockJ int) []unknownAt {
 	field := prefix + string(k)
 	if prefix == blocksPrefix {
-		field = "event.data.stored.blocks[" + strconv.Itoa(s.blockJ) + "]." + string(k)
+		field = "event.data.stored.blocks[" + strconv.Itoa(blockJ) + "]." + string(k)
 	}
-	s.unknown = append(s.unknown, unknownAt{index: s.idx, field: field})
+	return append(list, unknownAt{index: idx, field: field})
 }
 
 // skip validates and steps over any value at depth (an unknown field's, or a "cleared"

@@ -105,11 +105,10 @@ func (s *Server) bodyError(w http.ResponseWriter, err error) {
 	}
 }
 
-// decodeEvents decodes a POST /v1/events body of the given kind. JSON and NDJSON are decoded,
-// validated and key-checked in one pass (event.DecodeJSONBatchKeys, DecodeNDJSONKeys): a field
-// kvindex does not know is refused with --strict, else counted and logged once per field name;
-// JSON keys repeated in one object are refused. A msgpack body that decodes is then checked for
-// unknown fields the same way.
+// decodeEvents decodes a POST /v1/events body of the given kind, decoded, validated and
+// key-checked in one pass (event.DecodeJSONBatchKeys, DecodeNDJSONKeys, DecodeMsgpackBatchKeys):
+// a field kvindex does not know is refused with --strict, else counted and logged once per field
+// name; JSON keys repeated in one object are refused.
 func (s *Server) decodeEvents(body []byte, kind bodyKind) ([]event.RouterEvent, error) {
 	var (
 		evs []event.RouterEvent
@@ -117,9 +116,7 @@ func (s *Server) decodeEvents(body []byte, kind bodyKind) ([]event.RouterEvent, 
 	)
 	switch kind {
 	case bodyMsgpack:
-		if evs, err = event.DecodeMsgpackBatch(body); err == nil {
-			err = event.CheckKeysMsgpack(body, s.unknownField)
-		}
+		evs, err = event.DecodeMsgpackBatchKeys(body, s.unknownField)
 	case bodyNDJSON:
 		evs, err = event.DecodeNDJSONKeys(body, s.unknownField)
 	default:
