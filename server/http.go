@@ -383,14 +383,8 @@ func (s *Server) findMatches(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req struct {
-		BlockHashes *[]uint64 `json:"block_hashes"`
-		EarlyExit   bool      `json:"early_exit"`
-		DeviceOnly  bool      `json:"device_only"`
-		partitionNames
-		answerShape
-	}
-	if err := decodeStrict(body, &req); err != nil {
+	var req findRequest
+	if err := decodeFindRequest(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
