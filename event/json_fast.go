@@ -63,6 +63,9 @@ func getScan(data []byte, record bool) *jscan {
 func putScan(s *jscan) {
 	s.b = nil
 	clear(s.evs[:cap(s.evs)]) // drop references to the last batch's slices
+	for i := range s.keys {
+		clear(s.keys[i][:cap(s.keys[i])]) // and to its body (the keys point into it)
+	}
 	if cap(s.blocks) > 1<<20 || cap(s.evs) > 1<<16 {
 		return // a huge body's scratch is not kept
 	}
