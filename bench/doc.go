@@ -32,7 +32,8 @@
 // LoadGen (`kvindex loadgen`) posts the same workload to a running server over HTTP. With
 // LoadOptions.Loop it keeps posting workload.Generator laps until Duration, at a constant live
 // set, while it samples the server's RSS from /metrics (rss.go): the run behind docs/BENCHMARKS.md
-// "Memory: what bounds RSS".
+// "Memory: what bounds RSS". It reads every find_matches answer whole, as a router in Go would
+// read it fast: one valyala/fastjson parse into typed scores (querier.decodeAnswer).
 //
 // # Invariants
 //

@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/workload"
+	"github.com/valyala/fastjson"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -448,6 +449,18 @@ type querier struct {
 	topK    int
 	msgpack bool
 	body    []byte
+	// The JSON answer is decoded the way a router in Go would read it fast: one valyala/fastjson
+	// parse (reused memory, no reflection) into typed scores. encoding/json's reflection into
+	// []json.RawMessage, used before, cost the client more than the server spent on the call
+	// (docs/BENCHMARKS.md, issue 25's wire).
+	parser fastjson.Parser
+	scores []answerScore
+}
+
+// answerScore is one score of a find_matches answer as the client reads it.
+type answerScore struct {
+	WorkerID, TreeSize uint64
+	DPRank, Score      uint32
 }
 
 // pair times one find_matches (its answer read and decoded) and then one GET /healthz.
@@ -466,11 +479,15 @@ func (q *querier) pair(ctx context.Context, hashes []uint64) (find, health time.
 }
 
 func (q *querier) findMatches(ctx context.Context) error {
-	var res struct {
-		Scores []json.RawMessage `json:"scores"`
-	}
 	if !q.msgpack {
-		return postJSON(ctx, q.hc, q.base+"/v1/find_matches", q.token, q.body, &res)
+		b, err := do(ctx, q.hc, http.MethodPost, q.base+"/v1/find_matches", header{ctype: "application/json", token: q.token}, q.body)
+		if err != nil {
+			return err
+		}
+		if err := q.decodeAnswer(b); err != nil {
+			return fmt.Errorf("POST %s/v1/find_matches: decoding the answer: %w", q.base, err)
+		}
+		return nil
 	}
 	b, err := do(ctx, q.hc, http.MethodPost, q.base+"/v1/find_matches",
 		header{ctype: "application/json", accept: "application/msgpack", token: q.token}, q.body)
@@ -484,6 +501,48 @@ func (q *querier) findMatches(ctx context.Context) error {
 		return fmt.Errorf("POST %s/v1/find_matches: decoding the msgpack answer: %w", q.base, err)
 	}
 	return nil
+}
+
+// decodeAnswer reads a JSON find_matches answer into q.scores: every score's worker_id, dp_rank,
+// score and tree_size, each an unsigned integer of its width (a "tiers" object is not read).
+func (q *querier) decodeAnswer(b []byte) error {
+	v, err := q.parser.ParseBytes(b)
+	if err != nil {
+		return err
+	}
+	arr, err := v.Get("scores").Array()
+	if err != nil {
+		return fmt.Errorf("scores: %w", err)
+	}
+	q.scores = q.scores[:0]
+	for i, x := range arr {
+		var sc answerScore
+		var dp, score uint64
+		var errs [4]error
+		sc.WorkerID, errs[0] = answerUint(x, "worker_id", 64)
+		dp, errs[1] = answerUint(x, "dp_rank", 32)
+		score, errs[2] = answerUint(x, "score", 32)
+		sc.TreeSize, errs[3] = answerUint(x, "tree_size", 64)
+		if err := errors.Join(errs[:]...); err != nil {
+			return fmt.Errorf("scores[%d]: %w", i, err)
+		}
+		sc.DPRank, sc.Score = uint32(dp), uint32(score)
+		q.scores = append(q.scores, sc)
+	}
+	return nil
+}
+
+// answerUint reads the unsigned integer of bits at key of a score.
+func answerUint(x *fastjson.Value, key string, bits int) (uint64, error) {
+	v := x.Get(key)
+	if v == nil {
+		return 0, fmt.Errorf("no %s", key)
+	}
+	n, err := v.Uint64()
+	if err != nil || (bits < 64 && n>>bits != 0) {
+		return 0, fmt.Errorf("%s: %s is not an unsigned %d-bit integer", key, v, bits)
+	}
+	return n, nil
 }
 
 func appendBatchJSON(dst []byte, evs []event.RouterEvent) []byte {

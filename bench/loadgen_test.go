@@ -2,9 +2,12 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -251,4 +254,70 @@ func TestLoadGenLoopNeedsATrace(t *testing.T) {
 	if _, err := LoadGenerator(Options{WorkloadDir: t.TempDir()}); !errors.Is(err, ErrOptions) {
 		t.Fatalf("LoadGenerator with a workload dir: %v, want ErrOptions", err)
 	}
+}
+
+// TestDecodeAnswer: the client reads every score of a JSON answer and refuses one that is not the
+// documented shape.
+func TestDecodeAnswer(t *testing.T) {
+	var q querier
+	if err := q.decodeAnswer([]byte(`{"scores":[{"worker_id":18446744073709551615,"dp_rank":4294967295,"score":3,"tree_size":9,"tiers":{"host_pinned":1}},{"worker_id":1,"dp_rank":0,"score":1,"tree_size":1}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	want := []answerScore{{WorkerID: 1<<64 - 1, DPRank: 1<<32 - 1, Score: 3, TreeSize: 9}, {WorkerID: 1, Score: 1, TreeSize: 1}}
+	if !slices.Equal(q.scores, want) {
+		t.Fatalf("scores %+v, want %+v", q.scores, want)
+	}
+	for _, bad := range []string{
+		`{"scores":[{"worker_id":1,"dp_rank":0,"score":1,"tree_size":1}`, // truncated
+		`{"scores":{}}`,
+		`{"scores":[{"worker_id":"1","dp_rank":0,"score":1,"tree_size":1}]}`,
+		`{"scores":[{"worker_id":1,"dp_rank":4294967296,"score":1,"tree_size":1}]}`,
+		`{"scores":[{"worker_id":1,"dp_rank":0,"tree_size":1}]}`,
+		`{"scores":[{"worker_id":-1,"dp_rank":0,"score":1,"tree_size":1}]}`,
+	} {
+		if err := q.decodeAnswer([]byte(bad)); err == nil {
+			t.Errorf("accepted %s", bad)
+		}
+	}
+}
+
+// benchAnswer is a find_matches answer of 256 scores, as large as loadgen's whole answers at
+// --scale 8 (block 0 is held by every worker of a copy).
+func benchAnswer() []byte {
+	b := []byte(`{"scores":[`)
+	for i := range 256 {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, `{"worker_id":%d,"dp_rank":0,"score":%d,"tree_size":%d}`, 1_000_000_000+i*7, i%14, 400+i)
+	}
+	return append(b, "]}\n"...)
+}
+
+// BenchmarkDecodeAnswer is the client's read of a whole answer: loadgen's typed fastjson decode,
+// and encoding/json into []json.RawMessage (what loadgen did before issue 25).
+func BenchmarkDecodeAnswer(b *testing.B) {
+	body := benchAnswer()
+	b.Run("fastjson typed", func(b *testing.B) {
+		var q querier
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := q.decodeAnswer(body); err != nil || len(q.scores) != 256 {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding/json raw", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			var res struct {
+				Scores []json.RawMessage `json:"scores"`
+			}
+			if err := json.Unmarshal(body, &res); err != nil || len(res.Scores) != 256 {
+				b.Fatal(err)
+			}
+		}
+	})
 }

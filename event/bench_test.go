@@ -63,3 +63,12 @@ func BenchmarkDecodeMsgpackBatch(b *testing.B) {
 	}
 	benchDecode(b, len(evs), body, DecodeMsgpackBatch)
 }
+
+// BenchmarkDecodeJSONBatchKeys is what the server runs on a POST /v1/events JSON body: decode,
+// validate and key check in one pass (DecodeJSONBatch followed by CheckKeys before issue 25).
+func BenchmarkDecodeJSONBatchKeys(b *testing.B) {
+	evs, body := benchBatch()
+	benchDecode(b, len(evs), body, func(data []byte) ([]RouterEvent, error) {
+		return DecodeJSONBatchKeys(data, func(int, string) error { return nil })
+	})
+}

@@ -204,6 +204,13 @@ func FuzzDecodeMsgpack(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		// The fast path may only accept what the checked decoder accepts, with the same events.
 		checkFastAgrees(t, data)
+		// And the one pass with the key check answers as the decoder and CheckKeysMsgpack do.
+		cb, want := recorder()
+		checked, kerr := decodeMsgpackChecked(data)
+		if kerr == nil {
+			kerr = CheckKeysMsgpack(data, cb)
+		}
+		sameAsTwoPasses(t, data, DecodeMsgpackBatchKeys, checked, kerr, *want)
 		evs, err := DecodeMsgpackBatch(data)
 		if err != nil {
 			return

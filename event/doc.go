@@ -12,6 +12,11 @@
 //     2^64-1 is rejected.
 //   - A batch is validated whole: DecodeJSONBatch, DecodeNDJSON and DecodeMsgpackBatch return
 //     either every event or a *DecodeError naming the index of the first bad event and the field.
+//   - DecodeJSONBatchKeys, DecodeNDJSONKeys and DecodeMsgpackBatchKeys (the server's door) decode,
+//     validate and check keys (repeated, unknown) in one pass over the bytes (json_fast.go,
+//     msgpack_fast.go); a body that pass cannot decide exactly as the checked decoder plus the key
+//     check would goes to that pair, so every error message is theirs (FuzzDecodeJSONKeys,
+//     FuzzDecodeMsgpack hold the two to the same answers).
 //   - RouterEvent is a flat value: Kind says which of Parent/Blocks (Stored) or Removed (Removed)
 //     are meaningful; a Cleared carries neither.
 package event

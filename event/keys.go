@@ -58,12 +58,8 @@ func CheckKeys(data []byte, batch bool, index int, unknown func(index int, field
 func CheckKeysNDJSON(data []byte, unknown func(index int, field string) error) error {
 	idx := 0
 	for len(data) > 0 {
-		line := data
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			data = nil
-		}
+		var line []byte
+		line, data = cutLine(data)
 		line = bytes.TrimSpace(line)
 		if len(line) == 0 {
 			continue
@@ -74,6 +70,14 @@ func CheckKeysNDJSON(data []byte, unknown func(index int, field string) error) e
 		idx++
 	}
 	return nil
+}
+
+// cutLine splits data at its first newline: the line before it, the rest after it.
+func cutLine(data []byte) (line, rest []byte) {
+	if i := bytes.IndexByte(data, '\n'); i >= 0 {
+		return data[:i], data[i+1:]
+	}
+	return data, nil
 }
 
 // pathSeg is one step of the path to the current value: an object key or an array index.
@@ -93,16 +97,7 @@ type keyScanner struct {
 	keys    [][][]byte // per depth: the keys seen in the object being read (reused)
 }
 
-func (k *keyScanner) ws() {
-	for k.pos < len(k.data) {
-		switch k.data[k.pos] {
-		case ' ', '\t', '\r', '\n':
-			k.pos++
-		default:
-			return
-		}
-	}
-}
+func (k *keyScanner) ws() { k.pos = skipWS(k.data, k.pos) }
 
 // value reads one value; shape (nil: unchecked) says which keys its objects may have.
 func (k *keyScanner) value(shape *keyNode) {

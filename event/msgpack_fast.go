@@ -29,18 +29,29 @@ const (
 type mpReader struct {
 	b   []byte
 	off int
+	// With rec, the fast path records the unknown keys it skips (CheckKeysMsgpack's report, in
+	// the same pass): idx is the current event's index, blockJ the current block's.
+	rec     bool
+	idx     int
+	blockJ  int
+	unknown []unknownAt
 }
 
 // decodeMsgpackFast decodes a msgpack array of events; ok is false when the body needs the
 // checked decoder (invalid, or a case only it handles).
 func decodeMsgpackFast(data []byte) ([]RouterEvent, bool) {
 	r := mpReader{b: data}
+	return r.batch()
+}
+
+func (r *mpReader) batch() ([]RouterEvent, bool) {
 	n, ok := r.arrayLen()
 	if !ok {
 		return nil, false
 	}
 	out := make([]RouterEvent, 0, min(n, r.left()/mpMinEventBytes))
-	for range n {
+	for i := range n {
+		r.idx = i
 		out = append(out, RouterEvent{})
 		if !r.event(&out[len(out)-1]) {
 			return nil, false
@@ -50,6 +61,30 @@ func decodeMsgpackFast(data []byte) ([]RouterEvent, bool) {
 		return nil, false // trailing bytes
 	}
 	return out, true
+}
+
+// DecodeMsgpackBatchKeys is DecodeMsgpackBatch and CheckKeysMsgpack in one pass: unknown is
+// called for every key outside the RouterEvent shape, in order, once the whole body decoded; its
+// first error is returned as a *DecodeError wrapping it. A body the fast path refuses gets the
+// checked decoder and then CheckKeysMsgpack, so the errors are theirs.
+func DecodeMsgpackBatchKeys(data []byte, unknown func(index int, field string) error) ([]RouterEvent, error) {
+	r := mpReader{b: data, rec: unknown != nil}
+	if out, ok := r.batch(); ok {
+		for _, u := range r.unknown {
+			if err := unknown(u.index, u.field); err != nil {
+				return nil, &DecodeError{Index: u.index, Field: u.field, Err: err}
+			}
+		}
+		return out, nil
+	}
+	evs, err := decodeMsgpackChecked(data)
+	if err == nil && unknown != nil {
+		err = CheckKeysMsgpack(data, unknown)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return evs, nil
 }
 
 func (r *mpReader) left() int { return len(r.b) - r.off }
@@ -254,12 +289,13 @@ const (
 	seenBlockHash
 	seenTokensHash
 	seenHashes
+	seenGroup
 )
 
 // fields reads a map. For each key, value reads the value of a known key and returns its bit, or
 // returns 0 for an unknown key, whose value fields skips. It returns the bits of the keys seen;
 // ok is false on a malformed map, a value value refused, or a repeated known key.
-func (r *mpReader) fields(value func(key []byte) (bit uint16, ok bool)) (seen uint16, ok bool) {
+func (r *mpReader) fields(prefix string, value func(key []byte) (bit uint16, ok bool)) (seen uint16, ok bool) {
 	n, ok := r.mapLen()
 	if !ok {
 		return 0, false
@@ -274,6 +310,9 @@ func (r *mpReader) fields(value func(key []byte) (bit uint16, ok bool)) (seen ui
 		case !ok:
 			return 0, false
 		case bit == 0:
+			if r.rec {
+				r.unknown = appendUnknown(r.unknown, r.idx, prefix, k, r.blockJ)
+			}
 			if !r.skip(0) {
 				return 0, false
 			}
@@ -286,7 +325,7 @@ func (r *mpReader) fields(value func(key []byte) (bit uint16, ok bool)) (seen ui
 }
 
 func (r *mpReader) event(ev *RouterEvent) bool {
-	seen, ok := r.fields(func(k []byte) (uint16, bool) {
+	seen, ok := r.fields("", func(k []byte) (uint16, bool) {
 		switch string(k) {
 		case "worker_id":
 			var ok bool
@@ -320,7 +359,7 @@ func parseTierBytes(s []byte) (Tier, bool) {
 
 // eventBody reads the value of "event": {event_id, dp_rank?, data}.
 func (r *mpReader) eventBody(ev *RouterEvent) bool {
-	seen, ok := r.fields(func(k []byte) (uint16, bool) {
+	seen, ok := r.fields("event.", func(k []byte) (uint16, bool) {
 		switch string(k) {
 		case "event_id":
 			var ok bool
@@ -336,7 +375,7 @@ func (r *mpReader) eventBody(ev *RouterEvent) bool {
 		case "data":
 			return seenData, r.data(ev)
 		case "group":
-			return 0, r.isNil() // a KV-cache group: the checked decoder reads it
+			return seenGroup, r.isNil() // a KV-cache group: the checked decoder reads it
 		}
 		return 0, true
 	})
@@ -380,7 +419,7 @@ func (r *mpReader) data(ev *RouterEvent) bool {
 }
 
 func (r *mpReader) stored(ev *RouterEvent) bool {
-	seen, ok := r.fields(func(k []byte) (uint16, bool) {
+	seen, ok := r.fields("event.data.stored.", func(k []byte) (uint16, bool) {
 		switch string(k) {
 		case "parent_hash":
 			if r.isNil() {
@@ -404,9 +443,10 @@ func (r *mpReader) blocks(ev *RouterEvent) bool {
 		return false
 	}
 	ev.Blocks = make([]Block, 0, min(n, r.left()/mpMinBlockBytes))
-	for range n {
+	for j := range n {
+		r.blockJ = j
 		var b Block
-		seen, ok := r.fields(func(k []byte) (uint16, bool) {
+		seen, ok := r.fields(blocksPrefix, func(k []byte) (uint16, bool) {
 			var ok bool
 			switch string(k) {
 			case "block_hash":
@@ -427,7 +467,7 @@ func (r *mpReader) blocks(ev *RouterEvent) bool {
 }
 
 func (r *mpReader) removed(ev *RouterEvent) bool {
-	seen, ok := r.fields(func(k []byte) (uint16, bool) {
+	seen, ok := r.fields("event.data.removed.", func(k []byte) (uint16, bool) {
 		if string(k) != "block_hashes" {
 			return 0, true
 		}

@@ -339,3 +339,29 @@ func TestMsgpackFastPathLeavesEdgeCasesToTheChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestMsgpackKeysInOnePass: on bodies written every way a client may (unknown fields among
+// them), DecodeMsgpackBatchKeys reports the unknown fields CheckKeysMsgpack reports, in the same
+// order, without a second walk; a group given as nil is no unknown field.
+func TestMsgpackKeysInOnePass(t *testing.T) {
+	g := newMPGen(29)
+	reported := 0
+	for range 300 {
+		body, _ := g.batch()
+		cb, want := recorder()
+		checked, err := decodeMsgpackChecked(body)
+		if err == nil {
+			err = CheckKeysMsgpack(body, cb)
+		}
+		sameAsTwoPasses(t, body, DecodeMsgpackBatchKeys, checked, err, *want)
+		reported += len(*want)
+	}
+	if reported == 0 {
+		t.Fatal("the generator wrote no unknown field: the test checks nothing")
+	}
+	withGroup := encodeGeneric(t, []any{map[string]any{"worker_id": 1, "event": map[string]any{"event_id": 2, "group": nil, "data": "cleared"}}})
+	r := mpReader{b: withGroup, rec: true}
+	if _, ok := r.batch(); !ok || len(r.unknown) != 0 {
+		t.Fatalf("a nil group: fast path ok=%v, unknown fields %v", ok, r.unknown)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net/http"
 	"slices"
@@ -106,9 +107,10 @@ func (s *Server) bodyError(w http.ResponseWriter, err error) {
 	}
 }
 
-// decodeEvents decodes a POST /v1/events body of the given kind. A body that decodes is then
-// checked for fields kvindex does not know (refused with --strict, else counted and logged once
-// per field name), msgpack as JSON and NDJSON; JSON keys repeated in one object are refused.
+// decodeEvents decodes a POST /v1/events body of the given kind, decoded, validated and
+// key-checked in one pass (event.DecodeJSONBatchKeys, DecodeNDJSONKeys, DecodeMsgpackBatchKeys):
+// a field kvindex does not know is refused with --strict, else counted and logged once per field
+// name; JSON keys repeated in one object are refused.
 func (s *Server) decodeEvents(body []byte, kind bodyKind) ([]event.RouterEvent, error) {
 	var (
 		evs []event.RouterEvent
@@ -116,17 +118,12 @@ func (s *Server) decodeEvents(body []byte, kind bodyKind) ([]event.RouterEvent, 
 	)
 	switch kind {
 	case bodyMsgpack:
-		if evs, err = event.DecodeMsgpackBatch(body); err == nil {
-			err = event.CheckKeysMsgpack(body, s.unknownField)
-		}
+		evs, err = event.DecodeMsgpackBatchKeys(body, s.unknownField)
 	case bodyNDJSON:
-		if evs, err = event.DecodeNDJSON(bytes.NewReader(body)); err == nil {
-			err = event.CheckKeysNDJSON(body, s.unknownField)
-		}
+		evs, err = event.DecodeNDJSONKeys(body, s.unknownField)
 	default:
-		if evs, err = event.DecodeJSONBatch(body); err == nil {
-			err = event.CheckKeys(body, true, 0, s.unknownField)
-		} else if strings.Contains(err.Error(), "after top-level value") {
+		evs, err = event.DecodeJSONBatchKeys(body, s.unknownField)
+		if err != nil && strings.Contains(err.Error(), "after top-level value") {
 			// Most often NDJSON posted with curl -d, which strips the newlines between the lines.
 			err = fmt.Errorf("%w (the body is several JSON values: post NDJSON with Content-Type: application/x-ndjson and, with curl, --data-binary, since -d strips newlines)", err)
 		}
@@ -158,3 +155,180 @@ func (s *Server) unknownField(index int, field string) error {
 // UnknownFields is the number of unknown fields ignored in posted events (each occurrence in
 // each event counts) since the server started: the value of an unknown-fields metric.
 func (s *Server) UnknownFields() uint64 { return s.unknownFields.Load() }
+
+// findRequest is the body of POST /v1/find_matches.
+type findRequest struct {
+	BlockHashes *[]uint64 `json:"block_hashes"`
+	EarlyExit   bool      `json:"early_exit"`
+	DeviceOnly  bool      `json:"device_only"`
+	partitionNames
+	answerShape
+}
+
+// decodeFindRequest decodes a find_matches body: the bodies routers send (known keys, each once,
+// plain values) in one pass without reflection (findReader), any other through decodeStrict,
+// whose answers and errors are the contract's.
+func decodeFindRequest(body []byte, req *findRequest) error {
+	r := findReader{b: body}
+	if r.request(req) {
+		return nil
+	}
+	*req = findRequest{}
+	return decodeStrict(body, req)
+}
+
+// findReader reads a find_matches body of the plain form and gives up (false) on anything
+// else, for decodeStrict to judge: a key that is not one of the request's exactly (unknown,
+// another case, escaped) or comes twice, a null, a number that is not a plain unsigned integer
+// literal that fits, a string with an escape or a byte outside printable ASCII. What it accepts
+// is valid JSON that encoding/json decodes to the same request (FuzzDecodeFindRequest).
+type findReader struct {
+	b []byte
+	i int
+}
+
+func (r *findReader) ws() {
+	for r.i < len(r.b) && (r.b[r.i] == ' ' || r.b[r.i] == '\t' || r.b[r.i] == '\n' || r.b[r.i] == '\r') {
+		r.i++
+	}
+}
+
+func (r *findReader) eat(c byte) bool {
+	r.ws()
+	if r.i < len(r.b) && r.b[r.i] == c {
+		r.i++
+		return true
+	}
+	return false
+}
+
+var findKeys = []string{"block_hashes", "early_exit", "device_only", "model_name", "routing_group", "tenant_id", "top_k", "min_score"}
+
+func (r *findReader) request(req *findRequest) bool {
+	if !r.eat('{') {
+		return false
+	}
+	var seen uint16
+	if !r.eat('}') {
+		for {
+			k, ok := r.str()
+			if !ok || !r.eat(':') {
+				return false
+			}
+			i := slices.Index(findKeys, string(k))
+			if i < 0 || seen&(1<<i) != 0 || !r.value(i, req) {
+				return false
+			}
+			seen |= 1 << i
+			if !r.eat(',') {
+				if !r.eat('}') {
+					return false
+				}
+				break
+			}
+		}
+	}
+	r.ws()
+	return r.i == len(r.b)
+}
+
+func (r *findReader) value(key int, req *findRequest) bool {
+	var ok bool
+	switch key {
+	case 0:
+		hs := make([]uint64, 0, 64)
+		if !r.eat('[') {
+			return false
+		}
+		if !r.eat(']') {
+			for {
+				h, ok := r.uint()
+				if !ok {
+					return false
+				}
+				hs = append(hs, h)
+				if !r.eat(',') {
+					if !r.eat(']') {
+						return false
+					}
+					break
+				}
+			}
+		}
+		req.BlockHashes = &hs
+		return true
+	case 1:
+		req.EarlyExit, ok = r.bool()
+	case 2:
+		req.DeviceOnly, ok = r.bool()
+	case 3:
+		req.ModelName, ok = r.text()
+	case 4:
+		req.RoutingGroup, ok = r.text()
+	case 5:
+		req.TenantID, ok = r.text()
+	case 6:
+		req.TopK, ok = r.uint()
+	default:
+		req.MinScore, ok = r.uint()
+	}
+	return ok
+}
+
+// str reads a string of printable ASCII without escapes.
+func (r *findReader) str() ([]byte, bool) {
+	if !r.eat('"') {
+		return nil, false
+	}
+	start := r.i
+	for r.i < len(r.b) {
+		switch c := r.b[r.i]; {
+		case c == '"':
+			r.i++
+			return r.b[start : r.i-1], true
+		case c < 0x20 || c > 0x7e || c == '\\':
+			return nil, false
+		}
+		r.i++
+	}
+	return nil, false
+}
+
+func (r *findReader) text() (string, bool) {
+	s, ok := r.str()
+	return string(s), ok
+}
+
+func (r *findReader) bool() (bool, bool) {
+	r.ws()
+	switch {
+	case bytes.HasPrefix(r.b[r.i:], []byte("true")):
+		r.i += 4
+		return true, true
+	case bytes.HasPrefix(r.b[r.i:], []byte("false")):
+		r.i += 5
+		return false, true
+	}
+	return false, false
+}
+
+// uint reads a plain unsigned integer literal (digits, no leading zero, fraction or exponent)
+// that fits in 64 bits.
+func (r *findReader) uint() (uint64, bool) {
+	r.ws()
+	start := r.i
+	var v uint64
+	for r.i < len(r.b) && r.b[r.i] >= '0' && r.b[r.i] <= '9' {
+		d := uint64(r.b[r.i] - '0')
+		if v > (math.MaxUint64-d)/10 {
+			return 0, false
+		}
+		v = v*10 + d
+		r.i++
+	}
+	n := r.i - start
+	if n == 0 || (n > 1 && r.b[start] == '0') || (r.i < len(r.b) && (r.b[r.i] == '.' || r.b[r.i] == 'e' || r.b[r.i] == 'E')) {
+		return 0, false
+	}
+	return v, true
+}
