@@ -187,10 +187,8 @@ func (s *Server) applyDumpPartition(ctx context.Context, k string, e peerDumpPar
 	if len(e.Events) > 0 && string(e.Events) != "null" {
 		// A peer's dump is read as Dynamo's own recovery reads it: fields kvindex does not know
 		// (start_position, mm_extra_info, residency_domain, …) are ignored, even under --strict.
-		if evs, err = event.DecodeJSONBatch(e.Events); err == nil {
-			err = event.CheckKeys(e.Events, true, 0, func(int, string) error { return nil })
-		}
-		if err != nil {
+		// One pass: decoded, validated, repeated keys refused (event.DecodeJSONBatchKeys).
+		if evs, err = event.DecodeJSONBatchKeys(e.Events, nil); err != nil {
 			return 0, fmt.Errorf("%w: events: %w", ErrBootstrap, err)
 		}
 	}
