@@ -201,7 +201,7 @@ func Open(cfg Config) (*Engine, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	if e.kinds, err = loadGroupKinds(lg, cfg.PartitionGroupKinds); err != nil {
+	if e.kinds, err = loadGroupKinds(lg, e.parts, cfg.PartitionGroupKinds, cfg.IndexedGroupKinds); err != nil {
 		_ = st.Close()
 		return nil, err
 	}
@@ -214,7 +214,7 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	e.pipe = lanes.New(lg, trees, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, CheckpointRatio: cfg.CheckpointRatio,
 		Logger: cfg.Logger, Listener: cfg.Listener, Source: e.sourceOf, Fetcher: fetcher, IndexedKinds: cfg.IndexedGroupKinds,
-		KindsOf: e.kindsOf, Evictor: evictor})
+		KindsOf: e.kinds.own, Evictor: evictor})
 	e.approx = approx.New(e.pipe, cfg.approxOptions())
 	return e, nil
 }

@@ -29,35 +29,29 @@ import (
 const groupKindsMetaPrefix = "groupkinds/"
 
 type groupKinds struct {
+	parts    *partition.Set
+	server   event.GroupKinds // Config.IndexedGroupKinds; 0: the main attention kinds
 	byPart   map[partition.Key]event.GroupKinds
 	mu       sync.RWMutex
 	byWorker map[uint64]event.GroupKinds
 }
 
-func loadGroupKinds(lg *wal.Log, byPart map[partition.Key]event.GroupKinds) (*groupKinds, error) {
-	g := &groupKinds{byPart: byPart, byWorker: map[uint64]event.GroupKinds{}}
-	m, err := lg.Metas(groupKindsMetaPrefix)
+func loadGroupKinds(lg *wal.Log, parts *partition.Set, byPart map[partition.Key]event.GroupKinds, server event.GroupKinds) (*groupKinds, error) {
+	g := &groupKinds{parts: parts, server: server, byPart: byPart, byWorker: map[uint64]event.GroupKinds{}}
+	err := loadWorkerMetas(lg, groupKindsMetaPrefix, func(w uint64, v []byte) {
+		if kinds, err := event.ParseGroupKinds(strings.Split(string(v), ",")); err == nil && kinds != 0 {
+			g.byWorker[w] = kinds
+		}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("loading the sources' indexed group kinds: %w", err)
-	}
-	for k, v := range m {
-		w, err := strconv.ParseUint(strings.TrimPrefix(k, groupKindsMetaPrefix), 10, 64)
-		if err != nil {
-			continue
-		}
-		kinds, err := event.ParseGroupKinds(strings.Split(string(v), ","))
-		if err != nil || kinds == 0 {
-			continue
-		}
-		g.byWorker[w] = kinds
 	}
 	return g, nil
 }
 
-// kindsOf is lanes.Options.KindsOf: the source's setting of the rank's worker, else its
-// partition's, else 0 (the server's).
-func (e *Engine) kindsOf(r Rank) event.GroupKinds {
-	g := e.kinds
+// own is the setting of r's worker's source, else of its partition, else 0 (the server's):
+// lanes.Options.KindsOf.
+func (g *groupKinds) own(r Rank) event.GroupKinds {
 	g.mu.RLock()
 	k, ok := g.byWorker[r.WorkerID]
 	g.mu.RUnlock()
@@ -65,23 +59,26 @@ func (e *Engine) kindsOf(r Rank) event.GroupKinds {
 		return k
 	}
 	if len(g.byPart) > 0 {
-		if p := e.parts.Get(r.Partition); p != nil {
+		if p := g.parts.Get(r.Partition); p != nil {
 			return g.byPart[p.Key]
 		}
 	}
 	return 0
 }
 
-// IndexedGroupKinds returns the kinds rank r indexes, as the lanes resolve them.
-func (e *Engine) IndexedGroupKinds(r Rank) event.GroupKinds {
-	if k := e.kindsOf(r); k != 0 {
+// indexed is the kinds r indexes: own, else the server's, else the main attention kinds.
+func (g *groupKinds) indexed(r Rank) event.GroupKinds {
+	if k := g.own(r); k != 0 {
 		return k
 	}
-	if e.cfg.IndexedGroupKinds != 0 {
-		return e.cfg.IndexedGroupKinds
+	if g.server != 0 {
+		return g.server
 	}
 	return event.MainGroupKinds
 }
+
+// IndexedGroupKinds returns the kinds rank r indexes, as the lanes resolve them.
+func (e *Engine) IndexedGroupKinds(r Rank) event.GroupKinds { return e.kinds.indexed(r) }
 
 // SetSourceGroupKinds sets (kinds != 0) or clears (0) the indexed kinds a source gives worker,
 // durably. When that changes what the worker's ranks index, they are rebuilt from their logs
@@ -94,14 +91,6 @@ func (e *Engine) SetSourceGroupKinds(ctx context.Context, worker uint64, kinds e
 	}
 	e.lg.Info("indexed KV-cache group kinds of a source's worker", "worker_id", worker, "kinds", kinds.Names())
 	return e.pipe.Regroup(ctx, worker)
-}
-
-// forgetSourceGroupKinds drops a removed worker's source setting (its source, still running,
-// sets it again with its next batch), so the worker, back through another door, follows its
-// partition's setting.
-func (e *Engine) forgetSourceGroupKinds(ctx context.Context, worker uint64) error {
-	_, err := e.keepSourceGroupKinds(ctx, worker, 0)
-	return err
 }
 
 // keepSourceGroupKinds writes worker's source setting (0: deletes it) when it changes, durably
@@ -135,14 +124,13 @@ func (e *Engine) keepSourceGroupKinds(ctx context.Context, worker uint64, kinds 
 }
 
 // GroupKindsOf returns, for the offline tools, the kinds each rank of a data dir indexes as a
-// server with these settings resolves them (IndexedGroupKinds: its source's setting kept in
-// the log, else byPart's for its partition, else server, else the main attention kinds), so a
-// compact, export or verify rebuilds the tree the server holds. parts is the dir's partitions.
+// server with these settings resolves them (its source's setting kept in the log, else byPart's
+// for its partition, else server, else the main attention kinds), so a compact, export or
+// verify rebuilds the tree the server holds. parts is the dir's partitions.
 func GroupKindsOf(lg *wal.Log, parts *partition.Set, byPart map[partition.Key]event.GroupKinds, server event.GroupKinds) (func(Rank) event.GroupKinds, error) {
-	g, err := loadGroupKinds(lg, byPart)
+	g, err := loadGroupKinds(lg, parts, byPart, server)
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{kinds: g, parts: parts, cfg: Config{IndexedGroupKinds: server}}
-	return e.IndexedGroupKinds, nil
+	return g.indexed, nil
 }

@@ -228,10 +228,7 @@ func (e *Engine) RemoveWorker(ctx context.Context, worker uint64, key *partition
 		return r, err
 	}
 	e.parts.Release(worker) // the worker may join another partition now
-	if err := e.forgetSourceGroupKinds(ctx, worker); err != nil {
-		return r, err
-	}
-	return r, e.forgetSource(ctx, worker)
+	return r, e.forgetWorkerMeta(ctx, worker)
 }
 
 // DropPartition drops partition id when nothing is left in it — no worker belongs to it, and it

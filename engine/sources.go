@@ -36,26 +36,28 @@ const kindMetaPrefix = "wsource/"
 
 func loadSources(lg *wal.Log, def string) (*sources, error) {
 	s := &sources{def: strings.TrimRight(def, "/"), byWorker: map[uint64]string{}, kinds: map[uint64]Source{}}
-	m, err := lg.Metas(sourceMetaPrefix)
-	if err != nil {
+	if err := loadWorkerMetas(lg, sourceMetaPrefix, func(w uint64, v []byte) { s.byWorker[w] = string(v) }); err != nil {
 		return nil, fmt.Errorf("loading recovery sources: %w", err)
 	}
-	for k, v := range m {
-		w, err := strconv.ParseUint(strings.TrimPrefix(k, sourceMetaPrefix), 10, 64)
-		if err != nil {
-			continue
-		}
-		s.byWorker[w] = string(v)
-	}
-	if m, err = lg.Metas(kindMetaPrefix); err != nil {
+	if err := loadWorkerMetas(lg, kindMetaPrefix, func(w uint64, v []byte) { s.kinds[w] = Source(v) }); err != nil {
 		return nil, fmt.Errorf("loading the workers' source kinds: %w", err)
 	}
+	return s, nil
+}
+
+// loadWorkerMetas calls fn with every per-worker entry "<prefix><worker_id>" of the log's
+// global metadata (an entry whose name is not a worker id is skipped).
+func loadWorkerMetas(lg *wal.Log, prefix string, fn func(worker uint64, v []byte)) error {
+	m, err := lg.Metas(prefix)
+	if err != nil {
+		return err
+	}
 	for k, v := range m {
-		if w, err := strconv.ParseUint(strings.TrimPrefix(k, kindMetaPrefix), 10, 64); err == nil {
-			s.kinds[w] = Source(v)
+		if w, err := strconv.ParseUint(strings.TrimPrefix(k, prefix), 10, 64); err == nil {
+			fn(w, v)
 		}
 	}
-	return s, nil
+	return nil
 }
 
 func (s *sources) get(worker uint64) string {
@@ -181,17 +183,38 @@ func (e *Engine) noteSources(evs []event.RouterEvent, src Source) []Meta {
 	return meta
 }
 
-// forgetSource drops a removed worker's kind, durably.
-func (e *Engine) forgetSource(ctx context.Context, worker uint64) error {
-	s := e.srcs
-	s.mu.Lock()
-	_, had := s.kinds[worker]
-	delete(s.kinds, worker)
-	s.mu.Unlock()
-	if !had {
+// forgetWorkerMeta drops what the engine kept of a removed worker's doors, in one commit: its
+// source kind and its source's indexed group kinds (a source still running sets them again with
+// its next batch; back through another door, the worker follows its partition's setting).
+func (e *Engine) forgetWorkerMeta(ctx context.Context, worker uint64) error {
+	s, g := e.srcs, e.kinds
+	s.mu.RLock()
+	_, hadKind := s.kinds[worker]
+	s.mu.RUnlock()
+	g.mu.RLock()
+	_, hadGroups := g.byWorker[worker]
+	g.mu.RUnlock()
+	if !hadKind && !hadGroups {
 		return nil
 	}
-	return e.CommitMeta(ctx, func(b MetaBatch) { b.DeleteMeta(kindMetaPrefix + strconv.FormatUint(worker, 10)) })
+	id := strconv.FormatUint(worker, 10)
+	if err := e.CommitMeta(ctx, func(b MetaBatch) {
+		if hadKind {
+			b.DeleteMeta(kindMetaPrefix + id)
+		}
+		if hadGroups {
+			b.DeleteMeta(groupKindsMetaPrefix + id)
+		}
+	}); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	delete(s.kinds, worker)
+	s.mu.Unlock()
+	g.mu.Lock()
+	delete(g.byWorker, worker)
+	g.mu.Unlock()
+	return nil
 }
 
 // SourceOf is the kind of door that last fed worker (SourceUnknown: none).
