@@ -50,6 +50,26 @@ func (e *Engine) PlaceFrom(ctx context.Context, src Source, key partition.Key, b
 	return id, nil
 }
 
+// PlaceSource is PlaceFrom for an event source (ZMQ, NATS) placing a batch, then gives the worker
+// its source's indexed KV-cache group kinds (SetSourceGroupKinds; 0: none, the partition's or
+// the server's), before any event of the batch is decided. A failure to apply the kinds, other
+// than ctx's, is logged and the batch goes on under the kinds in effect: the source would
+// otherwise skip the batch and its events; such a failure is the store's, which the batch's
+// submit then meets too.
+func (e *Engine) PlaceSource(ctx context.Context, src Source, key partition.Key, blockSize int, worker uint64, kinds event.GroupKinds) (uint32, error) {
+	id, err := e.PlaceFrom(ctx, src, key, blockSize, worker)
+	if err != nil {
+		return 0, err
+	}
+	if err := e.SetSourceGroupKinds(ctx, worker, kinds); err != nil {
+		if ctx.Err() != nil {
+			return 0, err
+		}
+		e.lg.Error("applying a source's indexed group kinds", "source", src, "worker_id", worker, "err", err)
+	}
+	return id, nil
+}
+
 func (e *Engine) place1(ctx context.Context, key partition.Key, blockSize int, worker uint64) (uint32, error) {
 	for {
 		p, err := e.parts.Ensure(ctx, key, blockSize)

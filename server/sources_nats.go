@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/kvindex/kvindex/engine"
+	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/natsrc"
 	"github.com/kvindex/kvindex/partition"
 )
@@ -45,11 +46,8 @@ func natsConfigs(core, js []string) ([]natsrc.Config, error) {
 func (s *Server) newNATS() *natsrc.Manager {
 	return natsrc.NewManager(s.e.SourceDoor(), s.e, natsrc.Options{Logger: s.cfg.Logger, AuthToken: s.cfg.AuthToken, Peers: s.bootstrapPeers,
 		Partition: func(ctx context.Context, cfg natsrc.Config, worker uint64) (uint32, error) {
-			id, err := s.e.PlaceFrom(ctx, engine.SourceNATS, partition.KeyOf(cfg.ModelName, cfg.RoutingGroup, ""), 0, worker)
-			if err != nil {
-				return 0, err
-			}
-			return id, s.sourceGroupKinds(ctx, cfg.ID, cfg.IndexedGroupKinds, worker)
+			kinds, _ := event.ParseGroupKinds(cfg.IndexedGroupKinds) // checked when the source was added
+			return s.e.PlaceSource(ctx, engine.SourceNATS, partition.KeyOf(cfg.ModelName, cfg.RoutingGroup, ""), 0, worker, kinds)
 		}})
 }
 

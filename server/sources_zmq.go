@@ -116,32 +116,12 @@ func (s *Server) Place(ctx context.Context, cfg vllm.Config, topic string, worke
 	if strings.HasPrefix(cfg.ID, registrySourcePrefix) {
 		src = engine.SourceDynamo // the source of a /register
 	}
-	id, err := s.e.PlaceFrom(ctx, src, key, bs, worker)
+	kinds, _ := event.ParseGroupKinds(cfg.IndexedGroupKinds) // checked when the source was added
+	id, err := s.e.PlaceSource(ctx, src, key, bs, worker, kinds)
 	if err != nil {
 		return 0, fmt.Errorf("source %s: %w", cfg.ID, err)
 	}
-	if err := s.sourceGroupKinds(ctx, cfg.ID, cfg.IndexedGroupKinds, worker); err != nil {
-		return 0, err
-	}
 	return id, nil
-}
-
-// sourceGroupKinds gives worker the indexed group kinds of its source (ZMQ or NATS; none: its
-// partition's or the server's), before any event of the batch is decided. A failure other than
-// the end of ctx is logged, not returned: a refused batch would be skipped, and the setting kept
-// is the old one if it could not be stored (a rank not rebuilt is rebuilt by the next restart).
-func (s *Server) sourceGroupKinds(ctx context.Context, source string, names []string, worker uint64) error {
-	kinds, err := event.ParseGroupKinds(names)
-	if err == nil {
-		err = s.e.SetSourceGroupKinds(ctx, worker, kinds)
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("source %s: %w", source, err)
-		}
-		s.lg.Error("applying a source's indexed group kinds", "source", source, "worker_id", worker, "err", err)
-	}
-	return nil
 }
 
 // zmqConfigs parses Config.ZMQ (Open refuses a bad one).
