@@ -10,35 +10,51 @@ import (
 	"pgregory.net/rapid"
 )
 
+// The alphabets of the index's property tests: few block hashes and tokens hashes, so prefixes
+// are shared, hashes repeat, blocks move and parents are unknown.
+var (
+	propBlockHash = rapid.Uint64Range(1, 12)
+	propTokens    = rapid.Uint64Range(100, 103)
+)
+
+// drawStored draws a Stored of rank r: up to 4 blocks under the root, a block r holds, or a
+// random (maybe unknown) parent.
+func drawStored(rt *rapid.T, m *testutil.Model, r event.Rank) event.RouterEvent {
+	blocks := make([]event.Block, rapid.IntRange(0, 4).Draw(rt, "n"))
+	for i := range blocks {
+		blocks[i] = event.Block{BlockHash: propBlockHash.Draw(rt, "bh"), TokensHash: propTokens.Draw(rt, "th")}
+	}
+	var parent *uint64
+	held := m.HeldBlocks(r)
+	switch k := rapid.IntRange(0, 3).Draw(rt, "parent"); {
+	case k == 0 || len(held) == 0 && k < 3:
+	case k < 3:
+		p := rapid.SampledFrom(held).Draw(rt, "held parent")
+		parent = &p
+	default:
+		p := propBlockHash.Draw(rt, "random parent")
+		parent = &p
+	}
+	return event.Stored(r, 0, parent, blocks...)
+}
+
+// drawRemoved draws a Removed of rank r: blocks it holds (mid-chain ones too) and a few any.
+func drawRemoved(rt *rapid.T, m *testutil.Model, r event.Rank) event.RouterEvent {
+	var hs []uint64
+	if held := m.HeldBlocks(r); len(held) > 0 {
+		hs = rapid.SliceOfN(rapid.SampledFrom(held), 0, 3).Draw(rt, "held")
+	}
+	return event.Removed(r, 0, append(hs, rapid.SliceOfN(propBlockHash, 0, 2).Draw(rt, "any")...)...)
+}
+
 // drawEvent draws an event of rank r in the alphabets of TestPropertyAgainstModel (shared
 // prefixes, repeated hashes, moves, mid-chain removals, unknown parents, Cleared).
 func drawEvent(rt *rapid.T, m *testutil.Model, r event.Rank) event.RouterEvent {
-	blockHash := rapid.Uint64Range(1, 12)
-	tokens := rapid.Uint64Range(100, 103)
 	switch op := rapid.IntRange(0, 19).Draw(rt, "op"); {
 	case op < 12:
-		blocks := make([]event.Block, rapid.IntRange(0, 4).Draw(rt, "n"))
-		for i := range blocks {
-			blocks[i] = event.Block{BlockHash: blockHash.Draw(rt, "bh"), TokensHash: tokens.Draw(rt, "th")}
-		}
-		var parent *uint64
-		held := m.HeldBlocks(r)
-		switch k := rapid.IntRange(0, 3).Draw(rt, "parent"); {
-		case k == 0 || len(held) == 0 && k < 3:
-		case k < 3:
-			p := rapid.SampledFrom(held).Draw(rt, "held parent")
-			parent = &p
-		default:
-			p := blockHash.Draw(rt, "random parent")
-			parent = &p
-		}
-		return event.Stored(r, 0, parent, blocks...)
+		return drawStored(rt, m, r)
 	case op < 19:
-		var hs []uint64
-		if held := m.HeldBlocks(r); len(held) > 0 {
-			hs = rapid.SliceOfN(rapid.SampledFrom(held), 0, 3).Draw(rt, "held")
-		}
-		return event.Removed(r, 0, append(hs, rapid.SliceOfN(blockHash, 0, 2).Draw(rt, "any")...)...)
+		return drawRemoved(rt, m, r)
 	default:
 		return event.Cleared(r, 0)
 	}

@@ -25,38 +25,15 @@ func TestPropertyAgainstModel(t *testing.T) {
 		rankGen := rapid.Custom(func(t *rapid.T) event.Rank {
 			return event.Rank{WorkerID: rapid.Uint64Range(1, 2).Draw(t, "worker"), DPRank: rapid.Uint32Range(0, 2).Draw(t, "dp")}
 		})
-		blockHash := rapid.Uint64Range(1, 12)
-		tokens := rapid.Uint64Range(100, 103)
 		var queries [][]uint64
 		for step := 0; step < propSteps; step++ {
 			r := rankGen.Draw(rt, "rank")
 			var ev event.RouterEvent
 			switch op := rapid.IntRange(0, 19).Draw(rt, "op"); {
 			case op < 11: // store
-				n := rapid.IntRange(0, 4).Draw(rt, "n")
-				blocks := make([]event.Block, n)
-				for i := range blocks {
-					blocks[i] = event.Block{BlockHash: blockHash.Draw(rt, "bh"), TokensHash: tokens.Draw(rt, "th")}
-				}
-				var parent *uint64
-				held := m.HeldBlocks(r)
-				switch k := rapid.IntRange(0, 3).Draw(rt, "parent"); {
-				case k == 0 || len(held) == 0 && k < 3:
-				case k < 3:
-					p := rapid.SampledFrom(held).Draw(rt, "held parent")
-					parent = &p
-				default:
-					p := blockHash.Draw(rt, "random parent")
-					parent = &p
-				}
-				ev = event.Stored(r, 0, parent, blocks...)
+				ev = drawStored(rt, m, r)
 			case op < 17: // remove
-				var hs []uint64
-				if held := m.HeldBlocks(r); len(held) > 0 {
-					hs = rapid.SliceOfN(rapid.SampledFrom(held), 0, 3).Draw(rt, "held")
-				}
-				hs = append(hs, rapid.SliceOfN(blockHash, 0, 2).Draw(rt, "any")...)
-				ev = event.Removed(r, 0, hs...)
+				ev = drawRemoved(rt, m, r)
 			case op < 18:
 				ev = event.Cleared(r, 0)
 			case op < 19:
@@ -77,10 +54,10 @@ func TestPropertyAgainstModel(t *testing.T) {
 			checkState(rt, ix, m)
 
 			// Queries: random ones, and the held paths of this rank extended by a random block.
-			qs := [][]uint64{rapid.SliceOfN(tokens, 0, 5).Draw(rt, "query")}
+			qs := [][]uint64{rapid.SliceOfN(propTokens, 0, 5).Draw(rt, "query")}
 			if held := m.HeldBlocks(r); len(held) > 0 {
 				b, _ := m.Block(r, rapid.SampledFrom(held).Draw(rt, "path of"))
-				qs = append(qs, append(append([]uint64(nil), b.Path...), tokens.Draw(rt, "extra")))
+				qs = append(qs, append(append([]uint64(nil), b.Path...), propTokens.Draw(rt, "extra")))
 			}
 			for _, q := range qs {
 				checkScores(rt, m, q, false, ix.FindMatches(q, false))
