@@ -410,7 +410,9 @@ func (e *Engine) runLeaseSweep(ctx context.Context) {
 
 // submitRenewing is SourceDoor.SubmitWithMeta: with Config.SourceLease set, each worker of evs
 // without an explicit lease gets its implied lease renewed to now + SourceLease, written with the
-// events and live once they are durable.
+// events and live once they are durable. A lease renewed less than a quarter of its ttl ago is
+// left as it is, so a busy source writes a lease entry at most four times per ttl, not one per
+// batch: a worker's implied lease ends between ¾ of the ttl and the ttl after its last event.
 func (e *Engine) submitRenewing(ctx context.Context, evs []event.RouterEvent, meta []Meta) (Result, error) {
 	ttl := e.cfg.SourceLease
 	if ttl <= 0 || len(evs) == 0 {
@@ -419,7 +421,8 @@ func (e *Engine) submitRenewing(ctx context.Context, evs []event.RouterEvent, me
 	l := e.leases
 	l.op.RLock()
 	defer l.op.RUnlock()
-	le := leaseEntry{deadline: e.now().Add(ttl).UnixNano(), ttl: ttl, implied: true}
+	start := e.now().UnixNano()
+	le := leaseEntry{deadline: start + int64(ttl), ttl: ttl, implied: true}
 	var renew []uint64
 	meta = slices.Clip(meta)
 	l.mu.RLock()
@@ -428,8 +431,12 @@ func (e *Engine) submitRenewing(ctx context.Context, evs []event.RouterEvent, me
 		if slices.Contains(renew, w) {
 			continue
 		}
-		if have, ok := l.byWorker[w]; ok && !have.implied {
+		have, ok := l.byWorker[w]
+		if ok && !have.implied {
 			continue // the worker's own lease: renewed by the worker, not by its events
+		}
+		if ok && have.ttl == ttl && have.deadline-start >= int64(ttl)*3/4 {
+			continue // renewed within the last quarter of the ttl: no log entry per batch
 		}
 		renew = append(renew, w)
 		meta = append(meta, Meta{Name: leaseKey(w), Value: encodeLease(le)})

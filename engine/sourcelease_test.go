@@ -278,3 +278,46 @@ func TestSourceLeaseSurvivesKill9(t *testing.T) {
 		t.Fatalf("after kill -9: rank %+v %v", rs, ok)
 	}
 }
+
+// TestSourceLeaseRenewalIsThrottled: a busy source's batches renew its worker's implied lease at
+// most once per quarter of the ttl (no lease entry in every batch's log write): within a quarter
+// the deadline stays, past it the next batch moves it to now + ttl; after a restart the durable
+// deadline is the one in force.
+func TestSourceLeaseRenewalIsThrottled(t *testing.T) {
+	c := newClock()
+	fs := vfs.NewMem()
+	ttl := 8 * time.Second
+	e := openSourceEngine(t, fs, c, ttl)
+	rk := event.Rank{WorkerID: 5}
+	deadline := func(e *Engine) time.Time {
+		for _, l := range e.Leases() {
+			if l.WorkerID == rk.WorkerID {
+				return l.Deadline
+			}
+		}
+		t.Fatal("no lease")
+		return time.Time{}
+	}
+	feedFrom(t, e, SourceZMQ, rk, 1)
+	first := deadline(e)
+	if want := c.Now().Add(ttl); !first.Equal(want) {
+		t.Fatalf("first deadline %v, want %v", first, want)
+	}
+	c.Advance(ttl / 8)
+	feedFrom(t, e, SourceZMQ, rk, 2)
+	if got := deadline(e); !got.Equal(first) {
+		t.Fatalf("renewed within a quarter of the ttl: deadline %v, want %v kept", got, first)
+	}
+	c.Advance(ttl / 4)
+	feedFrom(t, e, SourceZMQ, rk, 3)
+	renewed := deadline(e)
+	if want := c.Now().Add(ttl); !renewed.Equal(want) {
+		t.Fatalf("past a quarter of the ttl: deadline %v, want %v", renewed, want)
+	}
+	e.Close()
+	e = openSourceEngine(t, fs, c, ttl)
+	defer e.Close()
+	if got := deadline(e); !got.Equal(renewed) {
+		t.Fatalf("after a restart: deadline %v, want %v", got, renewed)
+	}
+}
