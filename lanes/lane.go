@@ -363,7 +363,10 @@ func (ln *lane) execute(rs *rankState, d recovery.Decision, ev *event.RouterEven
 	}
 	// Buffered events were acknowledged: they are durable in this batch (docs/CONTRACT.md §5 lifecycle
 	// rule 1), and deleted in the batch that applies them or records them lost.
-	if d.PendingChanged {
+	// rs.pending is still the count before this decision: the durable pending events mirror
+	// it, so a rank that had none has nothing to delete (a range deletion per applied event
+	// would cost every commit a memtable tombstone and every reader its fragmenting).
+	if d.PendingChanged && rs.pending > 0 {
 		bs.b.DropPending(r, d.PendingFrom, d.PendingEmpty)
 	}
 	if d.Buffered && ev != nil && !d.PendingEmpty && ev.EventID >= d.PendingFrom {
