@@ -89,17 +89,9 @@ func RecordIDs(key, val []byte) (first, last uint64, ok bool) {
 // events when the checksum fails (damage), after the events before the bad one when a record
 // that checks does not parse (a writer bug, which the checksum cannot catch).
 func DecodeRecords(ev *event.RouterEvent, key, val []byte, from uint64, fn func(*event.RouterEvent) error) error {
-	r, last, ok := store.ParseLogKey(key)
-	if !ok {
-		return fmt.Errorf("wal: %w: not a log key: %x", ErrCorruption, key)
-	}
-	if len(val) < 1+3+1+crcLen {
-		return fmt.Errorf("wal: rank %v event %d: %w: record of %d bytes", r, last, ErrCorruption, len(val))
-	}
-	body := val[:len(val)-crcLen]
-	want := binary.LittleEndian.Uint32(val[len(val)-crcLen:])
-	if got := crc32.Update(crc32.Update(0, castagnoli, key[1:]), castagnoli, body); got != want {
-		return fmt.Errorf("wal: rank %v event %d: %w: record checksum %08x, want %08x", r, last, ErrCorruption, got, want)
+	r, last, body, err := openRecord(key, val)
+	if err != nil {
+		return err
 	}
 	k, hdr, ok := recordCount(body)
 	if !ok {
@@ -134,12 +126,8 @@ func DecodeRecords(ev *event.RouterEvent, key, val []byte, from uint64, fn func(
 // from, to be written back under the same key; ok false when nothing is to change (every event
 // is at or above from, or the record does not check: damage is never re-sealed).
 func trimRecord(key, val []byte, from uint64) (out []byte, ok bool) {
-	r, last, isKey := store.ParseLogKey(key)
-	if !isKey || from > last || len(val) < crcLen {
-		return nil, false
-	}
-	body := val[:len(val)-crcLen]
-	if crc32.Update(crc32.Update(0, castagnoli, key[1:]), castagnoli, body) != binary.LittleEndian.Uint32(val[len(body):]) {
+	r, last, body, err := openRecord(key, val)
+	if err != nil || from > last {
 		return nil, false
 	}
 	k, hdr, hok := recordCount(body)

@@ -255,14 +255,7 @@ func TestUpgradeFormat3InPlace(t *testing.T) {
 			}
 		}
 	}
-	ro, err := store.Open(dir, store.Options{ReadOnly: true, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := Open(ro, Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ro, l := openDirLog(t, dir, true)
 	if ro.Version() != store.FormatV3 {
 		t.Fatalf("read-only open: version %d", ro.Version())
 	}
@@ -271,13 +264,7 @@ func TestUpgradeFormat3InPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	st, err := store.Open(dir, store.Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l, err = Open(st, Options{Logger: quietLogger()}); err != nil {
-		t.Fatal(err)
-	}
+	st, l := openDirLog(t, dir, false)
 	if st.Version() != store.FormatVersion || store.FormatVersion != 4 {
 		t.Fatalf("version %d after the upgrade", st.Version())
 	}
@@ -306,16 +293,25 @@ func TestUpgradeFormat3InPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Format 4 now, read-only too.
-	ro, err = store.Open(dir, store.Options{ReadOnly: true, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ro, l = openDirLog(t, dir, true)
 	defer ro.Close()
 	if ro.Version() != store.FormatVersion {
 		t.Fatalf("reopened: version %d", ro.Version())
 	}
-	if l, err = Open(ro, Options{Logger: quietLogger()}); err != nil {
+	check(l, after)
+}
+
+// openDirLog opens the store in dir (read-only or not) and its log.
+func openDirLog(t *testing.T, dir string, readOnly bool) (*store.Store, *Log) {
+	t.Helper()
+	st, err := store.Open(dir, store.Options{ReadOnly: readOnly, Logger: quietLogger()})
+	if err != nil {
 		t.Fatal(err)
 	}
-	check(l, after)
+	l, err := Open(st, Options{Logger: quietLogger()})
+	if err != nil {
+		_ = st.Close()
+		t.Fatal(err)
+	}
+	return st, l
 }
