@@ -19,11 +19,10 @@ const groupVersion byte = 2
 // openGroup is a rank's run of consecutive events being collected in a Batch: body holds their
 // encoded bodies back to back.
 type openGroup struct {
-	rank  event.Rank
-	first uint64
-	last  uint64
-	k     uint64
-	body  []byte
+	rank event.Rank
+	last uint64 // the run holds ids last-k+1 ... last
+	k    uint64
+	body []byte
 }
 
 // appendGroupValue appends the record value of k consecutive events of r ending at last, whose

@@ -223,7 +223,7 @@ func (b *Batch) Append(ev *event.RouterEvent) {
 			return
 		}
 		b.writeGroup(g)
-		g.first, g.last, g.k, g.body = ev.EventID, ev.EventID, 1, appendBody(g.body[:0], ev)
+		g.last, g.k, g.body = ev.EventID, 1, appendBody(g.body[:0], ev)
 		return
 	}
 	if len(b.groups) < cap(b.groups) {
@@ -233,7 +233,7 @@ func (b *Batch) Append(ev *event.RouterEvent) {
 	}
 	i := len(b.groups) - 1
 	g := &b.groups[i]
-	g.rank, g.first, g.last, g.k, g.body = r, ev.EventID, ev.EventID, 1, appendBody(g.body[:0], ev)
+	g.rank, g.last, g.k, g.body = r, ev.EventID, 1, appendBody(g.body[:0], ev)
 	b.open[r] = i
 }
 
