@@ -363,7 +363,10 @@ func (ln *lane) execute(rs *rankState, d recovery.Decision, ev *event.RouterEven
 	}
 	// Buffered events were acknowledged: they are durable in this batch (docs/CONTRACT.md §5 lifecycle
 	// rule 1), and deleted in the batch that applies them or records them lost.
-	if d.PendingChanged {
+	// rs.pending is still the count before this decision: the durable pending events mirror
+	// it, so a rank that had none has nothing to delete (a range deletion per applied event
+	// would cost every commit a memtable tombstone and every reader its fragmenting).
+	if d.PendingChanged && rs.pending > 0 {
 		bs.b.DropPending(r, d.PendingFrom, d.PendingEmpty)
 	}
 	if d.Buffered && ev != nil && !d.PendingEmpty && ev.EventID >= d.PendingFrom {
@@ -395,8 +398,38 @@ func (ln *lane) execute(rs *rankState, d recovery.Decision, ev *event.RouterEven
 	}
 }
 
+// newBatchState returns an empty batch state, a committed one of the lane's when there is one
+// (its wal batch keeps its buffers: the per-rank runs' encodings grow once, not per commit).
+// Decider only: it clears the recycled state here, after its own last read of it (the
+// retention check after launch).
 func (ln *lane) newBatchState() *batchState {
+	select {
+	case bs := <-ln.free:
+		clear(bs.steps) // drop the events' and dumps' references
+		clear(bs.fetches)
+		clear(bs.undo)
+		bs.steps, bs.fetches, bs.undo = bs.steps[:0], bs.fetches[:0], bs.undo[:0]
+		clear(bs.touched)
+		return bs
+	default:
+	}
 	return &batchState{b: ln.p.log.NewBatch(), touched: map[*rankState]bool{}}
+}
+
+// maxRecycledSteps bounds the steps a recycled batch state keeps room for.
+const maxRecycledSteps = 4096
+
+// recycle hands a committed batch state back to the decider (applier, after the commit was
+// applied and acknowledged; a failed one is kept for restoreFailed instead).
+func (ln *lane) recycle(bs *batchState) {
+	if cap(bs.steps) <= maxRecycledSteps {
+		select {
+		case ln.free <- bs:
+			return
+		default:
+		}
+	}
+	bs.b.Close()
 }
 
 func (ln *lane) processEvents(batch []*op) {
@@ -514,8 +547,8 @@ func (ln *lane) launch(pd *pending) {
 func (ln *lane) finishCommit(pd *pending) {
 	p := ln.p
 	bs := pd.bs
-	defer bs.b.Close()
 	if pd.err != nil {
+		bs.b.Close()
 		ln.markFailed(pd.err, bs)
 		for _, o := range pd.ops {
 			o.w.finish(Result{}, 0, pd.err)
@@ -553,6 +586,7 @@ func (ln *lane) finishCommit(pd *pending) {
 	if p.opts.CheckpointRatio > 0 && len(bs.steps) > 0 {
 		ln.maybeCheckpoint(bs)
 	}
+	ln.recycle(bs)
 }
 
 // markFailed records a failed commit: the lane refuses writes from now on (the log is unusable

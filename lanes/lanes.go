@@ -298,7 +298,8 @@ type lane struct {
 	id       int
 	p        *Pipeline
 	q        chan *op
-	inflight chan *pending // launched commits, in order, for the applier
+	inflight chan *pending    // launched commits, in order, for the applier
+	free     chan *batchState // committed batch states for reuse: the applier returns, the decider takes
 
 	failMu   sync.Mutex
 	failErr  error         // the first commit error: the lane refuses writes after it
@@ -346,7 +347,8 @@ func New(log *wal.Log, trees Trees, opts Options) *Pipeline {
 		stop: make(chan struct{}), closing: make(chan struct{})}
 	p.fetchCtx, p.fetchCancel = context.WithCancel(context.Background())
 	for i := range opts.Lanes {
-		p.lanes = append(p.lanes, &lane{id: i, p: p, q: make(chan *op, opts.QueueDepth), wake: make(chan struct{}, 1)})
+		p.lanes = append(p.lanes, &lane{id: i, p: p, q: make(chan *op, opts.QueueDepth), wake: make(chan struct{}, 1),
+			free: make(chan *batchState, pipelineDepth+1)})
 	}
 	return p
 }

@@ -6,8 +6,10 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/store"
 )
 
 // TestFormat3DirReplaysAsWritten: a data dir of the format-3 binary (testdata/format3, its
@@ -15,13 +17,22 @@ import (
 // tiers and log: a snapshot with the log after it (worker 1), a batch with a removal (2), a
 // host_pinned event and a grouped one (3: the replay leaves the bulk build for the group gate),
 // a recorded gap (4), a Cleared inside a batch (5). Run twice: the second open replays what the
-// first left.
+// first left. testdata/format4 is the same script written by the format-4 binary (group records,
+// a retention cut inside one): it replays the same.
 func TestFormat3DirReplaysAsWritten(t *testing.T) {
+	for _, c := range []struct {
+		dir     string
+		records int // log records of worker 1 (ids 9..12)
+	}{{"format3", 4}, {"format4", 1}} {
+		t.Run(c.dir, func(t *testing.T) { replaysAsWritten(t, "../testdata/"+c.dir+"/datadir", c.records) })
+	}
+}
+
+func replaysAsWritten(t *testing.T, src string, worker1Records int) {
 	fs := vfs.NewMem()
 	if err := fs.MkdirAll("data", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	src := "../testdata/format3/datadir"
 	files, err := os.ReadDir(src)
 	if err != nil {
 		t.Fatal(err)
@@ -102,6 +113,19 @@ func TestFormat3DirReplaysAsWritten(t *testing.T) {
 			if !slices.Equal(ids, c.logIDs) {
 				t.Errorf("round %d: %v log ids %v, want %v", round, c.rank, ids, c.logIDs)
 			}
+		}
+		lo, hi := store.RankLogBounds(event.Rank{WorkerID: 1})
+		it, err := f.st.DB().NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		if err != nil {
+			t.Fatal(err)
+		}
+		records := 0
+		for valid := it.First(); valid; valid = it.Next() {
+			records++
+		}
+		_ = it.Close()
+		if records != worker1Records {
+			t.Errorf("round %d: worker 1 has %d log records, want %d", round, records, worker1Records)
 		}
 		if rs, _ := p.RankStatus(event.Rank{WorkerID: 3, DPRank: 1}); len(rs.Groups) != 1 || rs.Groups[0].Kind != event.GroupKindFullAttention {
 			t.Errorf("round %d: worker 3 groups %+v", round, rs.Groups)

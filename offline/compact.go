@@ -176,7 +176,8 @@ func snapshotWords(id uint64) string {
 	return fmt.Sprintf("no log events after the snapshot at %d", id)
 }
 
-// logSpan counts r's log records and returns the first and last id, without decoding values.
+// logSpan counts r's log events and returns the first and last id, from the record keys and
+// headers (a group record holds consecutive ids ending at its key's), without decoding events.
 func logSpan(db *pebble.DB, r event.Rank) (n, first, last uint64, err error) {
 	lo, hi := store.RankLogBounds(r)
 	it, err := db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi, KeyTypes: pebble.IterKeyTypePointsOnly})
@@ -184,12 +185,17 @@ func logSpan(db *pebble.DB, r event.Rank) (n, first, last uint64, err error) {
 		return 0, 0, 0, store.MapError(fmt.Sprintf("rank %v: log", r), err)
 	}
 	for valid := it.First(); valid; valid = it.Next() {
-		_, id, _ := store.ParseLogKey(it.Key())
+		val, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return 0, 0, 0, store.MapError(fmt.Sprintf("rank %v: log", r), err)
+		}
+		lo, id, _ := wal.RecordIDs(it.Key(), val) // a damaged header counts as one event
 		if n == 0 {
-			first = id
+			first = lo
 		}
 		last = id
-		n++
+		n += id - lo + 1
 	}
 	if err := it.Close(); err != nil {
 		return 0, 0, 0, store.MapError(fmt.Sprintf("rank %v: log", r), err)

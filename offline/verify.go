@@ -27,7 +27,7 @@ type VerifyOptions struct {
 type VerifyReport struct {
 	Ranks      int      // ranks checked
 	Partitions int      // partitions recorded in the dir (the default one included)
-	Records    uint64   // log records decoded
+	Records    uint64   // log events decoded (a group record counts each of its events)
 	Blocks     uint64   // blocks of the rebuilt trees (device tier)
 	Problems   []string // one line each; empty when the dir is clean
 	Notes      []string // facts worth knowing that are not problems (a torn WAL tail, ...)
@@ -263,46 +263,26 @@ func (v *rankVerifier) replayLog(ix recovery.Tree, snap wal.Snapshot, hasSnap bo
 	}
 	under := tier.New(index.New(index.Options{RankCapacity: 1})) // the log up to the snapshot
 	underG := lanes.GroupTree(under, v.r, v.kinds)
-	for valid := it.First(); valid; valid = it.Next() {
-		if v.records&1023 == 0 && v.ctx.Err() != nil {
-			_ = it.Close()
-			return 0, v.ctx.Err()
-		}
-		_, id, _ := store.ParseLogKey(it.Key())
+	apply := func(ev *event.RouterEvent) error {
+		id := ev.EventID
 		v.records++
 		last = id
-		val, err := it.ValueAndErr()
-		if err == nil {
-			err = wal.DecodeRecord(&ev, it.Key(), val)
-		} else {
-			err = store.MapError(fmt.Sprintf("event %d", id), err)
-		}
-		if err != nil {
-			if !errors.Is(err, wal.ErrCorruption) {
-				decodeErr = err
-				break
-			}
-			v.problem("log record %d: %v", id, err)
-			prevCorrupt = true
-			prev, havePrev = id, true
-			continue
-		}
 		if id < meta.Cut {
 			if below == 0 {
 				belowLo = id
 			}
 			below++
 			belowHi = id
-			continue
+			return nil
 		}
 		if hasSnap && id <= snap.LastEventID {
 			// Retained under an online checkpoint: replayed into under when the log was never
 			// cut, to compare with the checkpoint; the snapshot stands for it in ix.
 			if meta.Cut == 0 {
-				underG.Apply(&ev)
+				underG.Apply(ev)
 			}
 			prev, havePrev, prevCorrupt = id, true, false
-			continue
+			return nil
 		}
 		// A hole before a record is fine when the record is a Cleared (a barrier may jump ids),
 		// or when the gap ledger accounts for it. A corrupt previous record hides the kind.
@@ -312,7 +292,38 @@ func (v *rankVerifier) replayLog(ix recovery.Tree, snap wal.Snapshot, hasSnap bo
 			}
 		}
 		prev, havePrev, prevCorrupt = id, true, false
-		ix.Apply(&ev)
+		ix.Apply(ev)
+		return nil
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		if v.ctx.Err() != nil {
+			_ = it.Close()
+			return 0, v.ctx.Err()
+		}
+		_, id, _ := store.ParseLogKey(it.Key())
+		val, err := it.ValueAndErr()
+		if err == nil {
+			err = wal.DecodeRecords(&ev, it.Key(), val, 0, apply)
+		} else {
+			err = store.MapError(fmt.Sprintf("event %d", id), err)
+		}
+		if err != nil {
+			if !errors.Is(err, wal.ErrCorruption) {
+				decodeErr = err
+				break
+			}
+			first, _, _ := wal.RecordIDs(it.Key(), val) // id itself when the header is damaged
+			if first < id {
+				v.problem("log record %d-%d: %v", first, id, err)
+			} else {
+				v.problem("log record %d: %v", id, err)
+			}
+			v.records += id - first + 1 // counted as read, as the good ones
+			last = id
+			prevCorrupt = true
+			prev, havePrev = id, true
+			continue
+		}
 	}
 	if err := it.Close(); err != nil && decodeErr == nil {
 		decodeErr = store.MapError("log", err)

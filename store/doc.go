@@ -30,8 +30,8 @@
 // # Key layout (part of the on-disk format: never change without a new FormatVersion)
 //
 // Every key starts with one prefix byte. Integers are big-endian so that byte order equals
-// numeric order and one rank's keys are contiguous. Format 2 (kept by format 3, which changed
-// only the log record, wal/doc.go) put the partition (the id of the rank's (model_name,
+// numeric order and one rank's keys are contiguous. Format 2 (kept by formats 3 and 4, which
+// changed only the log record, wal/doc.go) put the partition (the id of the rank's (model_name,
 // routing_group), package partition; 0 = default) in front of the worker in every per-rank key; format 1 had no partition field (each per-rank key 4 bytes
 // shorter) and is upgraded in place by wal.Open (wal/upgrade.go).
 //
@@ -40,6 +40,8 @@
 //	                  | 4C | partition | worker | dp     | id     |
 //	                  +----+-----------+--------+--------+--------+
 //	                    1        4          8        4        8
+//	                  id: the record's event, or (format 4) the last event of a group record
+//	                  of consecutive ids (wal/doc.go)
 //
 //	rank snapshot     'S' | partition u32 | worker_id u64 | dp_rank u32                 (17 bytes)
 //	rank metadata     'M' | partition u32 | worker_id u64 | dp_rank u32 | kind u8       (18 bytes)

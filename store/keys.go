@@ -8,7 +8,7 @@ import (
 
 // Key prefixes. Part of the on-disk format: never renumber.
 const (
-	PrefixLog       byte = 'L' // 'L' | rank | event_id: one log record
+	PrefixLog       byte = 'L' // 'L' | rank | event_id: one log record (a group's: its last id)
 	PrefixSnapshot  byte = 'S' // 'S' | rank: the rank's snapshot
 	PrefixRankMeta  byte = 'M' // 'M' | rank | kind: per-rank metadata
 	PrefixGap       byte = 'G' // 'G' | rank | gap_seq: one gap ledger entry

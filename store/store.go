@@ -22,11 +22,16 @@ import (
 // FormatVersion is the on-disk format this binary writes and reads (key layout here, record,
 // snapshot and metadata encodings in wal). Bump it for any incompatible change; older binaries
 // refuse a newer dir with ErrFormatTooNew.
-const FormatVersion uint32 = 3
+const FormatVersion uint32 = 4
+
+// FormatV3 is the format before group log records (wal: one record per event, version 1; format
+// 4 adds version-2 records of consecutive events). Its dirs are valid format-4 dirs: a
+// read-write Open accepts it and wal.Open sets the version record to 4 (wal/upgrade.go), so a
+// format-3 binary then refuses the dir; a read-only open reads it as it is.
+const FormatV3 uint32 = 3
 
 // FormatV2 is the format before KV-cache groups in log records (wal's record flag bit 2). Its
-// dirs are valid format-3 dirs: a read-write Open accepts it and wal.Open sets the version
-// record to 3 (wal/upgrade.go); a read-only open reads it as it is.
+// dirs are valid format-4 dirs, upgraded as format-3 ones are.
 const FormatV2 uint32 = 2
 
 // FormatV1 is the format before partitions (rank keys without the partition). A read-write Open
@@ -308,7 +313,7 @@ func (s *Store) checkVersion() error {
 		case s.version == FormatV1 && s.readOnly:
 			return fmt.Errorf("open %s: %w: dir format 1 must be upgraded to %d first: start `kvindex serve` on it once (or run `kvindex compact`), which upgrades it in place",
 				s.dir, ErrFormatUnsupported, FormatVersion)
-		case s.version != FormatVersion && s.version != FormatV1 && s.version != FormatV2:
+		case s.version != FormatVersion && s.version != FormatV1 && s.version != FormatV2 && s.version != FormatV3:
 			return fmt.Errorf("open %s: %w: dir format %d is not readable by this binary (format %d)",
 				s.dir, ErrFormatUnsupported, s.version, FormatVersion)
 		}

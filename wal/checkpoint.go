@@ -140,7 +140,9 @@ func (l *Log) TrimLog(ctx context.Context, r event.Rank, upTo uint64) error {
 	}
 	pb := l.db.NewBatch()
 	defer pb.Close()
-	cutLog(pb, r, cut, newCut, ok)
+	if err := l.cutLog(pb, r, cut, newCut, ok); err != nil {
+		return err
+	}
 	if err := l.apply(pb, pebble.Sync); err != nil {
 		return fmt.Errorf("wal: trim rank %v up to %d: %w", r, upTo, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/kvindex/kvindex/event"
@@ -127,7 +128,41 @@ func (a *appender) check(t *testing.T, l *Log, ackedBefore uint64) uint64 {
 	if ks[0] < ackedBefore {
 		t.Fatalf("rank %v ends at %d but %d were acknowledged before the crash", a.ranks[0], ks[0], ackedBefore)
 	}
+	// The test is about format 4: a batch's events of a rank are one group record, so the
+	// records recovered are the batches recovered.
+	if recs := logRecords(t, l, a.ranks[0]); ks[0] > 0 && recs != a.batchesUpTo(ks[0]) {
+		t.Fatalf("rank %v: %d log records for %d events in %d batches", a.ranks[0], recs, ks[0], a.batchesUpTo(ks[0]))
+	}
 	return ks[0]
+}
+
+// batchesUpTo counts the attempted batches whose ids are ≤ last (a boundary). Caller holds a.mu.
+func (a *appender) batchesUpTo(last uint64) int {
+	n := 0
+	for b := range a.boundaries {
+		if b > 0 && b <= last {
+			n++
+		}
+	}
+	return n
+}
+
+// logRecords counts r's log keys.
+func logRecords(t *testing.T, l *Log, r event.Rank) int {
+	t.Helper()
+	lo, hi := store.RankLogBounds(r)
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for valid := it.First(); valid; valid = it.Next() {
+		n++
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // TestCrashKeepsAcknowledged: appenders commit with Sync while the filesystem "loses power"

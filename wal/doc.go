@@ -61,6 +61,48 @@
 //
 // A Stored event with 8 blocks and a parent is 1+3+8+1+128+4 = 145 bytes.
 //
+// # Group record value (format 4; key: store.LogKey with the id of the group's LAST event)
+//
+// A commit's run of consecutive events of one rank (ids first..last, k = last-first+1 ≥ 2) is
+// one record: the same per-event bodies back to back, behind a count. A single event is still
+// written as the version-1 record above: a version-1 record is a group of one.
+//
+//	+---------+-----------+--------------------------------+--------------------------------+-----+--------+
+//	| ver = 2 | k uvarint | body of event first            | body of event first+1          | ... | crc32c |
+//	|   u8    | (≥ 2)     | kind | tier | flags | ... | items| kind | tier | flags | ... | items|     | u32 LE |
+//	+---------+-----------+--------------------------------+--------------------------------+-----+--------+
+//	body:  a version-1 record without its version byte and crc (self-delimiting: its flags and
+//	       count give its length), for ids last-k+1, ..., last in order
+//	crc32c over: partition u32 BE | worker u64 BE | dp u32 BE | last event_id u64 BE | every value byte before the crc
+//	       (the key's rank and last id, and k: every event id of the group is covered)
+//
+// Eight Stored events of 8 blocks with parents in one commit: 1+1+8×140+4 = 1,126 bytes under
+// one 25-byte key, against 8 × (145 + 25) = 1,360 bytes under eight keys in format 3; what
+// matters more is one Pebble memtable insert per (rank, commit) instead of one per event.
+//
+// Why keyed by the last id: a reader asking for ids ≥ from seeks to LogKey(rank, from) and lands
+// on the record that holds from (records of a rank hold disjoint ids, rising with their keys),
+// so Range, Last and the DeleteRange of retention keep their key arithmetic; First reads the
+// first record's count.
+//
+// Invariants of group records:
+//   - A Batch groups per rank: events of a rank appended with consecutive ids become one record
+//     at commit, whatever other ranks' events lie between them; an id that does not continue the
+//     run closes it (a gap, or an id below it) and starts the next record. ResetRank and
+//     RemoveRank drop the rank's open run (the batch deletes its log anyway) so appends after
+//     them start a new one.
+//   - Ids are per event everywhere above the record: Range (from and limit count events; a range
+//     may start or stop inside a group), First and Last, range answers, retention cuts, export
+//     and verify (which counts events as its "log records").
+//   - A retention cut may fall inside a group (its first id below the new cut, its last at or
+//     above it): the DeleteRange from the previous cut does not reach it (its key is its last
+//     id), so the same synced batch rewrites it under the same key without the events below the
+//     cut (a smaller group, or a version-1 record when one event is left), re-sealed. No log id
+//     below the cut remains, as in format 3. A group that fails its checksum is left as it is.
+//   - A damaged group loses its events together: it is one value and one checksum.
+//   - Pending events ('P' keys, below) are not grouped: they stay one version-1 record each
+//     (a recovery buffers few, and each is deleted on its own id).
+//
 // # Snapshot value (key: 'S' | worker | dp)
 //
 //	+---------+--------------------+-----------+--------------------------------------+--------+
@@ -101,9 +143,19 @@
 //
 // Format 3 added the record flag bit 2 (a KV-cache group after source_seq). A format-2 dir holds
 // no such record, so it is a valid format-3 dir: a read-write wal.Open only sets the version
-// record to 3 (a format-2 binary then refuses the dir instead of reading group records as
+// record (to 4 now) (a format-2 binary then refuses the dir instead of reading group records as
 // corrupt); a read-only open reads a format-2 dir as it is. testdata/format2 is a dir of the last
 // format-2 binary (TestUpgradeFormat2InPlace).
+//
+// # Format 3 → 4
+//
+// Format 4 added the version-2 group record. A format-3 (or format-2) dir holds only version-1
+// records, which read as groups of one, so it is a valid format-4 dir: a read-write wal.Open only
+// sets the version record to 4, so a format-3 binary then refuses the dir (store.ErrFormatTooNew)
+// instead of reading group records as corrupt; a read-only open reads a format-3 dir as it is.
+// Nothing is rewritten: old records stay one per event until retention deletes them.
+// testdata/format3 is a dir of the last format-3 binary (TestUpgradeFormat3InPlace,
+// lanes.TestFormat3DirReplaysAsWritten).
 //
 // Gap sequence numbers rise per rank (1, 2, ...); a gap outcome is 0 lost, 1 recovered,
 // 2 pending. Global metadata ('K'|name) values are opaque here.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -178,6 +179,10 @@ func (l *Log) usable() error {
 }
 
 // Batch collects events and metadata for one atomic Commit. Not safe for concurrent use.
+//
+// Appends are collected per rank: each run of consecutive ids of a rank becomes one log record
+// (a group, doc.go) when the batch is committed, so a commit writes one Pebble key per rank and
+// run instead of one per event.
 type Batch struct {
 	l       *Log
 	pb      *pebble.Batch
@@ -185,11 +190,14 @@ type Batch struct {
 	val     []byte
 	n       int
 	waiting bool // Start applied it without waiting for its sync: Wait must follow
+
+	groups []openGroup        // open runs; slots past len keep their body buffers for reuse
+	open   map[event.Rank]int // rank → index in groups of its open run
 }
 
 // NewBatch returns an empty batch. Reuse it across commits; Close it when done.
 func (l *Log) NewBatch() *Batch {
-	return &Batch{l: l, key: make([]byte, 0, store.LogKeyLen), val: make([]byte, 0, 512)}
+	return &Batch{l: l, key: make([]byte, 0, store.LogKeyLen), val: make([]byte, 0, 512), open: map[event.Rank]int{}}
 }
 
 func (b *Batch) pebble() *pebble.Batch {
@@ -199,12 +207,71 @@ func (b *Batch) pebble() *pebble.Batch {
 	return b.pb
 }
 
-// Append adds ev to its rank's log under its EventID (the same id again overwrites).
+// Append adds ev to its rank's log under its EventID. Events of a rank appended with
+// consecutive ids (in one batch, other ranks' events between them or not) become one record;
+// an id that does not continue the rank's run closes it and starts another. A rank's log ids
+// rise: append an id above the rank's newest logged id (or any id after ResetRank). The same id
+// again overwrites it only when both are the last id of their records (a lone event).
 func (b *Batch) Append(ev *event.RouterEvent) {
-	b.key = store.AppendLogKey(b.key[:0], ev.Rank(), ev.EventID)
-	b.val = EncodeRecord(b.val[:0], ev)
-	_ = b.pebble().Set(b.key, b.val, nil)
+	r := ev.Rank()
 	b.n++
+	if i, ok := b.open[r]; ok {
+		g := &b.groups[i]
+		if g.last+1 == ev.EventID && g.last != math.MaxUint64 {
+			g.body = appendBody(g.body, ev)
+			g.last, g.k = ev.EventID, g.k+1
+			return
+		}
+		b.writeGroup(g)
+		g.last, g.k, g.body = ev.EventID, 1, appendBody(g.body[:0], ev)
+		return
+	}
+	if len(b.groups) < cap(b.groups) {
+		b.groups = b.groups[:len(b.groups)+1]
+	} else {
+		b.groups = append(b.groups, openGroup{})
+	}
+	i := len(b.groups) - 1
+	g := &b.groups[i]
+	g.rank, g.last, g.k, g.body = r, ev.EventID, 1, appendBody(g.body[:0], ev)
+	b.open[r] = i
+}
+
+// writeGroup sets g's record in the Pebble batch.
+func (b *Batch) writeGroup(g *openGroup) {
+	b.key = store.AppendLogKey(b.key[:0], g.rank, g.last)
+	b.val = appendGroupValue(b.val[:0], g.rank, g.last, g.k, g.body)
+	_ = b.pebble().Set(b.key, b.val, nil)
+}
+
+// flushGroups writes every open run and empties the set.
+func (b *Batch) flushGroups() {
+	for i := range b.groups {
+		b.writeGroup(&b.groups[i])
+	}
+	b.dropGroups()
+}
+
+// dropGroups forgets the open runs, keeping their buffers.
+func (b *Batch) dropGroups() {
+	b.groups = b.groups[:0]
+	clear(b.open)
+}
+
+// dropGroup forgets r's open run (its log is being deleted in this batch: the run would have
+// been deleted with it).
+func (b *Batch) dropGroup(r event.Rank) {
+	i, ok := b.open[r]
+	if !ok {
+		return
+	}
+	delete(b.open, r)
+	last := len(b.groups) - 1
+	if i != last {
+		b.groups[i], b.groups[last] = b.groups[last], b.groups[i]
+		b.open[b.groups[i].rank] = i
+	}
+	b.groups = b.groups[:last]
 }
 
 // SetCursor writes r's cursor.
@@ -225,6 +292,7 @@ func (b *Batch) AddGap(r event.Rank, g Gap) {
 // ResetRank deletes r's whole log and snapshot (keeps cursor and gaps; drops a tombstone).
 // Appends to r later in the same batch survive.
 func (b *Batch) ResetRank(r event.Rank) {
+	b.dropGroup(r)
 	pb := b.pebble()
 	lo, hi := store.RankLogBounds(r)
 	_ = pb.DeleteRange(lo, hi, nil)
@@ -238,6 +306,7 @@ func (b *Batch) ResetRank(r event.Rank) {
 // RemoveRank deletes everything of r (log, snapshot, cursor, gaps, pending, approximate
 // entries) and writes a tombstone.
 func (b *Batch) RemoveRank(r event.Rank) {
+	b.dropGroup(r)
 	pb := b.pebble()
 	for _, p := range []byte{store.PrefixLog, store.PrefixRankMeta, store.PrefixGap, store.PrefixPending, store.PrefixApprox} {
 		lo, hi := store.RankBounds(p, r)
@@ -265,6 +334,7 @@ func (b *Batch) Len() int { return b.n }
 
 // Reset empties the batch for reuse.
 func (b *Batch) Reset() {
+	b.dropGroups()
 	if b.pb != nil {
 		b.pb.Reset()
 	}
@@ -273,6 +343,7 @@ func (b *Batch) Reset() {
 
 // Close releases the batch's resources.
 func (b *Batch) Close() {
+	b.dropGroups()
 	if b.pb != nil {
 		_ = b.pb.Close()
 		b.pb = nil
@@ -294,6 +365,7 @@ func (l *Log) Commit(ctx context.Context, b *Batch) error {
 		b.Reset()
 		return fmt.Errorf("wal: commit %d ops: %w", n, err)
 	}
+	b.flushGroups()
 	err := l.apply(b.pb, l.wo)
 	if err != nil {
 		// A batch whose commit failed may be in any state (even mid-commit after a Pebble
@@ -315,6 +387,7 @@ func (l *Log) Start(b *Batch) error {
 	if b.n == 0 {
 		return nil
 	}
+	b.flushGroups()
 	var err error
 	if l.wo.Sync {
 		err = l.applyWith(func() error { return l.db.ApplyNoSyncWait(b.pb, l.wo) })
@@ -422,6 +495,16 @@ func (l *Log) edge(r event.Rank, first bool) (uint64, error) {
 	var id uint64
 	if ok {
 		_, id, _ = store.ParseLogKey(it.Key())
+		if first {
+			// The first record's first event; a record whose header does not parse counts
+			// from its key (its damage is the readers' to report).
+			val, err := it.ValueAndErr()
+			if err != nil {
+				_ = it.Close()
+				return 0, store.MapError(fmt.Sprintf("wal: rank %v", r), err)
+			}
+			id, _, _ = RecordIDs(it.Key(), val)
+		}
 	}
 	if err := it.Close(); err != nil {
 		return 0, store.MapError(fmt.Sprintf("wal: rank %v", r), err)
@@ -432,7 +515,8 @@ func (l *Log) edge(r event.Rank, first bool) (uint64, error) {
 // Range calls fn for r's log events with id ≥ fromID in id order, at most limit of them (≤ 0:
 // all). The event passed to fn (and its slices) is reused after fn returns: copy what you keep
 // (ev.Clone()). An error from fn stops the iteration and is returned as is; a corrupt record
-// returns an error wrapping ErrCorruption.
+// returns an error wrapping ErrCorruption. Ids are per event: a range may start or stop inside
+// a group record.
 func (l *Log) Range(r event.Rank, fromID uint64, limit int, fn func(ev *event.RouterEvent) error) error {
 	if l.closed.Load() {
 		return ErrClosed
@@ -444,27 +528,37 @@ func (l *Log) Range(r event.Rank, fromID uint64, limit int, fn func(ev *event.Ro
 	}
 	var ev event.RouterEvent
 	n := 0
+	errLimit := errStopRange
+	yield := func(ev *event.RouterEvent) error {
+		if limit > 0 && n >= limit {
+			return errLimit
+		}
+		n++
+		return fn(ev)
+	}
 	for valid := it.First(); valid && (limit <= 0 || n < limit); valid = it.Next() {
 		val, err := it.ValueAndErr()
 		if err == nil {
-			err = DecodeRecord(&ev, it.Key(), val)
+			err = DecodeRecords(&ev, it.Key(), val, fromID, yield)
 		} else {
 			err = store.MapError(fmt.Sprintf("wal: range rank %v", r), err)
 		}
-		if err == nil {
-			err = fn(&ev)
+		if err == errLimit {
+			break
 		}
 		if err != nil {
 			_ = it.Close()
 			return err
 		}
-		n++
 	}
 	if err := it.Close(); err != nil {
 		return store.MapError(fmt.Sprintf("wal: range rank %v", r), err)
 	}
 	return nil
 }
+
+// errStopRange ends a Range at its limit inside a group record.
+var errStopRange = errors.New("wal: range limit")
 
 // Ranks returns every rank with a log, a snapshot, metadata or pending events (not removed), sorted.
 func (l *Log) Ranks() ([]event.Rank, error) {
@@ -641,7 +735,9 @@ func (l *Log) WriteSnapshot(ctx context.Context, r event.Rank, lastID uint64, st
 	defer pb.Close()
 	_ = pb.Set(store.RankKey(store.PrefixSnapshot, r), encodeSnapshot(r, lastID, stored), nil)
 	_ = pb.Set(store.MetaKey(r, metaSnapshotID), encodeU64(r, lastID), nil)
-	cutLog(pb, r, cut, newCut, ok)
+	if err := l.cutLog(pb, r, cut, newCut, ok); err != nil {
+		return err
+	}
 	if err := l.apply(pb, pebble.Sync); err != nil {
 		return fmt.Errorf("wal: snapshot rank %v at %d: %w", r, lastID, err)
 	}
@@ -649,16 +745,38 @@ func (l *Log) WriteSnapshot(ctx context.Context, r event.Rank, lastID uint64, st
 }
 
 // cutLog adds to pb the deletion of r's log from cut up to newCut (the whole log when !ok: the
-// snapshot covers the last possible id) and the new cut.
-func cutLog(pb *pebble.Batch, r event.Rank, cut, newCut uint64, ok bool) {
+// snapshot covers the last possible id) and the new cut. A group record holding newCut-1 and
+// newCut (the cut falls inside it) is not under the DeleteRange (its key is its last id): it is
+// rewritten under the same key without its events below newCut, so no log id below the cut
+// remains. A group that fails its checksum is left as it is (damage is never re-sealed).
+func (l *Log) cutLog(pb *pebble.Batch, r event.Rank, cut, newCut uint64, ok bool) error {
 	var end []byte
 	if ok {
 		end = store.LogKey(r, newCut)
 		_ = pb.Set(store.MetaKey(r, metaCut), encodeU64(r, newCut), nil)
+		_, hi := store.RankLogBounds(r)
+		it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: end, UpperBound: hi})
+		if err != nil {
+			return store.MapError(fmt.Sprintf("wal: cut rank %v", r), err)
+		}
+		if it.First() {
+			val, err := it.ValueAndErr()
+			if err != nil {
+				_ = it.Close()
+				return store.MapError(fmt.Sprintf("wal: cut rank %v", r), err)
+			}
+			if trimmed, ok := trimRecord(it.Key(), val, newCut); ok {
+				_ = pb.Set(it.Key(), trimmed, nil)
+			}
+		}
+		if err := it.Close(); err != nil {
+			return store.MapError(fmt.Sprintf("wal: cut rank %v", r), err)
+		}
 	} else {
 		_, end = store.RankLogBounds(r)
 	}
 	_ = pb.DeleteRange(store.LogKey(r, cut), end, nil)
+	return nil
 }
 
 // ReadSnapshot returns r's snapshot; ok false when it has none. A snapshot that fails its

@@ -143,17 +143,9 @@ func appendBody(dst []byte, ev *event.RouterEvent) []byte {
 // Blocks and Removed slices. A record that fails its checksum or does not parse returns an
 // error wrapping ErrCorruption.
 func DecodeRecord(ev *event.RouterEvent, key, val []byte) error {
-	r, id, ok := store.ParseLogKey(key)
-	if !ok {
-		return fmt.Errorf("wal: %w: not a log key: %x", ErrCorruption, key)
-	}
-	if len(val) < 1+3+1+crcLen {
-		return fmt.Errorf("wal: rank %v event %d: %w: record of %d bytes", r, id, ErrCorruption, len(val))
-	}
-	body := val[:len(val)-crcLen]
-	want := binary.LittleEndian.Uint32(val[len(val)-crcLen:])
-	if got := crc32.Update(crc32.Update(0, castagnoli, key[1:]), castagnoli, body); got != want {
-		return fmt.Errorf("wal: rank %v event %d: %w: record checksum %08x, want %08x", r, id, ErrCorruption, got, want)
+	r, id, body, err := openRecord(key, val)
+	if err != nil {
+		return err
 	}
 	if body[0] != recordVersion {
 		return fmt.Errorf("wal: rank %v event %d: %w: record version %d", r, id, ErrCorruption, body[0])
@@ -167,6 +159,24 @@ func DecodeRecord(ev *event.RouterEvent, key, val []byte) error {
 		return fmt.Errorf("wal: rank %v event %d: %w: %w", r, id, ErrCorruption, err)
 	}
 	return nil
+}
+
+// openRecord checks a log record's key, size and checksum (over the key's rank and id and the
+// value) and returns the key's rank and id and the value bytes before the crc.
+func openRecord(key, val []byte) (event.Rank, uint64, []byte, error) {
+	r, id, ok := store.ParseLogKey(key)
+	if !ok {
+		return r, 0, nil, fmt.Errorf("wal: %w: not a log key: %x", ErrCorruption, key)
+	}
+	if len(val) < 1+3+1+crcLen {
+		return r, id, nil, fmt.Errorf("wal: rank %v event %d: %w: record of %d bytes", r, id, ErrCorruption, len(val))
+	}
+	body := val[:len(val)-crcLen]
+	want := binary.LittleEndian.Uint32(val[len(val)-crcLen:])
+	if got := crc32.Update(crc32.Update(0, castagnoli, key[1:]), castagnoli, body); got != want {
+		return r, id, nil, fmt.Errorf("wal: rank %v event %d: %w: record checksum %08x, want %08x", r, id, ErrCorruption, got, want)
+	}
+	return r, id, body, nil
 }
 
 // errShort is the decode error of a truncated value.

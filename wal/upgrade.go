@@ -141,12 +141,15 @@ func resealV1(oldKey, newKey, val []byte) []byte {
 func upgrade(st *store.Store, lg interface {
 	Info(msg string, args ...any)
 }) error {
-	if st.Version() == store.FormatV2 && !st.ReadOnly() {
-		// Format 3 only added a record flag (KV-cache groups): format-2 records read as they are.
+	if v := st.Version(); (v == store.FormatV2 || v == store.FormatV3) && !st.ReadOnly() {
+		// Format 3 only added a record flag (KV-cache groups) and format 4 a record version
+		// (groups of consecutive events): format-2 and format-3 records read as they are. The
+		// version record is still set, so an older binary refuses the dir instead of reading
+		// the new records as corrupt.
 		if err := st.SetVersion(store.FormatVersion); err != nil {
 			return err
 		}
-		lg.Info("data dir upgraded", "from", store.FormatV2, "format", store.FormatVersion)
+		lg.Info("data dir upgraded", "from", v, "format", store.FormatVersion)
 		return nil
 	}
 	if st.Version() != store.FormatV1 {

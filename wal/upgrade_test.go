@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -199,11 +200,118 @@ func TestUpgradeFormat2InPlace(t *testing.T) {
 	if l, err = Open(st, Options{Logger: quietLogger()}); err != nil {
 		t.Fatal(err)
 	}
-	if st.Version() != store.FormatVersion || store.FormatVersion != 3 {
+	if st.Version() != store.FormatVersion || store.FormatVersion != 4 {
 		t.Fatalf("version %d after the upgrade", st.Version())
 	}
 	check(l)
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestUpgradeFormat3InPlace: a data dir of the last format-3 binary (testdata/format3, one
+// version-1 record per event) opens read-only as it is; read-write it is set to format 4 without
+// rewriting a record, its records read back as groups of one, and new group records continue
+// its logs (a retention cut through both kinds of record keeps per-event ids).
+func TestUpgradeFormat3InPlace(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.CopyFS(dir, os.DirFS("../testdata/format3/datadir")); err != nil {
+		t.Fatal(err)
+	}
+	type span struct {
+		rank        event.Rank
+		first, last uint64
+		snap        uint64
+	}
+	written := []span{ // testdata/format3/SOURCE.md
+		{event.Rank{WorkerID: 1}, 9, 12, 8},
+		{event.Rank{WorkerID: 2}, 1, 2, 0},
+		{event.Rank{WorkerID: 3, DPRank: 1}, 1, 2, 0},
+		{event.Rank{WorkerID: 4}, 5, 5, 0},
+		{event.Rank{WorkerID: 5}, 1, 3, 0},
+	}
+	check := func(l *Log, want []span) {
+		t.Helper()
+		ranks, err := l.Ranks()
+		if err != nil || len(ranks) != len(want) {
+			t.Fatalf("ranks %v %v", ranks, err)
+		}
+		for _, w := range want {
+			first, _ := l.First(w.rank)
+			last, _ := l.Last(w.rank)
+			meta, err := l.RankMeta(w.rank)
+			if err != nil || first != w.first || last != w.last || meta.SnapshotID != w.snap {
+				t.Fatalf("rank %v: first %d last %d snapshot %d %v, want %+v", w.rank, first, last, meta.SnapshotID, err, w)
+			}
+			next := w.first
+			if err := l.Range(w.rank, 0, 0, func(ev *event.RouterEvent) error {
+				if ev.EventID != next {
+					return fmt.Errorf("event %d, want %d", ev.EventID, next)
+				}
+				next++
+				return nil
+			}); err != nil || next != w.last+1 {
+				t.Fatalf("rank %v log: read up to %d: %v", w.rank, next, err)
+			}
+		}
+	}
+	ro, l := openDirLog(t, dir, true)
+	if ro.Version() != store.FormatV3 {
+		t.Fatalf("read-only open: version %d", ro.Version())
+	}
+	check(l, written)
+	if err := ro.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	st, l := openDirLog(t, dir, false)
+	if st.Version() != store.FormatVersion || store.FormatVersion != 4 {
+		t.Fatalf("version %d after the upgrade", st.Version())
+	}
+	check(l, written)
+	// Worker 1 continues with a group record 13..16 after its format-3 records 9..12; a cut at
+	// 14 deletes 9..12 and trims the group to 15..16.
+	r := event.Rank{WorkerID: 1}
+	b := l.NewBatch()
+	for id := uint64(13); id <= 16; id++ {
+		ev := realisticEvent(r, id)
+		b.Append(&ev)
+	}
+	if err := l.Commit(bg, b); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	after := append([]span(nil), written...)
+	after[0].last = 16
+	check(l, after)
+	if err := l.WriteSnapshot(bg, r, 14, nil); err != nil {
+		t.Fatal(err)
+	}
+	after[0].first, after[0].snap = 15, 14
+	check(l, after)
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Format 4 now, read-only too.
+	ro, l = openDirLog(t, dir, true)
+	defer ro.Close()
+	if ro.Version() != store.FormatVersion {
+		t.Fatalf("reopened: version %d", ro.Version())
+	}
+	check(l, after)
+}
+
+// openDirLog opens the store in dir (read-only or not) and its log.
+func openDirLog(t *testing.T, dir string, readOnly bool) (*store.Store, *Log) {
+	t.Helper()
+	st, err := store.Open(dir, store.Options{ReadOnly: readOnly, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Open(st, Options{Logger: quietLogger()})
+	if err != nil {
+		_ = st.Close()
+		t.Fatal(err)
+	}
+	return st, l
 }
