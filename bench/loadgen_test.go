@@ -294,16 +294,58 @@ func benchAnswer() []byte {
 	return append(b, "]}\n"...)
 }
 
-// BenchmarkDecodeAnswer is the client's read of a whole answer: loadgen's typed fastjson decode,
-// and encoding/json into []json.RawMessage (what loadgen did before issue 25).
+// FuzzScanAnswer: whatever scanAnswer accepts, the fastjson parse (parseAnswer) accepts with the
+// same scores, so the one pass changes loadgen's reading of no answer.
+func FuzzScanAnswer(f *testing.F) {
+	for _, s := range []string{
+		`{"scores":[]}`,
+		"{\"scores\":[{\"worker_id\":18446744073709551615,\"dp_rank\":4294967295,\"score\":3,\"tree_size\":9,\"tiers\":{\"host_pinned\":1,\"disk\":2}},{\"worker_id\":1,\"dp_rank\":0,\"score\":1,\"tree_size\":1}]}\n",
+		`{"scores":[{"worker_id":1,"dp_rank":0,"score":1,"tree_size":1,"tiers":{}}]} `,
+		`{"scores":[{"worker_id":01,"dp_rank":0,"score":1,"tree_size":1}]}`,
+		`{"scores":[{"worker_id":1,"dp_rank":4294967296,"score":1,"tree_size":1}]}`,
+		`{"scores":[{"worker_id":1.5,"dp_rank":0,"score":1,"tree_size":1}]}`,
+		`{"scores":[{"dp_rank":0,"worker_id":1,"score":1,"tree_size":1}]}`,
+		`{"scores":[{"worker_id":1,"dp_rank":0,"score":1,"tree_size":1}],"block_hashes":[1]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Add(benchAnswer())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		scores, ok := scanAnswer(data, nil)
+		if !ok {
+			return
+		}
+		var q querier
+		if err := q.parseAnswer(data); err != nil {
+			t.Fatalf("scanAnswer accepted what fastjson refuses (%v): %q", err, data)
+		}
+		if !slices.Equal(scores, q.scores) {
+			t.Fatalf("scanAnswer %v, fastjson %v: %q", scores, q.scores, data)
+		}
+	})
+}
+
+// BenchmarkDecodeAnswer is the client's read of a whole answer: loadgen's decode (the one typed
+// pass), the fastjson parse it falls back to, and encoding/json into []json.RawMessage (what
+// loadgen did before issue 25).
 func BenchmarkDecodeAnswer(b *testing.B) {
 	body := benchAnswer()
-	b.Run("fastjson typed", func(b *testing.B) {
+	b.Run("one pass", func(b *testing.B) {
 		var q querier
 		b.SetBytes(int64(len(body)))
 		b.ReportAllocs()
 		for b.Loop() {
 			if err := q.decodeAnswer(body); err != nil || len(q.scores) != 256 {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("fastjson typed", func(b *testing.B) {
+		var q querier
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := q.parseAnswer(body); err != nil || len(q.scores) != 256 {
 				b.Fatal(err)
 			}
 		}
