@@ -152,29 +152,15 @@ func plainMediaType(ct string) (bodyKind, bool) {
 }
 
 // readAll reads src to its end, appending to dst, as io.ReadAll does; size, when not negative,
-// is the length src announced (Content-Length), so the buffer is grown once to it and not by
-// doubling.
+// is the length src announced (Content-Length), so the buffer is grown once, to it and a byte
+// for the read that finds the end, and not by doubling.
 func readAll(dst []byte, src io.Reader, size int64) ([]byte, error) {
-	if size > 0 {
-		dst = slices.Grow(dst, int(size))
-	} else if cap(dst)-len(dst) < 512 {
-		dst = slices.Grow(dst, 512)
+	if size >= 0 {
+		dst = slices.Grow(dst, int(size)+1)
 	}
-	var probe [1]byte // a full buffer still reads on until EOF, without growing for it
 	for {
 		if len(dst) == cap(dst) {
-			n, err := src.Read(probe[:])
-			dst = append(dst, probe[:n]...)
-			if err == io.EOF {
-				return dst, nil
-			}
-			if err != nil {
-				return dst, err
-			}
-			if n > 0 && len(dst) == cap(dst) {
-				dst = slices.Grow(dst, cap(dst)) // more than announced: double, as io.ReadAll
-			}
-			continue
+			dst = slices.Grow(dst, max(512, cap(dst))) // more than announced: double, as io.ReadAll
 		}
 		n, err := src.Read(dst[len(dst):cap(dst)])
 		dst = dst[:len(dst)+n]
