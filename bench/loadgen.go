@@ -106,6 +106,11 @@ type LoadOptions struct {
 	IdleQueries int
 	// Msgpack posts the event batches as msgpack (application/msgpack) instead of JSON.
 	Msgpack bool
+	// QueryRate paces the querier while the events are posted: at most QueryRate find_matches
+	// (each with its healthz) per second. 0 (default) asks one after the other without a pause, so
+	// that a cheaper call means more calls, which take their share of the cores the ingest runs
+	// on; a fixed rate keeps the ingest figure independent of the query path's cost.
+	QueryRate float64
 	// TopK asks find_matches for the best TopK ranks only (the request's top_k); 0 = all.
 	TopK int
 	// MsgpackAnswers asks for find_matches answers in msgpack (Accept: application/msgpack).
@@ -157,8 +162,8 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 	if o.RSSEvery == 0 {
 		o.RSSEvery = defaultRSSEvery
 	}
-	if o.Rate < 0 || o.Clients < 0 || o.Batch < 0 || o.Duration < 0 || o.MaxEvents < 0 || o.TopK < 0 || o.RSSWarmup < 0 {
-		return nil, fmt.Errorf("%w: negative rate, clients, batch, duration, max events, top k or RSS warm-up", ErrOptions)
+	if o.Rate < 0 || o.QueryRate < 0 || o.Clients < 0 || o.Batch < 0 || o.Duration < 0 || o.MaxEvents < 0 || o.TopK < 0 || o.RSSWarmup < 0 {
+		return nil, fmt.Errorf("%w: negative rate, query rate, clients, batch, duration, max events, top k or RSS warm-up", ErrOptions)
 	}
 	if o.Clients == 0 {
 		o.Clients = loadgenDefaultClients
@@ -334,6 +339,7 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 	qwg.Add(1)
 	go func() { // the querier: stops when the posters are done, at the deadline or on an error
 		defer qwg.Done()
+		asks := 0 // the calls made, the pace's clock with QueryRate
 		for {
 			asked := false
 			for i := range wl.Queries {
@@ -348,6 +354,12 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 					return
 				default:
 				}
+				if o.QueryRate > 0 {
+					if sleepUntil(ctx, start.Add(time.Duration(float64(asks)/o.QueryRate*float64(time.Second)))) != nil {
+						return
+					}
+				}
+				asks++
 				find, health, err := ask.pair(ctx, q.BlockHashes)
 				if err != nil {
 					if ctx.Err() == nil {

@@ -151,6 +151,30 @@ func TestLoadGenMaxEvents(t *testing.T) {
 	}
 }
 
+// TestLoadGenQueryRate: a paced querier asks no more find_matches while the events are posted
+// than the rate allows over the run (the first call at the start, one more per 1/rate), where the
+// unpaced one asks them back to back.
+func TestLoadGenQueryRate(t *testing.T) {
+	_, hs := loadTarget(t, server.Config{Lanes: 1})
+	const rate = 20.0
+	rep, err := LoadGen(context.Background(), LoadOptions{
+		Target: hs.URL, Requests: smallTrace(t, 80), Workload: workload.WorkloadOptions{Workers: 6},
+		Rate: 400, QueryRate: rate, IdleQueries: -1, Logger: quiet(), HTTPClient: hs.Client(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, _ := rep.Get(MetricLoadQueries)
+	secs, _ := rep.Get(MetricLoadSeconds)
+	// One call may start after the posting ended (it was asleep when it did), hence the + 2.
+	if calls < 1 || calls > rate*secs+2 {
+		t.Fatalf("%v loaded calls in %.2f s at %v/s", calls, secs, rate)
+	}
+	if _, err := LoadGen(context.Background(), LoadOptions{Target: hs.URL, Requests: smallTrace(t, 3), QueryRate: -1}); !errors.Is(err, ErrOptions) {
+		t.Fatalf("a negative query rate: %v, want ErrOptions", err)
+	}
+}
+
 func TestLoadGenRefusesRemote(t *testing.T) {
 	_, err := LoadGen(context.Background(), LoadOptions{Target: "http://10.1.2.3:7070", Requests: smallTrace(t, 3)})
 	if !errors.Is(err, ErrRemoteTarget) {
