@@ -28,6 +28,10 @@ func wireIndex(b *testing.B) string {
 		evs = append(evs, event.Stored(event.Rank{WorkerID: 1_000_000 + w}, 1, nil, blocks...))
 	}
 	wireDo(b, http.DefaultClient, http.MethodPost, url+"/v1/events", "application/json", batchJSON(evs))
+	for i := range evs { // the same ranks' chain in a named partition, for Dynamo's query routes
+		evs[i].WorkerID += 1_000_000
+	}
+	wireDo(b, http.DefaultClient, http.MethodPost, url+"/v1/events?model_name=wire", "application/json", batchJSON(evs))
 	wireDo(b, http.DefaultClient, http.MethodPost, url+"/v1/flush", "", nil)
 	return url
 }
@@ -77,6 +81,16 @@ func BenchmarkWire(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			wireDo(b, hc, http.MethodPost, url+"/v1/find_matches", "application/json", q)
+		}
+	})
+	b.Run("dynamo query_by_hash 256 ranks", func(b *testing.B) {
+		q := []byte(`{"block_hashes":[1000,1001,1002,1003,1004,1005,1006,1007,1008,1009,1010,1011,1012,1013,1014,1015],"model_name":"wire"}`)
+		if n := bytes.Count(wireDo(b, hc, http.MethodPost, url+"/query_by_hash", "application/json", q), []byte(`"longest_matched"`)); n != 256 {
+			b.Fatalf("%d instances, want 256", n)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			wireDo(b, hc, http.MethodPost, url+"/query_by_hash", "application/json", q)
 		}
 	})
 	b.Run("healthz", func(b *testing.B) {
