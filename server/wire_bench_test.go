@@ -68,31 +68,29 @@ func wireDo(b *testing.B, hc *http.Client, method, url, ctype string, body []byt
 	return out
 }
 
-// BenchmarkWire: find_matches with a whole answer, a bare healthz, and a 64-event batch of
-// 16-block Stored events (JSON and msgpack), each one request and its answer.
+// BenchmarkWire: find_matches and Dynamo's query_by_hash with a whole answer, a bare healthz, and
+// a 64-event batch of 16-block Stored events (JSON and msgpack), each one request and its answer.
 func BenchmarkWire(b *testing.B) {
 	url := wireIndex(b)
 	hc := &http.Client{}
-	b.Run("find_matches 256 scores", func(b *testing.B) {
-		q := []byte(`{"block_hashes":[1000,1001,1002,1003,1004,1005,1006,1007,1008,1009,1010,1011,1012,1013,1014,1015],"early_exit":false}`)
-		if n := bytes.Count(wireDo(b, hc, http.MethodPost, url+"/v1/find_matches", "application/json", q), []byte(`"worker_id"`)); n != 256 {
-			b.Fatalf("%d scores, want 256", n)
-		}
-		b.ReportAllocs()
-		for b.Loop() {
-			wireDo(b, hc, http.MethodPost, url+"/v1/find_matches", "application/json", q)
-		}
-	})
-	b.Run("dynamo query_by_hash 256 ranks", func(b *testing.B) {
-		q := []byte(`{"block_hashes":[1000,1001,1002,1003,1004,1005,1006,1007,1008,1009,1010,1011,1012,1013,1014,1015],"model_name":"wire"}`)
-		if n := bytes.Count(wireDo(b, hc, http.MethodPost, url+"/query_by_hash", "application/json", q), []byte(`"longest_matched"`)); n != 256 {
-			b.Fatalf("%d instances, want 256", n)
-		}
-		b.ReportAllocs()
-		for b.Loop() {
-			wireDo(b, hc, http.MethodPost, url+"/query_by_hash", "application/json", q)
-		}
-	})
+	const chain = `"block_hashes":[1000,1001,1002,1003,1004,1005,1006,1007,1008,1009,1010,1011,1012,1013,1014,1015]`
+	for _, q := range []struct {
+		name, path, body, each string // each: the key every one of the 256 ranks' entries has
+	}{
+		{"find_matches 256 scores", "/v1/find_matches", `{` + chain + `,"early_exit":false}`, `"worker_id"`},
+		{"dynamo query_by_hash 256 ranks", "/query_by_hash", `{` + chain + `,"model_name":"wire"}`, `"longest_matched"`},
+	} {
+		b.Run(q.name, func(b *testing.B) {
+			body := []byte(q.body)
+			if n := bytes.Count(wireDo(b, hc, http.MethodPost, url+q.path, "application/json", body), []byte(q.each)); n != 256 {
+				b.Fatalf("%d ranks answered, want 256", n)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				wireDo(b, hc, http.MethodPost, url+q.path, "application/json", body)
+			}
+		})
+	}
 	b.Run("healthz", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
