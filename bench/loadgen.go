@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -105,6 +106,11 @@ type LoadOptions struct {
 	IdleQueries int
 	// Msgpack posts the event batches as msgpack (application/msgpack) instead of JSON.
 	Msgpack bool
+	// QueryRate paces the querier while the events are posted: at most QueryRate find_matches
+	// (each with its healthz) per second. 0 (default) asks one after the other without a pause, so
+	// that a cheaper call means more calls, which take their share of the cores the ingest runs
+	// on; a fixed rate keeps the ingest figure independent of the query path's cost.
+	QueryRate float64
 	// TopK asks find_matches for the best TopK ranks only (the request's top_k); 0 = all.
 	TopK int
 	// MsgpackAnswers asks for find_matches answers in msgpack (Accept: application/msgpack).
@@ -156,8 +162,8 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 	if o.RSSEvery == 0 {
 		o.RSSEvery = defaultRSSEvery
 	}
-	if o.Rate < 0 || o.Clients < 0 || o.Batch < 0 || o.Duration < 0 || o.MaxEvents < 0 || o.TopK < 0 || o.RSSWarmup < 0 {
-		return nil, fmt.Errorf("%w: negative rate, clients, batch, duration, max events, top k or RSS warm-up", ErrOptions)
+	if o.Rate < 0 || o.QueryRate < 0 || o.Clients < 0 || o.Batch < 0 || o.Duration < 0 || o.MaxEvents < 0 || o.TopK < 0 || o.RSSWarmup < 0 {
+		return nil, fmt.Errorf("%w: negative rate, query rate, clients, batch, duration, max events, top k or RSS warm-up", ErrOptions)
 	}
 	if o.Clients == 0 {
 		o.Clients = loadgenDefaultClients
@@ -176,7 +182,9 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 	}
 	hc := o.HTTPClient
 	if hc == nil {
-		hc = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: o.Clients + 1}}
+		// A 64 KiB read buffer takes a whole find_matches answer (~18 KB at --scale 8) in one
+		// read, not a 4 KiB bufio fill and then the rest.
+		hc = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: o.Clients + 1, ReadBufferSize: 64 << 10}}
 		defer hc.CloseIdleConnections()
 	}
 	var (
@@ -331,6 +339,7 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 	qwg.Add(1)
 	go func() { // the querier: stops when the posters are done, at the deadline or on an error
 		defer qwg.Done()
+		asks := 0 // the calls made, the pace's clock with QueryRate
 		for {
 			asked := false
 			for i := range wl.Queries {
@@ -345,6 +354,12 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 					return
 				default:
 				}
+				if o.QueryRate > 0 {
+					if sleepUntil(ctx, start.Add(time.Duration(float64(asks)/o.QueryRate*float64(time.Second)))) != nil {
+						return
+					}
+				}
+				asks++
 				find, health, err := ask.pair(ctx, q.BlockHashes)
 				if err != nil {
 					if ctx.Err() == nil {
@@ -455,6 +470,7 @@ type querier struct {
 	// (docs/BENCHMARKS.md, issue 25's wire).
 	parser fastjson.Parser
 	scores []answerScore
+	answer []byte // the last answer read, its memory reused by the next
 }
 
 // answerScore is one score of a find_matches answer as the client reads it.
@@ -472,27 +488,27 @@ func (q *querier) pair(ctx context.Context, hashes []uint64) (find, health time.
 	}
 	find = time.Since(t)
 	t = time.Now()
-	if _, err := do(ctx, q.hc, http.MethodGet, q.base+"/healthz", header{token: q.token}, nil); err != nil {
+	if q.answer, err = doInto(ctx, q.hc, http.MethodGet, q.base+"/healthz", header{token: q.token}, nil, q.answer[:0]); err != nil {
 		return 0, 0, err
 	}
 	return find, time.Since(t), nil
 }
 
 func (q *querier) findMatches(ctx context.Context) error {
+	h := header{ctype: "application/json", token: q.token}
+	if q.msgpack {
+		h.accept = "application/msgpack"
+	}
+	b, err := doInto(ctx, q.hc, http.MethodPost, q.base+"/v1/find_matches", h, q.body, q.answer[:0])
+	if err != nil {
+		return err
+	}
+	q.answer = b
 	if !q.msgpack {
-		b, err := do(ctx, q.hc, http.MethodPost, q.base+"/v1/find_matches", header{ctype: "application/json", token: q.token}, q.body)
-		if err != nil {
-			return err
-		}
 		if err := q.decodeAnswer(b); err != nil {
 			return fmt.Errorf("POST %s/v1/find_matches: decoding the answer: %w", q.base, err)
 		}
 		return nil
-	}
-	b, err := do(ctx, q.hc, http.MethodPost, q.base+"/v1/find_matches",
-		header{ctype: "application/json", accept: "application/msgpack", token: q.token}, q.body)
-	if err != nil {
-		return err
 	}
 	var mres struct {
 		Scores []msgpack.RawMessage `msgpack:"scores"`
@@ -505,7 +521,129 @@ func (q *querier) findMatches(ctx context.Context) error {
 
 // decodeAnswer reads a JSON find_matches answer into q.scores: every score's worker_id, dp_rank,
 // score and tree_size, each an unsigned integer of its width (a "tiers" object is not read).
+// The answer as the server writes it is read in one typed pass (scanAnswer); anything else, and
+// every error, through fastjson (parseAnswer).
 func (q *querier) decodeAnswer(b []byte) error {
+	if scores, ok := scanAnswer(b, q.scores[:0]); ok {
+		q.scores = scores
+		return nil
+	}
+	return q.parseAnswer(b)
+}
+
+// scanAnswer reads an answer written exactly as the server writes it — `{"scores":[` then each
+// score `{"worker_id":W,"dp_rank":D,"score":S,"tree_size":T}` (before its `}` optionally
+// `,"tiers":{…}` of names and numbers), `]}` and white space — appending its scores to dst. It
+// gives up (false) on any other spelling, for parseAnswer to judge. A 256-score answer (18 KB)
+// took the client's fastjson parse longer than the bare round trip it is compared with.
+func scanAnswer(b []byte, dst []answerScore) ([]answerScore, bool) {
+	r := answerScan{b: b}
+	if !r.lit(`{"scores":[`) {
+		return dst, false
+	}
+	if !r.lit("]") {
+		for {
+			var sc answerScore
+			var dp, score uint64
+			ok := r.lit(`{"worker_id":`) && r.uint(64, &sc.WorkerID) &&
+				r.lit(`,"dp_rank":`) && r.uint(32, &dp) &&
+				r.lit(`,"score":`) && r.uint(32, &score) &&
+				r.lit(`,"tree_size":`) && r.uint(64, &sc.TreeSize) &&
+				(!r.lit(`,"tiers":`) || r.tiers()) && r.lit("}")
+			if !ok {
+				return dst, false
+			}
+			sc.DPRank, sc.Score = uint32(dp), uint32(score)
+			dst = append(dst, sc)
+			if r.lit("]") {
+				break
+			}
+			if !r.lit(",") {
+				return dst, false
+			}
+		}
+	}
+	if !r.lit("}") {
+		return dst, false
+	}
+	for ; r.i < len(b); r.i++ {
+		if c := b[r.i]; c != ' ' && c != '\n' && c != '\r' && c != '\t' {
+			return dst, false
+		}
+	}
+	return dst, true
+}
+
+// answerScan is scanAnswer's position in an answer.
+type answerScan struct {
+	b []byte
+	i int
+}
+
+func (r *answerScan) lit(w string) bool {
+	if len(r.b)-r.i >= len(w) && string(r.b[r.i:r.i+len(w)]) == w {
+		r.i += len(w)
+		return true
+	}
+	return false
+}
+
+// uint reads a plain unsigned integer literal (digits, no leading zero) that fits in bits, and
+// that a fraction or exponent does not follow.
+func (r *answerScan) uint(bits uint, v *uint64) bool {
+	start := r.i
+	var x uint64
+	for r.i < len(r.b) && r.b[r.i] >= '0' && r.b[r.i] <= '9' {
+		d := uint64(r.b[r.i] - '0')
+		if x > (math.MaxUint64-d)/10 {
+			return false
+		}
+		x = x*10 + d
+		r.i++
+	}
+	n := r.i - start
+	if n == 0 || (n > 1 && r.b[start] == '0') || (bits < 64 && x>>bits != 0) {
+		return false
+	}
+	if r.i < len(r.b) && (r.b[r.i] == '.' || r.b[r.i] == 'e' || r.b[r.i] == 'E') {
+		return false
+	}
+	*v = x
+	return true
+}
+
+// tiers skips a tiers object: `{}` or `{"name":n,…}` with plain lower-case names and plain
+// unsigned integers.
+func (r *answerScan) tiers() bool {
+	if !r.lit("{") {
+		return false
+	}
+	if r.lit("}") {
+		return true
+	}
+	for {
+		if !r.lit(`"`) {
+			return false
+		}
+		start := r.i
+		for r.i < len(r.b) && (r.b[r.i] >= 'a' && r.b[r.i] <= 'z' || r.b[r.i] == '_') {
+			r.i++
+		}
+		var n uint64
+		if r.i == start || !r.lit(`":`) || !r.uint(64, &n) {
+			return false
+		}
+		if r.lit("}") {
+			return true
+		}
+		if !r.lit(",") {
+			return false
+		}
+	}
+}
+
+// parseAnswer is decodeAnswer through one fastjson parse.
+func (q *querier) parseAnswer(b []byte) error {
 	v, err := q.parser.ParseBytes(b)
 	if err != nil {
 		return err
@@ -598,6 +736,15 @@ type header struct {
 
 // do sends one request and returns the body of a 200 answer; another status is an ErrHTTP.
 func do(ctx context.Context, hc *http.Client, method, url string, h header, body []byte) ([]byte, error) {
+	return doInto(ctx, hc, method, url, h, body, nil)
+}
+
+// maxAnswer bounds the answer read.
+const maxAnswer = 64 << 20
+
+// doInto is do appending the answer to dst: the querier reads every answer into the memory of
+// the last, sized once by its Content-Length, as a client that asks all day would.
+func doInto(ctx context.Context, hc *http.Client, method, url string, h header, body, dst []byte) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
@@ -616,7 +763,7 @@ func do(ctx context.Context, hc *http.Client, method, url string, h header, body
 		return nil, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	b, err := readAnswer(dst, resp)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: reading the answer: %w", method, url, err)
 	}
@@ -624,6 +771,30 @@ func do(ctx context.Context, hc *http.Client, method, url string, h header, body
 		return nil, fmt.Errorf("%w: %s %s: %s: %s", ErrHTTP, method, url, resp.Status, bytes.TrimSpace(b))
 	}
 	return b, nil
+}
+
+// readAnswer appends resp's body (at most maxAnswer bytes) to dst, grown once to its
+// Content-Length when the server sent one.
+func readAnswer(dst []byte, resp *http.Response) ([]byte, error) {
+	if n := resp.ContentLength; n > 0 && n <= maxAnswer {
+		dst = slices.Grow(dst, int(n))
+		m, err := io.ReadFull(resp.Body, dst[len(dst):len(dst)+int(n)])
+		dst = dst[:len(dst)+m]
+		if err != nil {
+			return dst, err
+		}
+		var probe [1]byte // the end of the body, from a correct server
+		m, err = resp.Body.Read(probe[:])
+		if m == 0 && err == io.EOF {
+			return dst, nil
+		}
+		dst = append(dst, probe[:m]...)
+		if err != nil {
+			return dst, err
+		}
+	}
+	rest, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer-int64(len(dst))))
+	return append(dst, rest...), err
 }
 
 // partitionOwned splits evs over n clients by rank, in stream order per rank: a rank seen before

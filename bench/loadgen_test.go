@@ -151,6 +151,30 @@ func TestLoadGenMaxEvents(t *testing.T) {
 	}
 }
 
+// TestLoadGenQueryRate: a paced querier asks no more find_matches while the events are posted
+// than the rate allows over the run (the first call at the start, one more per 1/rate), where the
+// unpaced one asks them back to back.
+func TestLoadGenQueryRate(t *testing.T) {
+	_, hs := loadTarget(t, server.Config{Lanes: 1})
+	const rate = 20.0
+	rep, err := LoadGen(context.Background(), LoadOptions{
+		Target: hs.URL, Requests: smallTrace(t, 80), Workload: workload.WorkloadOptions{Workers: 6},
+		Rate: 400, QueryRate: rate, IdleQueries: -1, Logger: quiet(), HTTPClient: hs.Client(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, _ := rep.Get(MetricLoadQueries)
+	secs, _ := rep.Get(MetricLoadSeconds)
+	// One call may start after the posting ended (it was asleep when it did), hence the + 2.
+	if calls < 1 || calls > rate*secs+2 {
+		t.Fatalf("%v loaded calls in %.2f s at %v/s", calls, secs, rate)
+	}
+	if _, err := LoadGen(context.Background(), LoadOptions{Target: hs.URL, Requests: smallTrace(t, 3), QueryRate: -1}); !errors.Is(err, ErrOptions) {
+		t.Fatalf("a negative query rate: %v, want ErrOptions", err)
+	}
+}
+
 func TestLoadGenRefusesRemote(t *testing.T) {
 	_, err := LoadGen(context.Background(), LoadOptions{Target: "http://10.1.2.3:7070", Requests: smallTrace(t, 3)})
 	if !errors.Is(err, ErrRemoteTarget) {
@@ -294,20 +318,57 @@ func benchAnswer() []byte {
 	return append(b, "]}\n"...)
 }
 
-// BenchmarkDecodeAnswer is the client's read of a whole answer: loadgen's typed fastjson decode,
-// and encoding/json into []json.RawMessage (what loadgen did before issue 25).
-func BenchmarkDecodeAnswer(b *testing.B) {
-	body := benchAnswer()
-	b.Run("fastjson typed", func(b *testing.B) {
+// FuzzScanAnswer: whatever scanAnswer accepts, the fastjson parse (parseAnswer) accepts with the
+// same scores, so the one pass changes loadgen's reading of no answer.
+func FuzzScanAnswer(f *testing.F) {
+	for _, s := range []string{
+		`{"scores":[]}`,
+		"{\"scores\":[{\"worker_id\":18446744073709551615,\"dp_rank\":4294967295,\"score\":3,\"tree_size\":9,\"tiers\":{\"host_pinned\":1,\"disk\":2}},{\"worker_id\":1,\"dp_rank\":0,\"score\":1,\"tree_size\":1}]}\n",
+		`{"scores":[{"worker_id":1,"dp_rank":0,"score":1,"tree_size":1,"tiers":{}}]} `,
+		`{"scores":[{"worker_id":01,"dp_rank":0,"score":1,"tree_size":1}]}`,
+		`{"scores":[{"worker_id":1,"dp_rank":4294967296,"score":1,"tree_size":1}]}`,
+		`{"scores":[{"worker_id":1.5,"dp_rank":0,"score":1,"tree_size":1}]}`,
+		`{"scores":[{"dp_rank":0,"worker_id":1,"score":1,"tree_size":1}]}`,
+		`{"scores":[{"worker_id":1,"dp_rank":0,"score":1,"tree_size":1}],"block_hashes":[1]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Add(benchAnswer())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		scores, ok := scanAnswer(data, nil)
+		if !ok {
+			return
+		}
 		var q querier
-		b.SetBytes(int64(len(body)))
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := q.decodeAnswer(body); err != nil || len(q.scores) != 256 {
-				b.Fatal(err)
-			}
+		if err := q.parseAnswer(data); err != nil {
+			t.Fatalf("scanAnswer accepted what fastjson refuses (%v): %q", err, data)
+		}
+		if !slices.Equal(scores, q.scores) {
+			t.Fatalf("scanAnswer %v, fastjson %v: %q", scores, q.scores, data)
 		}
 	})
+}
+
+// BenchmarkDecodeAnswer is the client's read of a whole answer: loadgen's decode (the one typed
+// pass), the fastjson parse it falls back to, and encoding/json into []json.RawMessage (what
+// loadgen did before issue 25).
+func BenchmarkDecodeAnswer(b *testing.B) {
+	body := benchAnswer()
+	for _, d := range []struct {
+		name   string
+		decode func(*querier, []byte) error
+	}{{"one pass", (*querier).decodeAnswer}, {"fastjson typed", (*querier).parseAnswer}} {
+		b.Run(d.name, func(b *testing.B) {
+			var q querier
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := d.decode(&q, body); err != nil || len(q.scores) != 256 {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 	b.Run("encoding/json raw", func(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		b.ReportAllocs()

@@ -613,6 +613,13 @@ func (s *jscan) blockList() bool {
 	}
 	for j := 0; ; j++ {
 		s.blockJ = j
+		if b, ok := s.plainBlock(); ok {
+			s.blocks = append(s.blocks, b)
+			if !s.eat(',') {
+				return s.eat(']')
+			}
+			continue
+		}
 		var b Block
 		var hasB, hasT bool
 		if !s.members(6, jsonBlockKeys, blocksPrefix, func(i int) bool {
@@ -633,6 +640,31 @@ func (s *jscan) blockList() bool {
 			return s.eat(']')
 		}
 	}
+}
+
+// plainBlock reads a block written exactly as encoders write it, {"block_hash":N,"tokens_hash":M}
+// (white space only around the numbers), without members' key bookkeeping: two known keys, once
+// each, in this order, leave nothing for it to check. Anything else (another order, spacing,
+// null, an unknown key) leaves s.i where it was and returns false, for members to read.
+func (s *jscan) plainBlock() (Block, bool) {
+	const head, mid = `{"block_hash":`, `,"tokens_hash":`
+	s.ws()
+	start := s.i
+	if !s.lit(head) {
+		return Block{}, false
+	}
+	var b Block
+	var ok bool
+	if b.BlockHash, ok = s.uint(64); ok {
+		s.ws()
+		if s.lit(mid) {
+			if b.TokensHash, ok = s.uint(64); ok && s.eat('}') {
+				return b, true
+			}
+		}
+	}
+	s.i = start
+	return Block{}, false
 }
 
 func (s *jscan) removed(ev *RouterEvent) bool {

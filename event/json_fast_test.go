@@ -49,6 +49,15 @@ var jsonKeySeeds = []string{
 	`[{"worker_id":1,"strict":null,"event":{"event_id":1,"data":"cleared"}}] `,
 	`[] x`,
 	`null`,
+	// plainBlock and its near misses: spacing, order, a third or repeated key, null, a number
+	// that is not a plain unsigned integer, an unclosed block.
+	`[{"worker_id":1,"event":{"event_id":1,"data":{"stored":{"blocks":[{"block_hash": 1 ,"tokens_hash": 2 },{"tokens_hash":3,"block_hash":4}]}}}}]`,
+	`[{"worker_id":1,"event":{"event_id":1,"data":{"stored":{"blocks":[{"block_hash":1,"tokens_hash":2,"block_hash":3}]}}}}]`,
+	`[{"worker_id":1,"event":{"event_id":1,"data":{"stored":{"blocks":[{"block_hash":1,"tokens_hash":null}]}}}}]`,
+	`[{"worker_id":1,"event":{"event_id":1,"data":{"stored":{"blocks":[{"block_hash":1.5,"tokens_hash":2},{"block_hash":1,"tokens_hash":2e3}]}}}}]`,
+	`[{"worker_id":1,"event":{"event_id":1,"data":{"stored":{"blocks":[{"block_hash":18446744073709551616,"tokens_hash":2}]}}}}]`,
+	`[{"worker_id":1,"event":{"event_id":1,"data":{"stored":{"blocks":[{"block_hash":1,"tokens_hash":2]}}}}]`,
+	`[{"worker_id":1,"event":{"event_id":1,"data":{"stored":{"blocks":[{"block_hash":-1,"tokens_hash":2},{"block_hash":01,"tokens_hash":2}]}}}}]`,
 }
 
 // FuzzDecodeJSONKeys: whatever the one pass accepts, encoding/json finds valid, and the checked

@@ -608,63 +608,11 @@ func (s *Server) getWorkers(w http.ResponseWriter, r *http.Request) {
 
 // rankMatch is one rank's answer to a query, in blocks: Device is its device-tree score, the
 // others the storage tiers' extensions beyond the previous tier (docs/CONTRACT.md §7). The tier extensions
-// are 0 until the storage tiers land; summarize already folds them in.
+// are 0 until the storage tiers land; the answer (appendQueryAnswer) already folds them in.
 type rankMatch struct {
 	WorkerID                     uint64
 	DPRank                       uint32
 	Device, Host, Disk, External uint64
-}
-
-// instanceJSON is one instance of a query answer (Mooncake RFC #1403): tokens matched on the GPU
-// (max over its ranks), per rank on the GPU, and cumulative through the host tier (cpu) and the
-// disk and external tiers (disk).
-type instanceJSON struct {
-	LongestMatched uint64            `json:"longest_matched"`
-	GPU            uint64            `json:"gpu"`
-	DP             map[string]uint64 `json:"dp"`
-	CPU            uint64            `json:"cpu"`
-	Disk           uint64            `json:"disk"`
-}
-
-// scoreJSON is the answer of /query and /query_by_hash.
-type scoreJSON struct {
-	Scores      map[string]map[string]uint64 `json:"scores"`
-	Frequencies []uint64                     `json:"frequencies"`
-	Instances   map[string]instanceJSON      `json:"instances"`
-}
-
-// summarize builds a query answer from the ranks' matches (blocks) with blockSize tokens per
-// block: scores (device tokens of each rank with a device hit), frequencies (frequencies[i] =
-// ranks holding the first i+1 device blocks) and the cumulative instances summary.
-func summarize(ms []rankMatch, blockSize uint64) scoreJSON {
-	out := scoreJSON{Scores: map[string]map[string]uint64{}, Frequencies: []uint64{}, Instances: map[string]instanceJSON{}}
-	for _, m := range ms {
-		wk, dp := strconv.FormatUint(m.WorkerID, 10), strconv.FormatUint(uint64(m.DPRank), 10)
-		gpu := m.Device * blockSize
-		cpu := gpu + m.Host*blockSize
-		disk := cpu + (m.Disk+m.External)*blockSize
-		if m.Device > 0 {
-			if out.Scores[wk] == nil {
-				out.Scores[wk] = map[string]uint64{}
-			}
-			out.Scores[wk][dp] = gpu
-		}
-		for uint64(len(out.Frequencies)) < m.Device {
-			out.Frequencies = append(out.Frequencies, 0)
-		}
-		for i := range m.Device {
-			out.Frequencies[i]++
-		}
-		in, ok := out.Instances[wk]
-		if !ok {
-			in.DP = map[string]uint64{}
-		}
-		in.DP[dp] = gpu
-		in.GPU, in.CPU, in.Disk = max(in.GPU, gpu), max(in.CPU, cpu), max(in.Disk, disk)
-		in.LongestMatched = max(in.GPU, in.CPU, in.Disk)
-		out.Instances[wk] = in
-	}
-	return out
 }
 
 // answerQuery scores hashes in partition p as find_matches does (the event-fed tree, and the
@@ -680,7 +628,8 @@ func (s *Server) answerQuery(w http.ResponseWriter, p *partition.Partition, hash
 		ms[i] = rankMatch{WorkerID: sc.WorkerID, DPRank: sc.DPRank, Device: uint64(sc.Score),
 			Host: uint64(ext[0]), Disk: uint64(ext[1]), External: uint64(ext[2])}
 	}
-	writeJSON(w, http.StatusOK, summarize(ms, uint64(p.BlockSize)))
+	buf.out = appendQueryAnswer(buf.out[:0], ms, uint64(p.BlockSize)) // the answer, appended
+	writeAnswer(w, "application/json", buf.out)
 }
 
 // queryPartition resolves the partition a query names; it answers 404 itself for an unknown one.

@@ -155,12 +155,14 @@ func (sw *statusWriter) Write(b []byte) (int, error) {
 // (failure.go), the readiness gate, panic recovery and request metrics.
 func (s *Server) wrap(rt route) http.Handler {
 	pattern, needReady, h := rt.pattern, rt.needReady, rt.h
+	obs := s.m.forRoute(pattern)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
-		var model string
+		var model *string // the access log's (a Dynamo body's model_name), only when one is written
 		if s.alog != nil {
-			r = r.WithContext(context.WithValue(r.Context(), accessModelKey{}, &model))
+			model = new(string)
+			r = r.WithContext(context.WithValue(r.Context(), accessModelKey{}, model))
 		}
 		defer func() {
 			if p := recover(); p != nil {
@@ -173,9 +175,9 @@ func (s *Server) wrap(rt route) http.Handler {
 					writeError(sw, http.StatusInternalServerError, "internal error")
 				}
 			}
-			s.m.observeHTTP(pattern, sw.code, start)
+			obs.observe(sw.code, start)
 			if s.alog != nil {
-				s.alog.write(r, model, sw.code, start)
+				s.alog.write(r, *model, sw.code, start)
 			}
 		}()
 		if rt.mutating && !s.authorized(sw, r) {
@@ -208,10 +210,11 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 }
 
 func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
-	body, kind, ok := s.readBody(w, r, bodyJSON, bodyNDJSON, bodyMsgpack)
+	body, kind, ok := s.readPooledBody(w, r, bodyJSON, bodyNDJSON, bodyMsgpack)
 	if !ok {
 		return
 	}
+	defer releaseBody(body) // the decoded events copy what they keep of it
 	// An NDJSON body may carry partition lines (partition.Split: a whole-index dump or an
 	// export); every segment is decoded before anything is written.
 	segs := []partition.Segment{{Body: body}}
@@ -253,7 +256,14 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 		s.ingestError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]int{"accepted": total.Accepted, "ignored": total.Ignored})
+	// {"accepted":n,"ignored":m} as writeJSON writes the map (keys in order, a newline), without
+	// the map, the encoder and the reflection of a call per batch.
+	var buf [64]byte
+	out := append(buf[:0], `{"accepted":`...)
+	out = strconv.AppendInt(out, int64(total.Accepted), 10)
+	out = append(out, `,"ignored":`...)
+	out = strconv.AppendInt(out, int64(total.Ignored), 10)
+	writeAnswer(w, "application/json", append(out, "}\n"...))
 }
 
 func (s *Server) submitError(w http.ResponseWriter, err error) {
@@ -379,10 +389,11 @@ func decodeStrict(body []byte, v any) error {
 }
 
 func (s *Server) findMatches(w http.ResponseWriter, r *http.Request) {
-	body, _, ok := s.readBody(w, r, bodyJSON)
+	body, _, ok := s.readPooledBody(w, r, bodyJSON)
 	if !ok {
 		return
 	}
+	defer releaseBody(body) // the request's fields are copies
 	var req findRequest
 	if err := decodeFindRequest(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())

@@ -28,6 +28,7 @@ func loadgenCommand() *cli.Command {
 		&cli.IntFlag{Name: "idle-queries", Value: 10_000, Usage: "find_matches asked one at a time after the events are in (0 = none)", EnvVars: env("loadgen", "idle-queries")},
 		&cli.StringFlag{Name: "format", Value: "json", Usage: "encoding of the event batches: json or msgpack", EnvVars: env("loadgen", "format")},
 		&cli.StringFlag{Name: "answer-format", Value: "json", Usage: "encoding of the find_matches answers asked for (Accept): json or msgpack", EnvVars: env("loadgen", "answer-format")},
+		&cli.Float64Flag{Name: "query-rate", Usage: "find_matches per second while the events are posted (0 = one after the other, as fast as answered)", EnvVars: env("loadgen", "query-rate")},
 		&cli.IntFlag{Name: "top-k", Usage: "ask find_matches for the best N ranks only (0 = all)", EnvVars: env("loadgen", "top-k")},
 		&cli.StringFlag{Name: "markdown", Usage: "also write the results table into this markdown file (its section for this configuration is replaced)", EnvVars: env("loadgen", "markdown")},
 		authTokenFlag("loadgen", env("loadgen", "auth-token-file")),
@@ -51,8 +52,8 @@ func loadgenCommand() *cli.Command {
 					return usagef("--%s must be > 0", name)
 				}
 			}
-			if c.Duration("duration") <= 0 || c.Float64("rate") < 0 || c.Int("max-events") < 0 || c.Int("top-k") < 0 {
-				return usagef("--duration must be > 0, --rate, --max-events and --top-k ≥ 0")
+			if c.Duration("duration") <= 0 || c.Float64("rate") < 0 || c.Float64("query-rate") < 0 || c.Int("max-events") < 0 || c.Int("top-k") < 0 {
+				return usagef("--duration must be > 0, --rate, --query-rate, --max-events and --top-k ≥ 0")
 			}
 			if c.Duration("rss-every") < 0 || c.Duration("rss-warmup") < 0 {
 				return usagef("--rss-every and --rss-warmup must be ≥ 0 (--rss-every 0 = never)")
@@ -77,6 +78,7 @@ func loadgenCommand() *cli.Command {
 				Msgpack:        c.String("format") == "msgpack",
 				MsgpackAnswers: c.String("answer-format") == "msgpack",
 				TopK:           c.Int("top-k"),
+				QueryRate:      c.Float64("query-rate"),
 				IdleQueries:    idleQueries(c.Int("idle-queries")),
 				Target:         c.String("target"),
 				AllowRemote:    c.Bool("allow-remote"),
@@ -121,13 +123,16 @@ func loadgenCommandLine(c *cli.Context) (key, line string) {
 	if k := c.Int("top-k"); k > 0 {
 		key += fmt.Sprintf(", top-k %d", k)
 	}
+	if q := c.Float64("query-rate"); q > 0 {
+		key += fmt.Sprintf(", query-rate %g", q)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "kvindex loadgen --trace %s --scale %d", c.String("trace"), c.Int("scale"))
 	if c.Bool("loop") {
 		key += ", loop"
 		b.WriteString(" --loop")
 	}
-	for _, name := range []string{"workers", "cache-blocks", "speedup", "seed", "rate", "duration", "max-events", "idle-queries", "top-k"} {
+	for _, name := range []string{"workers", "cache-blocks", "speedup", "seed", "rate", "query-rate", "duration", "max-events", "idle-queries", "top-k"} {
 		if c.IsSet(name) {
 			fmt.Fprintf(&b, " --%s %v", name, c.Value(name))
 		}
