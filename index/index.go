@@ -1,8 +1,10 @@
 package index
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -211,9 +213,9 @@ func (ix *Index) register(r event.Rank) *rankState {
 }
 
 // RegisterRanks makes every given rank known at once (as an empty Stored would), publishing one
-// rank table for all of them: O((R+n) log(R+n)) instead of the O(R) per rank of registering them
-// one by one. The restart replay calls it with every rank of the log before applying anything.
-// It may run concurrently with readers and with writers of other ranks.
+// rank table for all of them: O((R+n) log(R+n)) instead of registering them one by one. The
+// restart replay calls it with every rank of the log before applying anything. It may run
+// concurrently with readers and with writers of other ranks.
 func (ix *Index) RegisterRanks(ranks []event.Rank) {
 	ix.regMu.Lock()
 	defer ix.regMu.Unlock()
@@ -231,19 +233,16 @@ func (ix *Index) RegisterRanks(ranks []event.Rank) {
 	if len(byID) == len(t.byID) {
 		return
 	}
-	n := &rankTable{byID: byID, ord: make([]uint32, len(byID)), byOrd: make([]ordRank, 0, len(byID)), sizes: grownSizes(t.sizes, len(byID))}
+	live := make([]ordRank, 0, len(byID))
 	for id, rs := range byID {
-		n.ord[id] = noOrd
 		if rs != nil {
-			n.byOrd = append(n.byOrd, ordRank{worker: rs.rank.WorkerID, dp: rs.rank.DPRank, id: uint32(id)})
+			live = append(live, ordRank{worker: rs.rank.WorkerID, dp: rs.rank.DPRank, id: uint32(id)})
 		}
 	}
+	slices.SortFunc(live, compareOrd)
+	n := rebuilt(byID, live, t.sizes)
 	for _, rs := range byID[len(t.byID):] {
 		rs.blocks = n.blocksOf(rs.id)
-	}
-	slices.SortFunc(n.byOrd, func(a, b ordRank) int { return byID[a.id].rank.Compare(byID[b.id].rank) })
-	for p, e := range n.byOrd {
-		n.ord[e.id] = uint32(p)
 	}
 	ix.table.Store(n)
 }
@@ -257,18 +256,30 @@ func (ix *Index) unregister(rs *rankState) {
 
 // rankTable is the rank registry as readers see it: id → state, and the order of the live ranks
 // by (worker id, dp rank), which FindMatches' answer follows. It is immutable; registering or
-// removing a rank publishes a new one (O(ranks), which is rare next to queries).
+// removing a rank publishes a new one.
 //
-// Adding a rank inserts it among the others without changing their relative order, so ordinals
-// shift but never reorder: an id's ordinal is only meaningful within one table.
+// The order is in two parts. byOrd holds the ranks of the ids below len(ord) (the base), and
+// ord gives each of them its position there (its ordinal); tail holds the ranks registered
+// since, ids base … len(byID)-1, every one live, each sorted in (worker id, dp rank) order on
+// its own. Registering a rank copies only the tail (and inserts the rank into it); once the
+// tail is as long as tailCap(len(byOrd)), about the square root of the ranks, the next
+// registration merges it into a new byOrd and ord (O(ranks)). So a fleet of R ranks that
+// register one by one costs O(R·√R) in all, not the O(R²) of rebuilding the order at each. A
+// removal rebuilds the order whole (rare).
+//
+// An id's ordinal is only meaningful within one table.
 //
 // What a query's answer needs of a rank is here, in arrays dense in ordinal or id, so that
 // laying out an answer of hundreds of ranks touches a few cache lines per 4 (byOrd) or 8
 // (sizes) ranks rather than a rank state of two lines each, which its writer keeps dirtying.
 type rankTable struct {
 	byID  []*rankState // id → state; nil once removed
-	ord   []uint32     // id → position of the rank in byOrd; noOrd once removed
-	byOrd []ordRank    // the live ranks, by (worker id, dp rank)
+	ord   []uint32     // id → position of the rank in byOrd, for the ids below len(ord); noOrd once removed
+	byOrd []ordRank    // the live ranks of the ids below len(ord), by (worker id, dp rank)
+	// tail is the ranks of ids len(ord) and up, by (worker id, dp rank); tailPos[id-len(ord)]
+	// is the position of id in it.
+	tail    []ordRank
+	tailPos []uint32
 	// sizes holds every rank's block count (rankState.blocks points at its slot), by id, in
 	// chunks that tables share and that never move: a new table only appends chunks.
 	sizes []*sizeChunk
@@ -279,6 +290,54 @@ type ordRank struct {
 	worker uint64
 	dp     uint32
 	id     uint32
+}
+
+func compareOrd(a, b ordRank) int {
+	if c := cmp.Compare(a.worker, b.worker); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.dp, b.dp)
+}
+
+// tailCap is how long the tail of a table whose byOrd holds n ranks grows before it is merged:
+// ⌈√n⌉, at least minTail.
+func tailCap(n int) int {
+	c := int(math.Sqrt(float64(n)))
+	for c*c < n {
+		c++
+	}
+	return max(minTail, c)
+}
+
+const minTail = 8
+
+// live reports the number of live ranks.
+func (t *rankTable) live() int { return len(t.byOrd) + len(t.tail) }
+
+// inOrder returns every live rank in (worker id, dp rank) order: byOrd and the tail merged.
+func (t *rankTable) inOrder() []ordRank {
+	out := make([]ordRank, 0, t.live())
+	a, b := t.byOrd, t.tail
+	for len(a) > 0 && len(b) > 0 {
+		if compareOrd(b[0], a[0]) < 0 {
+			out, b = append(out, b[0]), b[1:]
+		} else {
+			out, a = append(out, a[0]), a[1:]
+		}
+	}
+	return append(append(out, a...), b...)
+}
+
+// rebuilt returns the table of byID whose live ranks, in order, are live: no tail.
+func rebuilt(byID []*rankState, live []ordRank, sizes []*sizeChunk) *rankTable {
+	n := &rankTable{byID: byID, ord: make([]uint32, len(byID)), byOrd: live, sizes: grownSizes(sizes, len(byID))}
+	for id := range n.ord {
+		n.ord[id] = noOrd
+	}
+	for p, e := range live {
+		n.ord[e.id] = uint32(p)
+	}
+	return n
 }
 
 // sizeChunkLen is the number of ranks' block counts in one chunk of rankTable.sizes.
@@ -303,54 +362,49 @@ func (t *rankTable) blocksOf(id uint32) *atomic.Uint64 {
 // noOrd is the ordinal of a removed rank.
 const noOrd = ^uint32(0)
 
-// atLeast returns 1 when ordinal o is p or more (and not noOrd), else 0, without a branch: the
-// ordinals shifted by a registration are in random order, and a mispredicted branch per rank
-// cost more than the rest of the registration.
-func atLeast(o, p uint32) uint32 {
-	ge := 1 ^ (uint64(o)-uint64(p))>>63
-	live := (uint64(o) - uint64(noOrd)) >> 63
-	return uint32(ge & live)
+// knows reports whether id is a live rank of t.
+func (t *rankTable) knows(id uint32) bool {
+	if int(id) < len(t.ord) {
+		return t.ord[id] != noOrd
+	}
+	return int(id) < len(t.byID) // the tail's ranks are all live
 }
 
 // with returns t plus rs, whose id is len(t.byID), and points rs.blocks at its slot of sizes. t
 // must be the registry's newest table.
 func (t *rankTable) with(rs *rankState) *rankTable {
-	p, _ := slices.BinarySearchFunc(t.byOrd, rs.rank, func(e ordRank, r event.Rank) int {
-		return t.byID[e.id].rank.Compare(r)
-	})
-	n := &rankTable{
-		// Appending may write past the end of t.byID in a shared array: no reader of t reads
-		// there, and t is never extended again (the registry extends only its newest table).
-		byID:  append(t.byID, rs),
-		ord:   make([]uint32, len(t.ord), len(t.ord)+1),
-		byOrd: make([]ordRank, 0, len(t.byOrd)+1),
-		sizes: grownSizes(t.sizes, len(t.byID)+1),
+	me := ordRank{worker: rs.rank.WorkerID, dp: rs.rank.DPRank, id: rs.id}
+	// Appending may write past the end of t.byID in a shared array: no reader of t reads there,
+	// and t is never extended again (the registry extends only its newest table).
+	byID := append(t.byID, rs)
+	var n *rankTable
+	if len(t.tail) < tailCap(len(t.byOrd)) {
+		p, _ := slices.BinarySearchFunc(t.tail, me, compareOrd)
+		n = &rankTable{
+			byID: byID, ord: t.ord, byOrd: t.byOrd,
+			tail:    slices.Insert(slices.Clip(t.tail), p, me),
+			tailPos: make([]uint32, len(t.tail)+1),
+			sizes:   grownSizes(t.sizes, len(byID)),
+		}
+		base := uint32(len(n.ord))
+		for q, e := range n.tail {
+			n.tailPos[e.id-base] = uint32(q)
+		}
+	} else {
+		p, _ := slices.BinarySearchFunc(t.tail, me, compareOrd)
+		tail := slices.Insert(slices.Clone(t.tail), p, me)
+		n = rebuilt(byID, (&rankTable{byOrd: t.byOrd, tail: tail}).inOrder(), t.sizes)
 	}
 	rs.blocks = n.blocksOf(rs.id)
-	me := ordRank{worker: rs.rank.WorkerID, dp: rs.rank.DPRank, id: rs.id}
-	n.byOrd = append(append(append(n.byOrd, t.byOrd[:p]...), me), t.byOrd[p:]...)
-	for id, o := range t.ord {
-		n.ord[id] = o + atLeast(o, uint32(p))
-	}
-	n.ord = append(n.ord, uint32(p))
 	return n
 }
 
-// without returns t minus the rank of id.
+// without returns t minus the rank of id (the order rebuilt, no tail).
 func (t *rankTable) without(id uint32) *rankTable {
-	p := t.ord[id]
-	n := &rankTable{
-		byID:  slices.Clone(t.byID),
-		ord:   make([]uint32, len(t.ord)),
-		byOrd: slices.Delete(slices.Clone(t.byOrd), int(p), int(p)+1),
-		sizes: t.sizes,
-	}
-	n.byID[id] = nil
-	for i, o := range t.ord {
-		n.ord[i] = o - atLeast(o, p+1)
-	}
-	n.ord[id] = noOrd
-	return n
+	byID := slices.Clone(t.byID)
+	byID[id] = nil
+	live := slices.DeleteFunc(t.inOrder(), func(e ordRank) bool { return e.id == id })
+	return rebuilt(byID, live, t.sizes)
 }
 
 func (ix *Index) count(k event.Kind, s Status) {
@@ -527,8 +581,9 @@ func (ix *Index) RanksOfWorker(workerID uint64) []event.Rank {
 // Ranks returns every known rank with its block count, sorted by worker id, then dp rank.
 func (ix *Index) Ranks() []RankInfo {
 	t := ix.table.Load()
-	out := make([]RankInfo, len(t.byOrd))
-	for i, e := range t.byOrd {
+	order := t.inOrder()
+	out := make([]RankInfo, len(order))
+	for i, e := range order {
 		rs := t.byID[e.id]
 		out[i] = RankInfo{Rank: rs.rank, Blocks: rs.blocks.Load()}
 	}

@@ -166,16 +166,16 @@ func split(next, drops, active, hs []uint32) ([]uint32, []uint32) {
 // knownIDs returns the ids (ascending) that t knows: ids itself when it knows them all (always,
 // unless a rank was registered after t was loaded or removed before), else a copy in buf.
 func (t *rankTable) knownIDs(ids []uint32, buf *[]uint32) []uint32 {
-	if len(ids) == 0 || len(t.byOrd) == len(t.byID) && int(ids[len(ids)-1]) < len(t.byID) {
+	if len(ids) == 0 || t.live() == len(t.byID) && int(ids[len(ids)-1]) < len(t.byID) {
 		return ids // no rank removed: every id below len(byID) is live
 	}
 	for i, id := range ids {
-		if int(id) < len(t.ord) && t.ord[id] != noOrd {
+		if t.knows(id) {
 			continue
 		}
 		known := append((*buf)[:0], ids[:i]...)
 		for _, id := range ids[i+1:] {
-			if int(id) < len(t.ord) && t.ord[id] != noOrd {
+			if t.knows(id) {
 				known = append(known, id)
 			}
 		}
@@ -185,10 +185,17 @@ func (t *rankTable) knownIDs(ids []uint32, buf *[]uint32) []uint32 {
 	return ids
 }
 
-// appendRun appends to dst the scores s of ids (known to t, no duplicates), in (worker id, dp
-// rank) order: through a bitmap of their ordinals when they are many next to the ranks, else by
-// sorting their ordinals. Neither calls a comparator. dst should have room for them.
+// appendRun appends to dst the scores s of ids (known to t, ascending, no duplicates), in
+// (worker id, dp rank) order: those of the ordered base through a bitmap of their ordinals when
+// they are many next to the ranks, else by sorting their ordinals (neither calls a
+// comparator); then those of the tail (the ids from len(t.ord) on, the last of ids) merged in.
+// dst should have room for them.
 func (t *rankTable) appendRun(dst []Score, ids []uint32, s uint32, sc *matchScratch) []Score {
+	if n := len(ids); n > 0 && int(ids[n-1]) >= len(t.ord) {
+		i, _ := slices.BinarySearch(ids, uint32(len(t.ord)))
+		start := len(dst)
+		return t.mergeTail(t.appendRun(dst, ids[:i], s, sc), start, ids[i:], s, sc)
+	}
 	switch words := (len(t.byOrd) + 63) / 64; {
 	case len(ids) == 0:
 		return dst
@@ -199,6 +206,31 @@ func (t *rankTable) appendRun(dst []Score, ids []uint32, s uint32, sc *matchScra
 	default:
 		return t.appendRunSorted(dst, ids, s, sc)
 	}
+}
+
+// mergeTail merges the scores s of ids, ranks of t's tail, into dst[start:], scores of the same
+// run in rank order, keeping the order: their tail positions sorted, then merged from the back.
+func (t *rankTable) mergeTail(dst []Score, start int, ids []uint32, s uint32, sc *matchScratch) []Score {
+	base := uint32(len(t.ord))
+	ps := sc.ords[:0]
+	for _, id := range ids {
+		ps = append(ps, t.tailPos[id-base])
+	}
+	slices.Sort(ps)
+	i := len(dst) - 1 // the last score of the base's
+	dst = slices.Grow(dst, len(ps))[:len(dst)+len(ps)]
+	w := len(dst) - 1
+	for j := len(ps) - 1; j >= 0; j-- {
+		e := &t.tail[ps[j]]
+		for ; i >= start && (dst[i].WorkerID > e.worker || dst[i].WorkerID == e.worker && dst[i].DPRank > e.dp); i-- {
+			dst[w] = dst[i]
+			w--
+		}
+		dst[w] = Score{WorkerID: e.worker, DPRank: e.dp, Score: s, TreeSize: t.blocksOf(e.id).Load()}
+		w--
+	}
+	sc.ords = ps[:0]
+	return dst
 }
 
 // appendScore appends the score s of the rank of ordinal o.

@@ -28,21 +28,13 @@ func TestRankTableOrder(t *testing.T) {
 				rs.blocks.Store(uint64(rs.id) + 100)
 				live[r] = rs.id
 			}
-			if len(tab.byOrd) != len(live) {
-				rt.Fatalf("%d ordinals, %d live ranks", len(tab.byOrd), len(live))
+			if tab.live() != len(live) {
+				rt.Fatalf("%d ranks in the order, %d live ranks", tab.live(), len(live))
 			}
-			for o, e := range tab.byOrd {
-				id := e.id
-				if tab.ord[id] != uint32(o) || live[tab.byID[id].rank] != id {
-					rt.Fatalf("ordinal %d: id %d (ord %d, rank %v)", o, id, tab.ord[id], tab.byID[id].rank)
-				}
-				if o > 0 && !tab.byID[tab.byOrd[o-1].id].rank.Less(tab.byID[id].rank) {
-					rt.Fatalf("ordinals %d, %d out of rank order", o-1, o)
-				}
-			}
-			for id, rs := range tab.byID {
-				if (rs == nil) != (tab.ord[id] == noOrd) {
-					rt.Fatalf("id %d: state %v, ordinal %d", id, rs, tab.ord[id])
+			checkTable(rt, tab)
+			for _, e := range tab.inOrder() {
+				if live[tab.byID[e.id].rank] != e.id {
+					rt.Fatalf("id %d of rank %v listed, live id %d", e.id, tab.byID[e.id].rank, live[tab.byID[e.id].rank])
 				}
 			}
 
@@ -56,17 +48,34 @@ func TestRankTableOrder(t *testing.T) {
 			byRank := slices.SortedFunc(slices.Values(ids), func(a, b uint32) int {
 				return tab.byID[a].rank.Compare(tab.byID[b].rank)
 			})
-			var want []Score
+			var want, wantBase []Score
+			var base []uint32 // the ids of the ordered base: what the bitmap and the sort lay out
 			for _, id := range byRank {
 				rs := tab.byID[id]
-				want = append(want, Score{WorkerID: rs.rank.WorkerID, DPRank: rs.rank.DPRank, Score: 7, TreeSize: uint64(id) + 100})
+				sc := Score{WorkerID: rs.rank.WorkerID, DPRank: rs.rank.DPRank, Score: 7, TreeSize: uint64(id) + 100}
+				want = append(want, sc)
+				if int(id) < len(tab.ord) {
+					wantBase = append(wantBase, sc)
+				}
 			}
-			for name, appendRun := range map[string]func(*rankTable, []Score, []uint32, uint32, *matchScratch) []Score{
-				"bitmap": (*rankTable).appendRunBitmap, "sorted": (*rankTable).appendRunSorted, "either": (*rankTable).appendRun,
+			for _, id := range ids {
+				if int(id) < len(tab.ord) {
+					base = append(base, id)
+				}
+			}
+			for _, c := range []struct {
+				name      string
+				appendRun func(*rankTable, []Score, []uint32, uint32, *matchScratch) []Score
+				ids       []uint32
+				want      []Score
+			}{
+				{"bitmap", (*rankTable).appendRunBitmap, base, wantBase},
+				{"sorted", (*rankTable).appendRunSorted, base, wantBase},
+				{"either, base and tail", (*rankTable).appendRun, ids, want},
 			} {
-				got := appendRun(tab, []Score{{WorkerID: 99}}, ids, 7, sc)
-				if len(got) == 0 || got[0].WorkerID != 99 || !slices.Equal(got[1:], want) {
-					rt.Fatalf("%s: %v, want %v after the one it had", name, got, want)
+				got := c.appendRun(tab, []Score{{WorkerID: 99}}, c.ids, 7, sc)
+				if len(got) == 0 || got[0].WorkerID != 99 || !slices.Equal(got[1:], c.want) {
+					rt.Fatalf("%s: %v, want %v after the one it had", c.name, got, c.want)
 				}
 			}
 			if slices.ContainsFunc(sc.bits, func(w uint64) bool { return w != 0 }) {

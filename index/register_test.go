@@ -8,32 +8,55 @@ import (
 	"pgregory.net/rapid"
 )
 
-// checkTable asserts the rank table's invariants: byOrd lists the live ids in rank order, ord is
-// its inverse, removed ids have no ordinal.
-func checkTable(t *rapid.T, tab *rankTable) {
+// checkTable asserts the rank table's invariants: byOrd lists the live ids of the base (below
+// len(ord)) in rank order and ord is its inverse; removed ids are in the base and have no
+// ordinal; the tail lists the ids from len(ord) to len(byID), all live, in rank order, and
+// tailPos is its inverse; every live rank's block count is its table slot.
+func checkTable(t interface{ Fatalf(string, ...any) }, tab *rankTable) {
+	entry := func(what string, o int, e ordRank) {
+		rs := tab.byID[e.id]
+		if rs == nil {
+			t.Fatalf("%s %d: id %d removed", what, o, e.id)
+		}
+		if r := rs.rank; e.worker != r.WorkerID || e.dp != r.DPRank || rs.blocks != tab.blocksOf(e.id) {
+			t.Fatalf("%s %d: %+v, rank %v, block count %p (table's %p)", what, o, e, r, rs.blocks, tab.blocksOf(e.id))
+		}
+	}
 	for o, e := range tab.byOrd {
-		id := e.id
-		if tab.ord[id] != uint32(o) || tab.byID[id] == nil {
-			t.Fatalf("ordinal %d: id %d (ord %d)", o, id, tab.ord[id])
+		if int(e.id) >= len(tab.ord) || tab.ord[e.id] != uint32(o) {
+			t.Fatalf("ordinal %d: id %d not of the base (%d ids) or ord %d", o, e.id, len(tab.ord), tab.ord[e.id])
 		}
-		if r := tab.byID[id].rank; e.worker != r.WorkerID || e.dp != r.DPRank || tab.byID[id].blocks != tab.blocksOf(id) {
-			t.Fatalf("ordinal %d: %+v, rank %v, block count %p (table's %p)", o, e, r, tab.byID[id].blocks, tab.blocksOf(id))
-		}
-		if o > 0 && !tab.byID[tab.byOrd[o-1].id].rank.Less(tab.byID[id].rank) {
+		entry("ordinal", o, e)
+		if o > 0 && compareOrd(tab.byOrd[o-1], e) >= 0 {
 			t.Fatalf("ordinals %d, %d out of rank order", o-1, o)
+		}
+	}
+	if want := len(tab.byID) - len(tab.ord); len(tab.tail) != want || len(tab.tailPos) != want && want > 0 {
+		t.Fatalf("tail of %d ranks (%d positions), want the %d ids from %d", len(tab.tail), len(tab.tailPos), want, len(tab.ord))
+	}
+	for q, e := range tab.tail {
+		if int(e.id) < len(tab.ord) || tab.tailPos[int(e.id)-len(tab.ord)] != uint32(q) {
+			t.Fatalf("tail %d: id %d (base %d) not at its position", q, e.id, len(tab.ord))
+		}
+		entry("tail", q, e)
+		if q > 0 && compareOrd(tab.tail[q-1], e) >= 0 {
+			t.Fatalf("tail %d, %d out of rank order", q-1, q)
 		}
 	}
 	live := 0
 	for id, rs := range tab.byID {
-		if (rs == nil) != (tab.ord[id] == noOrd) {
-			t.Fatalf("id %d: state %v, ordinal %d", id, rs, tab.ord[id])
+		if id < len(tab.ord) && (rs == nil) != (tab.ord[id] == noOrd) || id >= len(tab.ord) && rs == nil {
+			t.Fatalf("id %d: state %v, base %d", id, rs, len(tab.ord))
 		}
 		if rs != nil {
 			live++
 		}
+		if tab.knows(uint32(id)) != (rs != nil) {
+			t.Fatalf("id %d: knows %v, state %v", id, tab.knows(uint32(id)), rs)
+		}
 	}
-	if live != len(tab.byOrd) {
-		t.Fatalf("%d live ids, %d ordinals", live, len(tab.byOrd))
+	if live != tab.live() {
+		t.Fatalf("%d live ids, %d ordinals + %d in the tail", live, len(tab.byOrd), len(tab.tail))
 	}
 }
 
