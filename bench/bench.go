@@ -78,6 +78,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Progress, when set, shows progress bars there (the CLI passes stderr on a terminal).
 	Progress io.Writer
+	// NoCeiling skips baseline (b), the raw Pebble ceiling, and the ratios to it (at fleet
+	// scale it writes the whole log once more: 20 GB and minutes at --scale 640).
+	NoCeiling bool
 	// Approximate replaces stages 2–5 by approximate mode (docs/CONTRACT.md §8, issue 14): each query's
 	// routing decision is recorded instead of the events (see approxStages). The workload must
 	// name each query's worker (ErrNoDecisions otherwise).
@@ -218,8 +221,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	start := time.Now()
 	defer func() {
 		r.rep.add(MetricRunSeconds, time.Since(start).Seconds(), UnitSec)
-		if v, ok := peakRSS(); ok {
-			r.rep.add(MetricPeakRSS, float64(v), UnitBytes)
+		if _, peak := rss(); peak > 0 {
+			r.rep.add(MetricPeakRSS, float64(peak), UnitBytes)
 		}
 	}()
 	r.lg.Info("bench: stage 1: workload")
@@ -259,17 +262,19 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.lg.Info("bench: done", "took_ms", time.Since(start).Milliseconds())
 		return r.rep, nil
 	}
-	c0 := readCPU()
+	c0 := readCPU(true)
 	if err := r.pipelineStages(ctx); err != nil {
 		return r.rep, err
 	}
 	if err := r.memoryBaseline(ctx); err != nil {
 		return r.rep, err
 	}
-	if err := r.pebbleCeiling(ctx); err != nil {
-		return r.rep, err
+	if !o.NoCeiling {
+		if err := r.pebbleCeiling(ctx); err != nil {
+			return r.rep, err
+		}
 	}
-	c1 := readCPU()
+	c1 := readCPU(false)
 	if v, ok := gcShare(c0, c1); ok {
 		r.rep.add(MetricGCCPUShare, v, UnitRatio)
 	}
@@ -308,14 +313,18 @@ func (r *run) engineConfig() engine.Config {
 	return cfg
 }
 
-// stage brackets one stage for its GC share: call it at the start, and the returned function
-// at the end.
+// stage brackets one stage for its GC share: call it at the start (it collects first), and the
+// returned function at the end (it logs the stage's wall time, GC share and memory).
 func (r *run) stage(metric string) func() {
-	c0 := readCPU()
+	c0 := readCPU(true)
 	return func() {
-		if v, ok := gcShare(c0, readCPU()); ok {
+		c1 := readCPU(false)
+		v, ok := gcShare(c0, c1)
+		if ok {
 			r.rep.add(metric, v, UnitRatio)
 		}
+		now, peak := rss()
+		r.lg.Info("bench: stage done", "metric", metric, "took_ms", c1.at.Sub(c0.at).Milliseconds(), "gc_share", v, "rss_bytes", now, "peak_rss_bytes", peak)
 	}
 }
 
@@ -382,7 +391,6 @@ func (r *run) pipelineStages(ctx context.Context) error {
 
 	// Stage 3: queries, idle then under half-rate ingest.
 	r.drawSample()
-	end = r.stage(MetricGCCPUShareQueries)
 	if err := r.idleQueries(ctx, s); err != nil {
 		return err
 	}
@@ -390,7 +398,6 @@ func (r *run) pipelineStages(ctx context.Context) error {
 		return err
 	}
 	r.rep.add(MetricHeapAtEnd, float64(liveHeap()), UnitBytes)
-	end()
 	end = r.stage(MetricGCCPUShareLoaded)
 	if err := r.loadedQueries(ctx, s, submit); err != nil {
 		return err

@@ -101,6 +101,51 @@ func TestRunReportsEveryMetric(t *testing.T) {
 	if get(MetricLoadedQueries) < 1 {
 		t.Error("no query was timed under load")
 	}
+	// Issue 24's fleet-scale metrics: shares are shares, the sample is the whole (small) stream,
+	// the collector loop completed a cycle, and the process has a peak.
+	for _, name := range []string{MetricGCCPUShare, MetricGCBusyShare, MetricGCCPUShareIngest,
+		MetricGCCPUShareLoaded, MetricGCCPUShareRestart, MetricGCCPUShareMemoryIngest, MetricGCCPUShareCeiling} {
+		if v := get(name); v < 0 || v > 1 {
+			t.Errorf("%s = %v, want a share in [0, 1]", name, v)
+		}
+	}
+	if n := len(nonEmpty(want.Queries)); get(MetricQueries) != float64(n) || get(MetricSampledQueries) != float64(n) {
+		t.Errorf("queries = %v of %v, want all %d", get(MetricQueries), get(MetricSampledQueries), n)
+	}
+	if get(MetricFindMatchesGCRunningGCs) < 1 {
+		t.Error("no collection completed beside the gc-running pass")
+	}
+	for _, name := range []string{MetricFindMatchesGCOffP99, MetricFindMatchesGCRunningP99, MetricHeapAtEnd, MetricRunSeconds, MetricPeakRSS} {
+		if v := get(name); v <= 0 {
+			t.Errorf("%s = %v, want > 0", name, v)
+		}
+	}
+}
+
+// With NoCeiling the run measures everything but baseline (b) and the ratios to it.
+func TestRunNoCeiling(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	rep, err := Run(context.Background(), Options{
+		Requests: smallTrace(t, 40), Workload: workload.WorkloadOptions{Workers: 4, CacheBlocks: 16},
+		Durability: wal.NoSync, Lanes: 1, LoadedMax: time.Second, Queries: 5, NoCeiling: true,
+		DataDir: t.TempDir(), Logger: quiet(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{MetricPebbleCeilingEventsPS, MetricIngestVsCeiling, MetricIngestVsLimit, MetricGCCPUShareCeiling} {
+		if v, ok := rep.Get(name); ok {
+			t.Errorf("%s = %v without the ceiling", name, v)
+		}
+	}
+	for _, name := range []string{MetricIngestVsMemory, MetricMemoryIngestBlocksPerS, MetricRestartSeconds} {
+		if _, ok := rep.Get(name); !ok {
+			t.Errorf("%s missing", name)
+		}
+	}
+	if v, _ := rep.Get(MetricQueries); v != 5 {
+		t.Errorf("queries = %v, want the sample of 5", v)
+	}
 }
 
 func TestRunRefusesAUsedDataDir(t *testing.T) {

@@ -18,6 +18,9 @@ import (
 // would; 100 MB or so of events and blocks at any scale.
 const chunkEvents = 1 << 18
 
+// progressEvery is how often a driven stage logs how far it is.
+const progressEvery = 15 * time.Second
+
 // submitFunc hands one batch of a producer's events to the system measured.
 type submitFunc func(ctx context.Context, evs []event.RouterEvent) error
 
@@ -93,6 +96,7 @@ func (r *run) drive(ctx context.Context, src eventSource, d driveOpts) (time.Dur
 	bar := r.bar(d.what, d.total)
 	sp := newSplit(r.o.Producers)
 	var took time.Duration
+	done, logged := 0, time.Now()
 	for {
 		if err := ctx.Err(); err != nil {
 			return took, err
@@ -102,6 +106,7 @@ func (r *run) drive(ctx context.Context, src eventSource, d driveOpts) (time.Dur
 		}
 		evs, ok := src()
 		sp.add(evs)
+		done += len(evs)
 		if d.gen != nil {
 			d.gen.Unlock()
 		}
@@ -113,6 +118,10 @@ func (r *run) drive(ctx context.Context, src eventSource, d driveOpts) (time.Dur
 		}
 		if !ok {
 			break
+		}
+		if time.Since(logged) >= progressEvery {
+			logged = time.Now()
+			r.lg.Info("bench: progress", "stage", d.what, "events", done, "of", d.total, "driven_ms", took.Milliseconds())
 		}
 	}
 	if bar != nil {

@@ -51,7 +51,7 @@ func TestDriveBatchesIgnoreChunkBoundaries(t *testing.T) {
 		ref := newSplit(producers)
 		ref.add(evs)
 
-		r := &run{o: Options{Producers: producers}}
+		r := &run{o: Options{Producers: producers}, lg: quiet()}
 		var mu sync.Mutex
 		got := make([][][]event.RouterEvent, producers)
 		submit := func(_ context.Context, b []event.RouterEvent) error {
@@ -110,7 +110,7 @@ func TestDriveStopsAtTheFirstError(t *testing.T) {
 				}
 				return nil
 			}
-			r := &run{o: Options{Producers: 4}}
+			r := &run{o: Options{Producers: 4}, lg: quiet()}
 			_, err := r.drive(ctx, chunked(evs, []int{50, 50, 50}), driveOpts{what: "test", submit: submit, batch: 2})
 			want := errSubmit
 			if tc.cancel {

@@ -7,23 +7,24 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"strconv"
+	"time"
 )
 
 // Fleet-scale metrics (issue 24, target 2): what the garbage collector costs the run, how a
 // collection running beside the queries moves their tail, and the process's peak memory.
 const (
-	// GC's share of the CPU the Go runtime had (GOMAXPROCS × wall time), over the pipeline
-	// stages (2 to 5) and per stage: runtime/metrics /cpu/classes/gc/total:cpu-seconds ÷
-	// /cpu/classes/total:cpu-seconds, each stage bracketed by runtime.GC() (those counters move
-	// at the end of a cycle; the closing collection is charged to the stage).
+	// GC's share of the CPU the Go runtime had over the pipeline stages (2 to 5) and per
+	// stage: the /cpu/classes/gc/total:cpu-seconds of the collections that completed during
+	// the stage (runtime/metrics moves those counters at the end of a cycle) ÷ GOMAXPROCS × the
+	// stage's wall time. Each stage starts after a forced collection, not counted.
 	MetricGCCPUShare             = "gc_cpu_share"
 	MetricGCCPUShareIngest       = "gc_cpu_share_ingest"
-	MetricGCCPUShareQueries      = "gc_cpu_share_queries"
 	MetricGCCPUShareLoaded       = "gc_cpu_share_loaded"
 	MetricGCCPUShareRestart      = "gc_cpu_share_restart"
 	MetricGCCPUShareMemoryIngest = "gc_cpu_share_memory_ingest"
 	MetricGCCPUShareCeiling      = "gc_cpu_share_ceiling"
-	// GC's share of the CPU the process used (the same total less /cpu/classes/idle), stages 2–5.
+	// GC's share of the CPU the process used, stages 2–5: from the forced collection before
+	// stage 2 to the last cycle that completed in stage 5, GC ÷ (total − idle) CPU classes.
 	MetricGCBusyShare = "gc_busy_cpu_share"
 	// The idle pass again with the collector off (debug.SetGCPercent(-1); GOMEMLIMIT still
 	// applies), then with collections running back to back beside it (runtime.GC in a loop):
@@ -40,14 +41,20 @@ const (
 	MetricSampledQueries           = "queries_sampled_of"                // non-empty queries of the stream the sample was drawn from
 )
 
-// cpuClasses is one reading of the runtime's CPU accounting, in CPU-seconds.
-type cpuClasses struct{ gc, total, idle float64 }
+// cpuClasses is one reading of the runtime's CPU accounting, in CPU-seconds, as of the end of
+// the last completed GC cycle, and the wall clock of the reading.
+type cpuClasses struct {
+	gc, total, idle float64
+	at              time.Time
+}
 
 var cpuClassNames = []string{"/cpu/classes/gc/total:cpu-seconds", "/cpu/classes/total:cpu-seconds", "/cpu/classes/idle:cpu-seconds"}
 
-// readCPU collects (so that the counters, updated at the end of a cycle, are current) and reads.
-func readCPU() cpuClasses {
-	runtime.GC()
+// readCPU reads the counters; with collect it first runs a collection, so that they are current.
+func readCPU(collect bool) cpuClasses {
+	if collect {
+		runtime.GC()
+	}
 	s := make([]metrics.Sample, len(cpuClassNames))
 	for i, n := range cpuClassNames {
 		s[i].Name = n
@@ -59,18 +66,21 @@ func readCPU() cpuClasses {
 		}
 		return s[i].Value.Float64()
 	}
-	return cpuClasses{gc: f(0), total: f(1), idle: f(2)}
+	return cpuClasses{gc: f(0), total: f(1), idle: f(2), at: time.Now()}
 }
 
-// gcShare is GC's share of the available CPU between two readings (ok false when no time passed).
+// gcShare is the GC CPU of the cycles completed between two readings ÷ GOMAXPROCS × the wall
+// time between them (ok false when none passed).
 func gcShare(a, b cpuClasses) (float64, bool) {
-	if d := b.total - a.total; d > 0 {
-		return (b.gc - a.gc) / d, true
+	d := b.at.Sub(a.at).Seconds() * float64(runtime.GOMAXPROCS(0))
+	if d <= 0 {
+		return 0, false
 	}
-	return 0, false
+	return (b.gc - a.gc) / d, true
 }
 
-// busyShare is GC's share of the CPU used between two readings.
+// busyShare is GC's share of the CPU used between two readings, as the runtime accounted it at
+// the end of the last cycle of each (ok false when no cycle completed between them).
 func busyShare(a, b cpuClasses) (float64, bool) {
 	if d := (b.total - b.idle) - (a.total - a.idle); d > 0 {
 		return (b.gc - a.gc) / d, true
@@ -78,14 +88,15 @@ func busyShare(a, b cpuClasses) (float64, bool) {
 	return 0, false
 }
 
-// peakRSS returns the process's peak resident set (VmHWM in /proc/self/status); ok is false
-// where there is none (not Linux).
-func peakRSS() (uint64, bool) {
+// rss returns the process's resident set now and its peak (VmRSS, VmHWM), 0 where unknown.
+func rss() (now, peak uint64) {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
-		return 0, false
+		return 0, 0
 	}
-	return statusKB(b, "VmHWM:")
+	now, _ = statusKB(b, "VmRSS:")
+	peak, _ = statusKB(b, "VmHWM:")
+	return now, peak
 }
 
 // statusKB parses the "Name:   123 kB" line of a /proc status file, in bytes.
