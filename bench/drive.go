@@ -135,17 +135,8 @@ func (r *run) drive(ctx context.Context, src eventSource, d driveOpts) (time.Dur
 func (r *run) phase(ctx context.Context, queues [][]event.RouterEvent, last bool, d driveOpts, bar *progressbar.ProgressBar) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var (
-		wg    sync.WaitGroup
-		errMu sync.Mutex
-		first error
-	)
-	fail := func(err error) {
-		errMu.Lock()
-		first = cmpErr(first, err)
-		errMu.Unlock()
-		cancel()
-	}
+	var wg sync.WaitGroup
+	first := firstError{cancel: cancel}
 	producers := 0
 	for _, q := range queues {
 		if len(q) > 0 {
@@ -167,13 +158,13 @@ func (r *run) phase(ctx context.Context, queues [][]event.RouterEvent, last bool
 				if perProducer > 0 {
 					due := start.Add(time.Duration(float64(n) / perProducer * float64(time.Second)))
 					if err := sleepUntil(ctx, due); err != nil {
-						fail(err)
+						first.set(err)
 						break
 					}
 				}
 				evs := q[n:min(n+d.batch, len(q))]
 				if err := d.submit(ctx, evs); err != nil {
-					fail(err)
+					first.set(err)
 					break
 				}
 				if d.sent != nil {
@@ -188,10 +179,25 @@ func (r *run) phase(ctx context.Context, queues [][]event.RouterEvent, last bool
 		}()
 	}
 	wg.Wait()
-	if first == nil {
-		first = ctx.Err() // the caller's ctx: cancel above only runs after an error
+	if first.err == nil {
+		return ctx.Err() // the caller's ctx: cancel above only runs after an error
 	}
-	return first
+	return first.err
+}
+
+// firstError keeps the first error of a group of goroutines, preferring a real one over the
+// cancellation it caused, and cancels the group on the first.
+type firstError struct {
+	mu     sync.Mutex
+	err    error
+	cancel context.CancelFunc
+}
+
+func (f *firstError) set(err error) {
+	f.mu.Lock()
+	f.err = cmpErr(f.err, err)
+	f.mu.Unlock()
+	f.cancel()
 }
 
 // cmpErr keeps the first error, preferring a real one over a cancellation it caused.
