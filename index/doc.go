@@ -72,11 +72,11 @@
 //     atomic.Pointer when a rank is added or removed; a rank's block count is an atomic. The
 //     table also orders the live ranks by (worker id, dp rank), which is how FindMatches lays
 //     out its answer without comparing: the ranks of ids below a base by ordinal (byOrd, and
-//     ord: id → ordinal), the ranks registered since (ids from the base on, at most about √ranks
-//     of them) in a sorted tail of their own, merged into byOrd and ord when it is full. So a
-//     registration copies the tail, not the whole order: a fleet of 163,840 ranks registering
-//     one by one costs 1.8 GB of allocation and 5 s in all, against 270 GB and 7 min 43 s when
-//     every registration rebuilt the order. What an answer needs of a rank is in the table's
+//     ord: id → ordinal), and from 8,192 ranks on the ranks registered since (ids from the
+//     base on, at most about √ranks of them) in a sorted tail of their own, merged into byOrd
+//     and ord when it is full. So a registration copies the tail, not the whole order: a fleet
+//     of 163,840 ranks registering one by one costs 2.5 GB of allocation and 5 s in all,
+//     against 270 GB and 7 min 43 s when every registration rebuilt the order. What an answer needs of a rank is in the table's
 //     dense arrays, never behind the rank's state: byOrd and the tail, each live rank's (worker
 //     id, dp rank, id); sizes, every rank's block count by id, in 64-rank chunks that
 //     successive tables share and that never move (a rank's state points at its slot; its
@@ -84,8 +84,9 @@
 //   - FindMatches keeps the ranks still matching, ascending by id, and the ranks that left at
 //     each depth as one run (ascending by id), so that the ranks of one score are one run and
 //     no per-rank score is stored; runs are laid out deepest first, each in ordinal order
-//     (bitmap of ordinals, or a sort of a few; a run's tail ranks, its highest ids, are then
-//     merged in), sweeping ord and sizes in id order and byOrd
+//     (bitmap of ordinals, or a sort of a few; a run's tail ranks, its highest ids, sorted
+//     apart and interleaved as the others are appended), sweeping ord and sizes in id order and
+//     byOrd
 //     in ordinal order (a query whose caches went cold pays no random probe per rank).
 //
 // # Memory

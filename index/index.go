@@ -262,8 +262,8 @@ func (ix *Index) unregister(rs *rankState) {
 // ord gives each of them its position there (its ordinal); tail holds the ranks registered
 // since, ids base … len(byID)-1, every one live, each sorted in (worker id, dp rank) order on
 // its own. Registering a rank copies only the tail (and inserts the rank into it); once the
-// tail is as long as tailCap(len(byOrd)), about the square root of the ranks, the next
-// registration merges it into a new byOrd and ord (O(ranks)). So a fleet of R ranks that
+// tail is as long as tailCap(len(byOrd)), about the square root of the ranks (none under 8,192
+// ranks), the next registration merges it into a new byOrd and ord (O(ranks)). So a fleet of R ranks that
 // register one by one costs O(R·√R) in all, not the O(R²) of rebuilding the order at each. A
 // removal rebuilds the order whole (rare).
 //
@@ -300,16 +300,21 @@ func compareOrd(a, b ordRank) int {
 }
 
 // tailCap is how long the tail of a table whose byOrd holds n ranks grows before it is merged:
-// ⌈√n⌉, at least minTail.
+// ⌈√n⌉, and none below tailFrom ranks, where rebuilding the order at each registration costs
+// less than a query's merging of tail ranks (O(tailFrom²) = 670 MB of copies in all at 8,192).
 func tailCap(n int) int {
+	if n < tailFrom {
+		return 0
+	}
 	c := int(math.Sqrt(float64(n)))
 	for c*c < n {
 		c++
 	}
-	return max(minTail, c)
+	return c
 }
 
-const minTail = 8
+// tailFrom is the fewest ranks with a tail (a variable for the tests, which use a few ranks).
+var tailFrom = 8192
 
 // live reports the number of live ranks.
 func (t *rankTable) live() int { return len(t.byOrd) + len(t.tail) }

@@ -64,6 +64,7 @@ func checkTable(t interface{ Fatalf(string, ...any) }, tab *rankTable) {
 // then applying, mixed with single registrations and removals, gives the same answers as
 // registering each rank on its first Stored, and keeps the table's invariants.
 func TestRegisterRanksMatchesOneByOne(t *testing.T) {
+	defer SetTailFrom(0)()
 	rapid.Check(t, func(rt *rapid.T) {
 		bulk, single := New(Options{}), New(Options{})
 		rank := rapid.Custom(func(t *rapid.T) event.Rank {

@@ -1,7 +1,7 @@
 package tier
 
 import (
-	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -27,32 +27,45 @@ type rankEntry struct {
 
 // registry gives the ranks of a partition's lower tiers dense ids, shared by the three tiers so
 // that a query maps a rank to its id once. Ids are never reused (a reader holding an old id never
-// attributes a hit to another rank). view is immutable and replaced under mu, so readers and
-// writers look ranks up without a lock; registering or removing a rank copies it (O(ranks),
-// rare next to events and queries).
+// attributes a hit to another rank). view is immutable and replaced under mu, and ids (rank →
+// entry) is a sync.Map, so writers and queries look ranks up without a lock. Registering a rank
+// appends to the newest view's byID array (no older view reads past its length) and adds one
+// key, so a fleet of R ranks registers in O(R), not the O(R²) of copying both at each; removing
+// one copies byID (rare). A reader that finds an entry checks its id against the view it
+// loaded (lookup).
 type registry struct {
 	mu   sync.Mutex
+	ids  sync.Map // rankKey → *rankEntry
 	view atomic.Pointer[regView]
 }
 
 type regView struct {
-	ids  map[rankKey]uint32
 	byID []*rankEntry // nil once removed
 }
 
 func newRegistry() *registry {
 	r := &registry{}
-	r.view.Store(&regView{ids: map[rankKey]uint32{}})
+	r.view.Store(&regView{})
 	return r
 }
 
 // get returns r's entry, or nil.
 func (g *registry) get(r event.Rank) *rankEntry {
-	v := g.view.Load()
-	if id, ok := v.ids[keyOf(r)]; ok {
-		return v.byID[id]
+	if e, ok := g.ids.Load(keyOf(r)); ok {
+		return e.(*rankEntry)
 	}
 	return nil
+}
+
+// lookup returns the id of rank k in view v, or false when v does not know it (unknown, removed,
+// or registered after v).
+func (g *registry) lookup(v *regView, k rankKey) (uint32, bool) {
+	e, ok := g.ids.Load(k)
+	if !ok {
+		return 0, false
+	}
+	id := e.(*rankEntry).id
+	return id, int(id) < len(v.byID) && v.byID[id] != nil
 }
 
 // ensure returns r's entry, registering it when unknown.
@@ -62,14 +75,13 @@ func (g *registry) ensure(r event.Rank) *rankEntry {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	v := g.view.Load()
-	if id, ok := v.ids[keyOf(r)]; ok {
-		return v.byID[id]
+	if e := g.get(r); e != nil {
+		return e
 	}
+	v := g.view.Load()
 	e := &rankEntry{rank: r, id: uint32(len(v.byID))}
-	n := &regView{ids: maps.Clone(v.ids), byID: append(v.byID[:len(v.byID):len(v.byID)], e)}
-	n.ids[keyOf(r)] = e.id
-	g.view.Store(n)
+	g.view.Store(&regView{byID: append(v.byID, e)})
+	g.ids.Store(keyOf(r), e)
 	return e
 }
 
@@ -77,13 +89,12 @@ func (g *registry) ensure(r event.Rank) *rankEntry {
 func (g *registry) remove(r event.Rank) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	v := g.view.Load()
-	id, ok := v.ids[keyOf(r)]
-	if !ok {
+	e := g.get(r)
+	if e == nil {
 		return
 	}
-	n := &regView{ids: maps.Clone(v.ids), byID: append([]*rankEntry(nil), v.byID...)}
-	delete(n.ids, keyOf(r))
-	n.byID[id] = nil
+	n := &regView{byID: slices.Clone(g.view.Load().byID)}
+	n.byID[e.id] = nil
 	g.view.Store(n)
+	g.ids.Delete(keyOf(r))
 }

@@ -191,7 +191,7 @@ func (t *Tiers) extend(sc *walkScratch, dst []Score, q []uint64, device []index.
 // records where each is in the answer (slot).
 func (t *Tiers) mark(ids []uint32, v *regView, slot []int32, device []index.Score, i, j int) []uint32 {
 	for k := i; k < j; k++ {
-		if id, ok := v.ids[rankKey{device[k].WorkerID, device[k].DPRank}]; ok {
+		if id, ok := t.reg.lookup(v, rankKey{device[k].WorkerID, device[k].DPRank}); ok {
 			slot[id] = int32(k + 1)
 			ids = append(ids, id)
 		}

@@ -1,0 +1,9 @@
+package index
+
+// SetTailFrom makes rank tables keep a tail from n ranks on (tailCap) and returns the restore:
+// the tests use a few ranks, and the tail is otherwise kept only from 8,192.
+func SetTailFrom(n int) (restore func()) {
+	old := tailFrom
+	tailFrom = n
+	return func() { tailFrom = old }
+}
