@@ -9,6 +9,7 @@ import (
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
 	kvpart "github.com/kvindex/kvindex/partition"
+	"github.com/kvindex/kvindex/workload"
 )
 
 // ErrAccuracyNeedsTrace is returned by Run with Options.Accuracy on a workload dir: the true
@@ -81,46 +82,74 @@ func (r *run) accuracyRun(ctx context.Context, dir string, drop bool) (engine.Ac
 		return engine.Accuracy{}, fmt.Errorf("bench: recover: %w", err)
 	}
 	key := kvpart.Default
-	evs := r.wl.Events
-	next := 0
+	rd := r.st.Reader()
 	var batch []event.RouterEvent
-	for qi := range r.wl.Queries {
-		q := &r.wl.Queries[qi]
-		if qi%1024 == 0 && ctx.Err() != nil {
-			return engine.Accuracy{}, ctx.Err()
-		}
+	ingest := func(qi int, evs []event.RouterEvent) error {
 		batch = batch[:0]
-		for ; next < q.AfterEvent; next++ {
-			ev := evs[next]
+		for _, ev := range evs {
 			if drop && ev.WorkerID == AccuracyDropWorker && ev.Kind == event.KindRemoved {
 				continue
 			}
 			batch = append(batch, ev)
 		}
-		if len(batch) > 0 {
-			if _, err := s.Ingest(ctx, key, batch); err != nil {
-				return engine.Accuracy{}, fmt.Errorf("bench: accuracy: ingest before query %d: %w", qi, err)
-			}
+		if len(batch) == 0 {
+			return nil
 		}
-		if len(q.BlockHashes) == 0 || q.Worker < 0 {
-			continue
+		if _, err := s.Ingest(ctx, key, batch); err != nil {
+			return fmt.Errorf("bench: accuracy: ingest before query %d: %w", qi, err)
 		}
-		p, ok := s.Partitions().Lookup(key)
+		return nil
+	}
+	qi := 0
+	for {
+		ch, ok := rd.Next(chunkEvents, true)
 		if !ok {
-			continue // nothing ingested yet: no rank to compare
+			break
 		}
-		bs := uint64(p.BlockSize)
-		_, err := s.RecordOutcomes([]engine.Outcome{{Key: key, Rank: event.Rank{WorkerID: uint64(q.Worker)},
-			Hashes: q.BlockHashes, CachedTokens: uint64(q.Hit) * bs}})
-		if errors.Is(err, engine.ErrBadOutcome) {
-			continue // the chosen worker has no rank yet (its first request): nothing to compare
+		next := 0 // events of the chunk ingested
+		for i := range ch.Queries {
+			q := &ch.Queries[i]
+			if qi%1024 == 0 && ctx.Err() != nil {
+				return engine.Accuracy{}, ctx.Err()
+			}
+			upto := q.AfterEvent - ch.FirstEvent
+			if err := ingest(qi, ch.Events[next:upto]); err != nil {
+				return engine.Accuracy{}, err
+			}
+			next = upto
+			if err := r.outcome(s, key, qi, q); err != nil {
+				return engine.Accuracy{}, err
+			}
+			qi++
 		}
-		if err != nil {
-			return engine.Accuracy{}, fmt.Errorf("bench: accuracy: outcome of query %d: %w", qi, err)
+		if err := ingest(qi, ch.Events[next:]); err != nil {
+			return engine.Accuracy{}, err
 		}
 	}
 	for _, a := range s.Accuracies() {
 		return a, nil
 	}
 	return engine.Accuracy{}, nil
+}
+
+// outcome posts query qi's true prefix hit on its chosen worker (nothing to compare before the
+// partition or the worker's rank exists).
+func (r *run) outcome(s *engine.Engine, key kvpart.Key, qi int, q *workload.Query) error {
+	if len(q.BlockHashes) == 0 || q.Worker < 0 {
+		return nil
+	}
+	p, ok := s.Partitions().Lookup(key)
+	if !ok {
+		return nil // nothing ingested yet: no rank to compare
+	}
+	bs := uint64(p.BlockSize)
+	_, err := s.RecordOutcomes([]engine.Outcome{{Key: key, Rank: event.Rank{WorkerID: uint64(q.Worker)},
+		Hashes: q.BlockHashes, CachedTokens: uint64(q.Hit) * bs}})
+	if errors.Is(err, engine.ErrBadOutcome) {
+		return nil // the chosen worker has no rank yet (its first request): nothing to compare
+	}
+	if err != nil {
+		return fmt.Errorf("bench: accuracy: outcome of query %d: %w", qi, err)
+	}
+	return nil
 }

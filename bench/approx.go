@@ -36,10 +36,13 @@ const (
 // through engine.RecordDecision (the POST /v1/routing_decisions path: rank's lane, log, side
 // index). One decision at a time: each query must see every decision before it.
 func (r *run) approxStages(ctx context.Context) error {
-	for i := range r.wl.Queries {
-		if r.wl.Queries[i].Worker < 0 {
+	asked := 0
+	for i := range r.st.Queries() {
+		q := r.st.Query(i)
+		if q.Worker < 0 {
 			return fmt.Errorf("bench: %w: query %d names no worker (regenerate the workload dir with this version)", ErrNoDecisions, i)
 		}
+		asked += len(q.BlockHashes)
 	}
 	cfg := r.engineConfig()
 	cfg.ApproxTTL = r.o.ApproxTTL
@@ -51,24 +54,22 @@ func (r *run) approxStages(ctx context.Context) error {
 	if err := s.Recover(ctx, nil); err != nil {
 		return fmt.Errorf("bench: recover: %w", err)
 	}
-	qs := nonEmpty(r.wl.Queries)
-	r.lg.Info("bench: approximate mode: score, then record each routing decision", "decisions", len(qs), "ttl", cfg.ApproxTTL)
-	bar := r.bar("decisions", len(qs))
+	nq := r.st.NonEmptyQueries()
+	r.lg.Info("bench: approximate mode: score, then record each routing decision", "decisions", nq, "ttl", cfg.ApproxTTL)
+	bar := r.bar("decisions", nq)
 	var (
-		key                      = kvpart.Default
-		dst                      []engine.Score
-		recording                time.Duration
-		lat                      = make([]time.Duration, 0, len(qs))
-		best, chosen, asked, blk int
+		key               = kvpart.Default
+		dst               []engine.Score
+		recording         time.Duration
+		lat               = make([]time.Duration, 0, nq)
+		best, chosen, blk int
 	)
-	for _, q := range r.wl.Queries {
-		asked += len(q.BlockHashes)
-	}
-	for i, qi := range qs {
+	for i := range nq {
 		if i%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		q := &r.wl.Queries[qi]
+		qi := r.st.NonEmpty(i)
+		q := r.st.Query(qi)
 		t := time.Now()
 		dst = s.Find(dst, key, engine.Query{Hashes: q.BlockHashes})
 		lat = append(lat, time.Since(t))
@@ -96,10 +97,10 @@ func (r *run) approxStages(ctx context.Context) error {
 		_ = bar.Finish()
 	}
 	slices.Sort(lat)
-	r.rep.add(MetricQueries, float64(len(qs)), UnitCount)
-	r.rep.add(MetricApproxDecisions, float64(len(qs)), UnitCount)
+	r.rep.add(MetricQueries, float64(nq), UnitCount)
+	r.rep.add(MetricApproxDecisions, float64(nq), UnitCount)
 	if recording > 0 {
-		r.rep.add(MetricApproxDecisionsPerS, float64(len(qs))/recording.Seconds(), UnitRate)
+		r.rep.add(MetricApproxDecisionsPerS, float64(nq)/recording.Seconds(), UnitRate)
 		r.rep.add(MetricApproxBlocksPerS, float64(blk)/recording.Seconds(), UnitRate)
 	}
 	side := 0
@@ -118,6 +119,6 @@ func (r *run) approxStages(ctx context.Context) error {
 		r.rep.add(MetricApproxHitRatio, float64(best)/float64(asked), UnitRatio)
 		r.rep.add(MetricApproxChosenHitRatio, float64(chosen)/float64(asked), UnitRatio)
 	}
-	r.lg.Info("bench: approximate mode done", "decisions", len(qs), "recording_ms", recording.Milliseconds())
+	r.lg.Info("bench: approximate mode done", "decisions", nq, "recording_ms", recording.Milliseconds())
 	return nil
 }

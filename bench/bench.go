@@ -2,13 +2,16 @@ package bench
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"slices"
 	"sync"
@@ -66,10 +69,18 @@ type Options struct {
 	DataDir string
 	// LoadedMax bounds the loaded query phase of stage 3; default 30 s.
 	LoadedMax time.Duration
+	// Queries caps the non-empty queries of stages 3 and 4 (the idle passes, the loaded
+	// querier, the after-restart comparison): an evenly spaced sample of the stream's non-empty
+	// queries, the j-th of N taken at ⌊j·T/N⌋ of T; all of them when T ≤ N. Default
+	// DefaultQueries, negative is every query. Approximate and accuracy modes use every query.
+	Queries int
 	// Logger receives stage logs; default slog.Default(). Pebble and the server log through it.
 	Logger *slog.Logger
 	// Progress, when set, shows progress bars there (the CLI passes stderr on a terminal).
 	Progress io.Writer
+	// NoCeiling skips baseline (b), the raw Pebble ceiling, and the ratios to it (at fleet
+	// scale it writes the whole log once more: 20 GB and minutes at --scale 640).
+	NoCeiling bool
 	// Approximate replaces stages 2–5 by approximate mode (docs/CONTRACT.md §8, issue 14): each query's
 	// routing decision is recorded instead of the events (see approxStages). The workload must
 	// name each query's worker (ErrNoDecisions otherwise).
@@ -107,6 +118,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Batch == 0 {
 		o.Batch = 1
 	}
+	if o.Queries == 0 {
+		o.Queries = DefaultQueries
+	}
 	if o.LoadedMax == 0 {
 		o.LoadedMax = 30 * time.Second
 	}
@@ -116,16 +130,23 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
+// DefaultQueries is Options.Queries' default: more than the 96,248 non-empty queries of
+// --scale 8, so runs up to there time and compare every query.
+const DefaultQueries = 100_000
+
 // run is the state of one Run.
 type run struct {
 	o      Options
 	lg     *slog.Logger
-	wl     *workload.Workload
-	parts  [][]event.RouterEvent // the stream split by producer
+	st     *workload.Stream
 	rep    *Report
 	dir    string // the kvindex data dir
 	ceil   string // the Pebble ceiling dir
 	ingest float64
+	// The query sample of stages 3 and 4 (Options.Queries): the queries and their indexes in
+	// the stream.
+	sample   []workload.Query
+	sampleAt []int
 }
 
 // LoadWorkload returns the workload o describes (docs/BENCHMARKS.md stage 1).
@@ -144,6 +165,29 @@ func LoadWorkload(o Options) (*workload.Workload, error) {
 		}
 	}
 	return workload.Generate(reqs, o.Scale, o.Workload)
+}
+
+// LoadStream returns the workload o describes as a stream (docs/BENCHMARKS.md stage 1), generated
+// chunk by chunk by each stage that reads it; a workload dir is read whole.
+func LoadStream(o Options) (*workload.Stream, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if o.WorkloadDir != "" {
+		wl, err := workload.ReadWorkloadDir(o.WorkloadDir)
+		if err != nil {
+			return nil, err
+		}
+		return workload.StreamOf(wl), nil
+	}
+	reqs := o.Requests
+	if reqs == nil {
+		if reqs, err = workload.LoadTraceFile(o.TracePath); err != nil {
+			return nil, err
+		}
+	}
+	return workload.NewStream(reqs, o.Scale, o.Workload)
 }
 
 // LoadGenerator returns the simulation of the options' trace as a workload.Generator, to be run
@@ -175,16 +219,22 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	r := &run{o: o, lg: o.Logger, rep: &Report{}}
 	start := time.Now()
+	defer func() {
+		r.rep.add(MetricRunSeconds, time.Since(start).Seconds(), UnitSec)
+		if _, peak := rss(); peak > 0 {
+			r.rep.add(MetricPeakRSS, float64(peak), UnitBytes)
+		}
+	}()
 	r.lg.Info("bench: stage 1: workload")
-	if r.wl, err = LoadWorkload(o); err != nil {
+	if r.st, err = LoadStream(o); err != nil {
 		return nil, fmt.Errorf("bench: workload: %w", err)
 	}
-	r.parts = partition(r.wl.Events, o.Producers)
-	r.rep.add(MetricEvents, float64(len(r.wl.Events)), UnitCount)
-	r.rep.add(MetricBlocks, float64(r.wl.Blocks), UnitCount)
-	r.rep.add(MetricRoutingHitRatio, r.wl.RoutingHitRatio, UnitRatio)
-	r.lg.Info("bench: workload ready", "events", len(r.wl.Events), "blocks", r.wl.Blocks,
-		"queries", len(r.wl.Queries), "took_ms", time.Since(start).Milliseconds())
+	r.rep.add(MetricWorkloadSeconds, time.Since(start).Seconds(), UnitSec)
+	r.rep.add(MetricEvents, float64(r.st.Events()), UnitCount)
+	r.rep.add(MetricBlocks, float64(r.st.Blocks()), UnitCount)
+	r.rep.add(MetricRoutingHitRatio, r.st.RoutingHitRatio(), UnitRatio)
+	r.lg.Info("bench: workload ready (generated again, chunk by chunk, by each stage)", "events", r.st.Events(), "blocks", r.st.Blocks(),
+		"queries", r.st.Queries(), "scale", r.st.Copies(), "took_ms", time.Since(start).Milliseconds())
 
 	base := o.DataDir
 	if base == "" {
@@ -212,14 +262,24 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.lg.Info("bench: done", "took_ms", time.Since(start).Milliseconds())
 		return r.rep, nil
 	}
+	c0 := readCPU(true)
 	if err := r.pipelineStages(ctx); err != nil {
 		return r.rep, err
 	}
 	if err := r.memoryBaseline(ctx); err != nil {
 		return r.rep, err
 	}
-	if err := r.pebbleCeiling(ctx); err != nil {
-		return r.rep, err
+	if !o.NoCeiling {
+		if err := r.pebbleCeiling(ctx); err != nil {
+			return r.rep, err
+		}
+	}
+	c1 := readCPU(false)
+	if v, ok := gcShare(c0, c1); ok {
+		r.rep.add(MetricGCCPUShare, v, UnitRatio)
+	}
+	if v, ok := busyShare(c0, c1); ok {
+		r.rep.add(MetricGCBusyShare, v, UnitRatio)
 	}
 	if m, ok := r.rep.Get(MetricMemoryIngestEventsPS); ok && m > 0 {
 		r.rep.add(MetricIngestVsMemory, r.ingest/m, UnitRatio)
@@ -253,6 +313,21 @@ func (r *run) engineConfig() engine.Config {
 	return cfg
 }
 
+// stage brackets one stage for its GC share: call it at the start (it collects first), and the
+// returned function at the end (it logs the stage's wall time, GC share and memory).
+func (r *run) stage(metric string) func() {
+	c0 := readCPU(true)
+	return func() {
+		c1 := readCPU(false)
+		v, ok := gcShare(c0, c1)
+		if ok {
+			r.rep.add(metric, v, UnitRatio)
+		}
+		now, peak := rss()
+		r.lg.Info("bench: stage done", "metric", metric, "took_ms", c1.at.Sub(c0.at).Milliseconds(), "gc_share", v, "rss_bytes", now, "peak_rss_bytes", peak)
+	}
+}
+
 // pipelineStages runs stages 2–4 on one data dir.
 func (r *run) pipelineStages(ctx context.Context) error {
 	s, err := engine.Open(r.engineConfig())
@@ -278,16 +353,19 @@ func (r *run) pipelineStages(ctx context.Context) error {
 		return err
 	}
 	walIn := s.Store().DB().Metrics().WAL.BytesIn
-	took, err := r.drive(ctx, "ingest", r.parts, 0, nil, submit)
+	events, blocks := r.st.Events(), r.st.Blocks()
+	end := r.stage(MetricGCCPUShareIngest)
+	took, err := r.drive(ctx, streamEvents(r.st), driveOpts{what: "ingest", submit: submit, total: events, batch: r.o.Batch})
 	if err != nil {
 		return fmt.Errorf("bench: ingest: %w", err)
 	}
-	if int(accepted.Load()) != len(r.wl.Events) {
-		return fmt.Errorf("bench: %w: %d of %d events accepted, %d ignored", ErrIngest, accepted.Load(), len(r.wl.Events), ignored.Load())
+	end()
+	if int(accepted.Load()) != events {
+		return fmt.Errorf("bench: %w: %d of %d events accepted, %d ignored", ErrIngest, accepted.Load(), events, ignored.Load())
 	}
-	r.ingest = float64(len(r.wl.Events)) / took.Seconds()
+	r.ingest = float64(events) / took.Seconds()
 	r.rep.add(MetricIngestEventsPerS, r.ingest, UnitRate)
-	r.rep.add(MetricIngestBlocksPerS, float64(r.wl.Blocks)/took.Seconds(), UnitRate)
+	r.rep.add(MetricIngestBlocksPerS, float64(blocks)/took.Seconds(), UnitRate)
 	r.rep.add(MetricIndexEntries, float64(s.Partitions().IndexOf(0).Blocks()), UnitCount)
 	r.lg.Info("bench: ingest done", "events_per_s", int(r.ingest), "took_ms", took.Milliseconds())
 
@@ -302,51 +380,39 @@ func (r *run) pipelineStages(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("bench: disk usage: %w", err)
 	}
-	if len(r.wl.Events) > 0 {
-		r.rep.add(MetricWALBytesPerEvent, float64(walBytes)/float64(len(r.wl.Events)), UnitBytes)
-		r.rep.add(MetricWALBytesInPerEvent, float64(db.Metrics().WAL.BytesIn-walIn)/float64(len(r.wl.Events)), UnitBytes)
+	if events > 0 {
+		r.rep.add(MetricWALBytesPerEvent, float64(walBytes)/float64(events), UnitBytes)
+		r.rep.add(MetricWALBytesInPerEvent, float64(db.Metrics().WAL.BytesIn-walIn)/float64(events), UnitBytes)
 		lo, hi := store.PrefixBounds(store.PrefixSnapshot)
 		if snapBytes, err := db.EstimateDiskUsage(lo, hi); err == nil {
-			r.rep.add(MetricSnapshotBytesPerEvent, float64(snapBytes)/float64(len(r.wl.Events)), UnitBytes)
+			r.rep.add(MetricSnapshotBytesPerEvent, float64(snapBytes)/float64(events), UnitBytes)
 		}
 	}
 
 	// Stage 3: queries, idle then under half-rate ingest.
-	qs := nonEmpty(r.wl.Queries)
-	r.lg.Info("bench: stage 3: find_matches", "queries", len(qs))
-	lat := make([]time.Duration, 0, len(qs))
-	var ans engine.Answer
-	part, _ := s.Partitions().Lookup(kvpart.Default)
-	gc0 := gcCycles()
-	for i, qi := range qs {
-		if i%4096 == 0 && ctx.Err() != nil {
-			return ctx.Err()
-		}
-		t := time.Now()
-		s.FindInto(&ans, part, engine.Query{Hashes: r.wl.Queries[qi].BlockHashes, DeviceOnly: true}) // the one query
-		lat = append(lat, time.Since(t))
-	}
-	r.rep.add(MetricFindMatchesGCCycles, float64(gcCycles()-gc0), UnitCount)
-	slices.Sort(lat)
-	r.rep.add(MetricQueries, float64(len(qs)), UnitCount)
-	r.rep.add(MetricFindMatchesP50, float64(Percentile(lat, 0.50)), UnitNS)
-	r.rep.add(MetricFindMatchesP99, float64(Percentile(lat, 0.99)), UnitNS)
-	r.rep.add(MetricFindMatchesP999, float64(Percentile(lat, 0.999)), UnitNS)
-	if err := r.tieredQueries(ctx, s, qs); err != nil {
+	r.drawSample()
+	if err := r.idleQueries(ctx, s); err != nil {
 		return err
 	}
-	if err := r.loadedQueries(ctx, s, qs, submit); err != nil {
+	if err := r.tieredQueries(ctx, s); err != nil {
 		return err
 	}
+	r.rep.add(MetricHeapAtEnd, float64(liveHeap()), UnitBytes)
+	end = r.stage(MetricGCCPUShareLoaded)
+	if err := r.loadedQueries(ctx, s, submit); err != nil {
+		return err
+	}
+	end()
 
-	// Stage 4: restart and compare every query.
+	// Stage 4: restart and compare the sample.
 	r.lg.Info("bench: stage 4: restart")
-	before := s.Partitions().IndexOf(0)
+	before := r.answers(ctx, s.Partitions().IndexOf(0))
 	if err := s.Close(); err != nil {
 		s = nil
 		return fmt.Errorf("bench: close before restart: %w", err)
 	}
 	s = nil
+	end = r.stage(MetricGCCPUShareRestart) // collects the closed engine first, as a new process starts empty
 	t0 := time.Now()
 	s2, err := engine.Open(r.engineConfig())
 	if err != nil {
@@ -357,13 +423,173 @@ func (r *run) pipelineStages(ctx context.Context) error {
 		return fmt.Errorf("bench: restart replay: %w", err)
 	}
 	restart := time.Since(t0)
+	end()
 	r.rep.add(MetricRestartSeconds, restart.Seconds(), UnitSec)
 	r.rep.add(MetricRestartBlocksPerS, float64(s.Partitions().IndexOf(0).Blocks())/restart.Seconds(), UnitRate)
 	r.lg.Info("bench: restarted", "blocks", s.Partitions().IndexOf(0).Blocks(), "took_ms", restart.Milliseconds())
-	if err := compareAll(ctx, r.wl.Queries, qs, before, s.Partitions().IndexOf(0)); err != nil {
+	if err := before.compare(ctx, s.Partitions().IndexOf(0)); err != nil {
 		return err
 	}
-	r.lg.Info("bench: every query scores the same after the restart", "queries", len(qs))
+	r.lg.Info("bench: every sampled query scores the same after the restart", "queries", len(r.sample))
+	return nil
+}
+
+// drawSample picks stages 3 and 4's queries (Options.Queries).
+func (r *run) drawSample() {
+	t := r.st.NonEmptyQueries()
+	n := t
+	if r.o.Queries > 0 {
+		n = min(n, r.o.Queries)
+	}
+	r.sample, r.sampleAt = make([]workload.Query, n), make([]int, n)
+	for j := range n {
+		q := r.st.NonEmpty(int(int64(j) * int64(t) / int64(n)))
+		r.sampleAt[j], r.sample[j] = q, r.st.Query(q)
+	}
+	r.rep.add(MetricQueries, float64(n), UnitCount)
+	r.rep.add(MetricSampledQueries, float64(t), UnitCount)
+}
+
+// timeQueries asks every sampled query once, each call timed alone, and returns the sorted
+// latencies.
+func (r *run) timeQueries(ctx context.Context, s *engine.Engine, deviceOnly bool, extended *int) ([]time.Duration, error) {
+	lat := make([]time.Duration, 0, len(r.sample))
+	var ans engine.Answer
+	part, _ := s.Partitions().Lookup(kvpart.Default)
+	for i := range r.sample {
+		if i%4096 == 0 && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		t := time.Now()
+		s.FindInto(&ans, part, engine.Query{Hashes: r.sample[i].BlockHashes, DeviceOnly: deviceOnly}) // the one query
+		lat = append(lat, time.Since(t))
+		if extended != nil && ans.Ext != nil {
+			*extended++
+		}
+	}
+	slices.Sort(lat)
+	return lat, nil
+}
+
+// idleQueries is stage 3's idle pass, then the same pass with the collector off and with
+// collections running back to back beside it.
+func (r *run) idleQueries(ctx context.Context, s *engine.Engine) error {
+	r.lg.Info("bench: stage 3: find_matches", "queries", len(r.sample), "of", r.st.NonEmptyQueries())
+	gc0 := gcCycles()
+	lat, err := r.timeQueries(ctx, s, true, nil)
+	if err != nil {
+		return err
+	}
+	r.rep.add(MetricFindMatchesGCCycles, float64(gcCycles()-gc0), UnitCount)
+	r.rep.add(MetricFindMatchesP50, float64(Percentile(lat, 0.50)), UnitNS)
+	r.rep.add(MetricFindMatchesP99, float64(Percentile(lat, 0.99)), UnitNS)
+	r.rep.add(MetricFindMatchesP999, float64(Percentile(lat, 0.999)), UnitNS)
+
+	runtime.GC()
+	old := debug.SetGCPercent(-1)
+	lat, err = r.timeQueries(ctx, s, true, nil)
+	debug.SetGCPercent(old)
+	if err != nil {
+		return err
+	}
+	r.rep.add(MetricFindMatchesGCOffP99, float64(Percentile(lat, 0.99)), UnitNS)
+	r.rep.add(MetricFindMatchesGCOffP999, float64(Percentile(lat, 0.999)), UnitNS)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var cycles atomic.Int64
+	wg.Add(1)
+	go func() { // the collector loop: owned here, stopped by stop
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			runtime.GC()
+			cycles.Add(1)
+		}
+	}()
+	time.Sleep(time.Millisecond) // the first collection is under way
+	lat, err = r.timeQueries(ctx, s, true, nil)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+	r.rep.add(MetricFindMatchesGCRunningP99, float64(Percentile(lat, 0.99)), UnitNS)
+	r.rep.add(MetricFindMatchesGCRunningP999, float64(Percentile(lat, 0.999)), UnitNS)
+	r.rep.add(MetricFindMatchesGCRunningGCs, float64(cycles.Load()), UnitCount)
+	return nil
+}
+
+// sampleAnswers are the sample's answers on one index, as a digest and a length each (24 bytes a
+// score held for every sampled query would be 0.6 GB at --scale 8: ~256 ranks score block 0 of
+// each copy).
+type sampleAnswers struct {
+	r    *run
+	seed maphash.Seed
+	sums []uint64
+	lens []int
+}
+
+// answers records every sampled query's answer on ix.
+func (r *run) answers(ctx context.Context, ix *index.Index) sampleAnswers {
+	a := sampleAnswers{r: r, seed: maphash.MakeSeed()}
+	var dst []index.Score
+	var buf []byte
+	for i := range r.sample {
+		if i%4096 == 0 && ctx.Err() != nil {
+			break // compare reports the cancellation
+		}
+		dst = ix.FindMatchesInto(dst, r.sample[i].BlockHashes, false)
+		var sum uint64
+		sum, buf = digest(a.seed, buf, dst)
+		a.sums = append(a.sums, sum)
+		a.lens = append(a.lens, len(dst))
+	}
+	return a
+}
+
+// digest hashes an answer: every field of every score, in order.
+func digest(seed maphash.Seed, buf []byte, scores []index.Score) (uint64, []byte) {
+	buf = buf[:0]
+	for _, sc := range scores {
+		buf = binary.LittleEndian.AppendUint64(buf, sc.WorkerID)
+		buf = binary.LittleEndian.AppendUint32(buf, sc.DPRank)
+		buf = binary.LittleEndian.AppendUint32(buf, sc.Score)
+		buf = binary.LittleEndian.AppendUint64(buf, sc.TreeSize)
+	}
+	return maphash.Bytes(seed, buf), buf
+}
+
+// compare asks every sampled query of after and returns the first answer that differs from the
+// recorded one: a *MismatchError naming the query's index in the stream, its answer after the
+// restart and how it differs (the ranks scored before are not kept, only their digest).
+func (a sampleAnswers) compare(ctx context.Context, after *index.Index) error {
+	var dst []index.Score
+	var buf []byte
+	r := a.r
+	for i := range r.sample {
+		if (i%4096 == 0 || i >= len(a.sums)) && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		h := r.sample[i].BlockHashes
+		dst = after.FindMatchesInto(dst, h, false)
+		var sum uint64
+		sum, buf = digest(a.seed, buf, dst)
+		if sum == a.sums[i] && len(dst) == a.lens[i] {
+			continue
+		}
+		e := &MismatchError{Query: r.sampleAt[i], Hashes: h, After: slices.Clone(dst)}
+		if len(dst) != a.lens[i] {
+			e.Detail = fmt.Sprintf("%d ranks scored before the restart, %d after", a.lens[i], len(dst))
+		} else {
+			e.Detail = fmt.Sprintf("%d ranks scored before the restart and after, with other ranks, scores or tree sizes after", len(dst))
+		}
+		return e
+	}
 	return nil
 }
 
@@ -386,16 +612,17 @@ func compareAll(ctx context.Context, queries []workload.Query, qs []int, before,
 
 // loadedQueries times queries in a closed loop while a shifted copy of the stream is ingested at
 // half of stage 2's rate, until that copy is in or LoadedMax has passed.
-func (r *run) loadedQueries(ctx context.Context, s *engine.Engine, qs []int, submit submitFunc) error {
-	if len(qs) == 0 || len(r.wl.Events) == 0 {
+func (r *run) loadedQueries(ctx context.Context, s *engine.Engine, submit submitFunc) error {
+	qs := r.sample
+	if len(qs) == 0 || r.st.Events() == 0 {
 		return nil
 	}
 	rate := r.ingest / 2
 	r.lg.Info("bench: stage 3: find_matches under load", "ingest_events_per_s", int(rate), "max_ms", r.o.LoadedMax.Milliseconds())
-	load := partition(shiftWorkers(r.wl.Events), r.o.Producers)
 	lctx, cancel := context.WithTimeout(ctx, r.o.LoadedMax)
 	defer cancel()
 	done := make(chan struct{})
+	var gen sync.RWMutex // held by the generator between the ingest phases: no query is timed beside it
 	var lat []time.Duration
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -409,14 +636,18 @@ func (r *run) loadedQueries(ctx context.Context, s *engine.Engine, qs []int, sub
 				return
 			default:
 			}
+			gen.RLock()
 			t := time.Now()
-			s.FindInto(&ans, part, engine.Query{Hashes: r.wl.Queries[qs[i%len(qs)]].BlockHashes, DeviceOnly: true})
+			s.FindInto(&ans, part, engine.Query{Hashes: qs[i%len(qs)].BlockHashes, DeviceOnly: true})
 			lat = append(lat, time.Since(t))
+			gen.RUnlock()
 		}
 	}()
 	var sent atomic.Int64
 	gc0 := gcCycles()
-	took, err := r.drive(lctx, "loaded ingest", load, rate, &sent, submit)
+	src := shifted(streamEvents(r.st), r.st.MaxWorkerID()+1)
+	took, err := r.drive(lctx, src, driveOpts{what: "loaded ingest", submit: submit, total: r.st.Events(),
+		batch: r.o.Batch, rate: rate, sent: &sent, gen: &gen})
 	close(done)
 	wg.Wait()
 	r.rep.add(MetricFindMatchesLoadedGCCycles, float64(gcCycles()-gc0), UnitCount)
@@ -433,33 +664,22 @@ func (r *run) loadedQueries(ctx context.Context, s *engine.Engine, qs []int, sub
 
 // tieredQueries times the same queries with the tier walk (docs/CONTRACT.md §7) on the default partition,
 // the one the benchmark writes to.
-func (r *run) tieredQueries(ctx context.Context, s *engine.Engine, qs []int) error {
+func (r *run) tieredQueries(ctx context.Context, s *engine.Engine) error {
 	ts := s.Partitions().TiersOf(0)
 	entries := uint64(0)
 	for _, tr := range tier.Lower {
 		entries += ts.Lower(tr).Blocks()
 	}
 	r.rep.add(MetricTierEntries, float64(entries), UnitCount)
-	lat := make([]time.Duration, 0, len(qs))
-	var ans engine.Answer
-	part, _ := s.Partitions().Lookup(kvpart.Default)
 	extended := 0
-	for i, qi := range qs {
-		if i%4096 == 0 && ctx.Err() != nil {
-			return ctx.Err()
-		}
-		t := time.Now()
-		s.FindInto(&ans, part, engine.Query{Hashes: r.wl.Queries[qi].BlockHashes})
-		lat = append(lat, time.Since(t))
-		if ans.Ext != nil {
-			extended++
-		}
+	lat, err := r.timeQueries(ctx, s, false, &extended)
+	if err != nil {
+		return err
 	}
-	slices.Sort(lat)
 	r.rep.add(MetricFindMatchesTieredP50, float64(Percentile(lat, 0.50)), UnitNS)
 	r.rep.add(MetricFindMatchesTieredP99, float64(Percentile(lat, 0.99)), UnitNS)
-	if len(qs) > 0 {
-		r.rep.add(MetricTierExtendedQueries, float64(extended)/float64(len(qs)), UnitRatio)
+	if len(r.sample) > 0 {
+		r.rep.add(MetricTierExtendedQueries, float64(extended)/float64(len(r.sample)), UnitRatio)
 	}
 	return nil
 }
@@ -468,6 +688,7 @@ func (r *run) tieredQueries(ctx context.Context, s *engine.Engine, qs []int) err
 // heap the index holds is measured here, where nothing else is allocating.
 func (r *run) memoryBaseline(ctx context.Context) error {
 	r.lg.Info("bench: stage 5a: in-memory apply baseline")
+	end := r.stage(MetricGCCPUShareMemoryIngest)
 	heap0 := liveHeap()
 	ix := tier.New(nil) // every tier: the stream may offload to host memory (--host-blocks)
 	apply := func(_ context.Context, evs []event.RouterEvent) error {
@@ -478,12 +699,12 @@ func (r *run) memoryBaseline(ctx context.Context) error {
 	}
 	// Batches of 256 here: Apply takes one event at a time either way; this only keeps the
 	// progress and cancellation checks off the per-event path.
-	took, err := r.driveBatch(ctx, "memory apply", r.parts, 256, 0, nil, apply)
+	took, err := r.drive(ctx, streamEvents(r.st), driveOpts{what: "memory apply", submit: apply, total: r.st.Events(), batch: 256})
 	if err != nil {
 		return fmt.Errorf("bench: memory baseline: %w", err)
 	}
-	r.rep.add(MetricMemoryIngestBlocksPerS, float64(r.wl.Blocks)/took.Seconds(), UnitRate)
-	r.rep.add(MetricMemoryIngestEventsPS, float64(len(r.wl.Events))/took.Seconds(), UnitRate)
+	r.rep.add(MetricMemoryIngestBlocksPerS, float64(r.st.Blocks())/took.Seconds(), UnitRate)
+	r.rep.add(MetricMemoryIngestEventsPS, float64(r.st.Events())/took.Seconds(), UnitRate)
 	n := ix.Device.Blocks()
 	for _, tr := range tier.Lower {
 		n += ix.Lower(tr).Blocks() // (rank, edge) entries of the lower tiers count as blocks
@@ -492,6 +713,8 @@ func (r *run) memoryBaseline(ctx context.Context) error {
 		r.rep.add(MetricHeapBytesPerBlock, (float64(liveHeap())-float64(heap0))/float64(n), UnitBytes)
 	}
 	runtime.KeepAlive(ix)
+	ix = nil
+	end()
 	return nil
 }
 
@@ -520,6 +743,7 @@ func liveHeap() uint64 {
 // producers and sync mode, committed straight to a fresh Pebble store.
 func (r *run) pebbleCeiling(ctx context.Context) error {
 	r.lg.Info("bench: stage 5b: raw Pebble ceiling")
+	end := r.stage(MetricGCCPUShareCeiling)
 	st, err := store.Open(r.ceil, store.Options{Logger: r.lg})
 	if err != nil {
 		return fmt.Errorf("bench: pebble ceiling: %w", err)
@@ -548,107 +772,18 @@ func (r *run) pebbleCeiling(ctx context.Context) error {
 		batches.Put(c)
 		return err
 	}
-	took, err := r.drive(ctx, "pebble ceiling", r.parts, 0, nil, commit)
+	took, err := r.drive(ctx, streamEvents(r.st), driveOpts{what: "pebble ceiling", submit: commit, total: r.st.Events(), batch: r.o.Batch})
 	if err != nil {
 		return fmt.Errorf("bench: pebble ceiling: %w", err)
 	}
-	r.rep.add(MetricPebbleCeilingEventsPS, float64(len(r.wl.Events))/took.Seconds(), UnitRate)
+	r.rep.add(MetricPebbleCeilingEventsPS, float64(r.st.Events())/took.Seconds(), UnitRate)
+	end()
 	return nil
 }
 
 type ceilingBatch struct {
 	b        *pebble.Batch
 	key, val []byte
-}
-
-// submitFunc hands one batch of a producer's events to the system measured.
-type submitFunc func(ctx context.Context, evs []event.RouterEvent) error
-
-func (r *run) drive(ctx context.Context, what string, parts [][]event.RouterEvent, rate float64, sent *atomic.Int64, fn submitFunc) (time.Duration, error) {
-	return r.driveBatch(ctx, what, parts, r.o.Batch, rate, sent, fn)
-}
-
-// driveBatch runs one producer goroutine per part, each handing its events to fn in order,
-// batch at a time, paced to rate events/s in total when rate > 0. It returns the wall time from
-// the start until every producer finished, and the first error (which stops the others).
-func (r *run) driveBatch(ctx context.Context, what string, parts [][]event.RouterEvent, batch int, rate float64, sent *atomic.Int64, fn submitFunc) (time.Duration, error) {
-	total := 0
-	for _, p := range parts {
-		total += len(p)
-	}
-	bar := r.bar(what, total)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg    sync.WaitGroup
-		errMu sync.Mutex
-		first error
-	)
-	perProducer := rate / float64(max(len(parts), 1))
-	start := time.Now()
-	for _, part := range parts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; n < len(part); n += batch {
-				if perProducer > 0 {
-					due := start.Add(time.Duration(float64(n) / perProducer * float64(time.Second)))
-					if err := sleepUntil(ctx, due); err != nil {
-						errMu.Lock()
-						first = cmpErr(first, err)
-						errMu.Unlock()
-						return
-					}
-				}
-				evs := part[n:min(n+batch, len(part))]
-				if err := fn(ctx, evs); err != nil {
-					errMu.Lock()
-					first = cmpErr(first, err)
-					errMu.Unlock()
-					cancel()
-					return
-				}
-				if sent != nil {
-					sent.Add(int64(len(evs)))
-				}
-				if bar != nil {
-					_ = bar.Add(len(evs))
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	took := time.Since(start)
-	if bar != nil {
-		_ = bar.Finish()
-	}
-	if first == nil {
-		first = ctx.Err() // the caller's ctx: cancel above only runs after an error
-	}
-	return took, first
-}
-
-// cmpErr keeps the first error, preferring a real one over a cancellation it caused.
-func cmpErr(first, err error) error {
-	if first == nil || (errors.Is(first, context.Canceled) && !errors.Is(err, context.Canceled)) {
-		return err
-	}
-	return first
-}
-
-func sleepUntil(ctx context.Context, t time.Time) error {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err()
-	}
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-tm.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 func (r *run) bar(what string, total int) *progressbar.ProgressBar {
@@ -662,27 +797,6 @@ func (r *run) bar(what string, total int) *progressbar.ProgressBar {
 		progressbar.OptionThrottle(100*time.Millisecond),
 		progressbar.OptionClearOnFinish(),
 	)
-}
-
-// partition splits evs by producer: the i-th rank to appear belongs to producer i % n; each
-// producer's events keep stream order.
-func partition(evs []event.RouterEvent, n int) [][]event.RouterEvent {
-	parts := partitionOwned(evs, n, map[event.Rank]int{})
-	return slices.DeleteFunc(parts, func(p []event.RouterEvent) bool { return len(p) == 0 })
-}
-
-// shiftWorkers returns a copy of evs whose worker ids start past the largest one in evs (block
-// slices are shared: they are never written).
-func shiftWorkers(evs []event.RouterEvent) []event.RouterEvent {
-	var top uint64
-	for i := range evs {
-		top = max(top, evs[i].WorkerID)
-	}
-	out := slices.Clone(evs)
-	for i := range out {
-		out[i].WorkerID += top + 1
-	}
-	return out
 }
 
 // nonEmpty returns the indexes of the queries that name at least one block.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -99,6 +100,51 @@ func TestRunReportsEveryMetric(t *testing.T) {
 	}
 	if get(MetricLoadedQueries) < 1 {
 		t.Error("no query was timed under load")
+	}
+	// Issue 24's fleet-scale metrics: shares are shares, the sample is the whole (small) stream,
+	// the collector loop completed a cycle, and the process has a peak.
+	for _, name := range []string{MetricGCCPUShare, MetricGCBusyShare, MetricGCCPUShareIngest,
+		MetricGCCPUShareLoaded, MetricGCCPUShareRestart, MetricGCCPUShareMemoryIngest, MetricGCCPUShareCeiling} {
+		if v := get(name); v < 0 || v > 1 {
+			t.Errorf("%s = %v, want a share in [0, 1]", name, v)
+		}
+	}
+	if n := len(nonEmpty(want.Queries)); get(MetricQueries) != float64(n) || get(MetricSampledQueries) != float64(n) {
+		t.Errorf("queries = %v of %v, want all %d", get(MetricQueries), get(MetricSampledQueries), n)
+	}
+	if get(MetricFindMatchesGCRunningGCs) < 1 {
+		t.Error("no collection completed beside the gc-running pass")
+	}
+	for _, name := range []string{MetricFindMatchesGCOffP99, MetricFindMatchesGCRunningP99, MetricHeapAtEnd, MetricRunSeconds, MetricPeakRSS} {
+		if v := get(name); v <= 0 {
+			t.Errorf("%s = %v, want > 0", name, v)
+		}
+	}
+}
+
+// With NoCeiling the run measures everything but baseline (b) and the ratios to it.
+func TestRunNoCeiling(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	rep, err := Run(context.Background(), Options{
+		Requests: smallTrace(t, 40), Workload: workload.WorkloadOptions{Workers: 4, CacheBlocks: 16},
+		Durability: wal.NoSync, Lanes: 1, LoadedMax: time.Second, Queries: 5, NoCeiling: true,
+		DataDir: t.TempDir(), Logger: quiet(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{MetricPebbleCeilingEventsPS, MetricIngestVsCeiling, MetricIngestVsLimit, MetricGCCPUShareCeiling} {
+		if v, ok := rep.Get(name); ok {
+			t.Errorf("%s = %v without the ceiling", name, v)
+		}
+	}
+	for _, name := range []string{MetricIngestVsMemory, MetricMemoryIngestBlocksPerS, MetricRestartSeconds} {
+		if _, ok := rep.Get(name); !ok {
+			t.Errorf("%s missing", name)
+		}
+	}
+	if v, _ := rep.Get(MetricQueries); v != 5 {
+		t.Errorf("queries = %v, want the sample of 5", v)
 	}
 }
 
@@ -248,26 +294,38 @@ func TestPercentile(t *testing.T) {
 	}
 }
 
-// TestPartitionKeepsRankOrder: every rank lands on exactly one producer, which sees that rank's
-// events in stream order; nothing is lost or duplicated; ranks spread round robin.
-func TestPartitionKeepsRankOrder(t *testing.T) {
+// TestSplitKeepsRankOrder: every rank lands on exactly one producer, which sees that rank's
+// events in stream order; nothing is lost or duplicated; ranks spread round robin in order of
+// first appearance; and where the chunks of the stream end changes nothing.
+func TestSplitKeepsRankOrder(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(1, 6).Draw(t, "producers")
 		ranks := rapid.IntRange(1, 10).Draw(t, "ranks")
 		evs := make([]event.RouterEvent, rapid.IntRange(0, 80).Draw(t, "events"))
 		next := map[uint64]uint64{}
+		var order []uint64 // workers in order of first appearance
 		for i := range evs {
 			w := uint64(rapid.IntRange(0, ranks-1).Draw(t, "worker"))
+			if next[w] == 0 {
+				order = append(order, w)
+			}
 			next[w]++
 			evs[i] = event.Cleared(event.Rank{WorkerID: w}, next[w])
 		}
-		parts := partition(evs, n)
+		whole := newSplit(n)
+		whole.add(evs)
+		chunked := newSplit(n)
+		for rest := evs; len(rest) > 0; {
+			k := rapid.IntRange(1, len(rest)).Draw(t, "chunk")
+			chunked.add(rest[:k])
+			rest = rest[k:]
+		}
+		if !reflect.DeepEqual(whole.queues, chunked.queues) {
+			t.Fatalf("chunked split %v, whole %v", chunked.queues, whole.queues)
+		}
 		owner := map[uint64]int{}
 		total := 0
-		for p, part := range parts {
-			if len(part) == 0 {
-				t.Fatalf("part %d is empty", p)
-			}
+		for p, part := range whole.queues {
 			last := map[uint64]uint64{}
 			for _, ev := range part {
 				if o, ok := owner[ev.WorkerID]; ok && o != p {
@@ -284,19 +342,32 @@ func TestPartitionKeepsRankOrder(t *testing.T) {
 		if total != len(evs) {
 			t.Fatalf("%d events in parts, %d in the stream", total, len(evs))
 		}
-		if want := min(n, len(next)); len(parts) != want {
-			t.Fatalf("%d parts for %d ranks and %d producers", len(parts), len(next), n)
+		for i, w := range order {
+			if owner[w] != i%n {
+				t.Fatalf("worker %d (rank %d to appear) on producer %d, want %d", w, i, owner[w], i%n)
+			}
 		}
 	})
 }
 
-func TestShiftWorkersDisjoint(t *testing.T) {
+func TestShiftedDisjoint(t *testing.T) {
 	evs := []event.RouterEvent{event.Cleared(event.Rank{WorkerID: 3}, 1), event.Cleared(event.Rank{WorkerID: 0, DPRank: 2}, 1)}
-	got := shiftWorkers(evs)
-	if got[0].WorkerID != 7 || got[1].WorkerID != 4 || got[1].DPRank != 2 {
+	once := false
+	src := shifted(func() ([]event.RouterEvent, bool) {
+		if once {
+			return nil, false
+		}
+		once = true
+		return evs, true
+	}, 4)
+	got, ok := src()
+	if !ok || got[0].WorkerID != 7 || got[1].WorkerID != 4 || got[1].DPRank != 2 {
 		t.Fatalf("shifted = %+v", got)
 	}
 	if evs[0].WorkerID != 3 {
 		t.Fatal("input modified")
+	}
+	if got, ok := src(); ok || len(got) != 0 {
+		t.Fatalf("past the end: %v, %v", got, ok)
 	}
 }

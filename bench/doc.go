@@ -5,23 +5,36 @@
 //
 // # What Run does, in order
 //
-//  1. Workload: generated once from a Mooncake trace (workload.Generate) or read from a workload
-//     dir (workload.ReadWorkloadDir); not timed.
-//  2. Ingest: the whole stream through the real pipeline (engine.Open + Recover, then
-//     Pipeline().Submit: cursor → log → lane → tree) by Producers goroutines. Rank number i in
+//  1. Workload: a workload.Stream (LoadStream): copy 0 of the trace simulated once
+//     (workload.NewStream), the other copies derived from it chunk by chunk by each stage that
+//     reads the stream; or a workload dir read whole (workload.StreamOf). Not timed.
+//  2. Ingest: the whole stream through the engine's ingest door (engine.Open + Recover, then
+//     Engine.Ingest: place, cursor → log → lane → tree) by Producers goroutines. Rank number i in
 //     order of first appearance belongs to producer i % Producers, which submits that rank's
-//     events in stream order, Batch events per Submit.
-//  3. Queries: FindMatches for every non-empty query on the final index, each call timed alone;
+//     events in stream order, Batch events per Ingest (drive.go): the stream is generated
+//     chunkEvents at a time, then the producers hand that chunk's events on, the
+//     generation untimed, a producer's short tail kept for the next chunk (so its batches are
+//     those of its whole stream, wherever the chunks end; --scale 8 is one chunk).
+//  3. Queries: Engine.FindInto for the sample (Options.Queries, default 100,000: an evenly
+//     spaced sample of the non-empty queries, all of them up to --scale 8) on the final index,
+//     each call timed alone; the same pass with the collector off and with collections
+//     running back to back beside it (gcstats.go: the GC's effect on the tail); the tier walk;
 //     then again, in one closed-loop querier, while a second copy of the stream (worker ids
 //     shifted past every worker of the first, so none of it is stale) is ingested the same way,
-//     rate-limited to half of the events/s stage 2 reached.
-//  4. Restart: Close, then Open + Recover on the same data dir, timed until ready. Every query is
-//     then answered by the index from before the restart and by the rebuilt one: any difference
-//     fails the run with ErrScoresDiffer and the first mismatch.
+//     rate-limited to half of the events/s stage 2 reached (the querier pauses while a chunk is
+//     generated).
+//  4. Restart: the sample's answers are digested, the engine closed and collected, then Open +
+//     Recover on the same data dir, timed until ready. Every sampled query is then answered by
+//     the rebuilt index: any difference fails the run with ErrScoresDiffer and the first
+//     mismatch.
 //  5. Baselines on the same events: (a) a fresh in-memory index.Index fed by the same producer
 //     split, no log (also where heap bytes per entry are measured); (b) the raw Pebble ceiling:
 //     the same log keys and wal.EncodeRecord values, Batch records per commit, the same
 //     producers and sync mode, on a fresh store, nothing else.
+//
+// Each of stages 2–5 is bracketed by runtime.GC() and a reading of runtime/metrics' CPU
+// classes: gc_cpu_share_* is the GC's share of GOMAXPROCS × the stage's wall time. The run
+// ends with its wall time and the process's peak RSS (VmHWM).
 //
 // With Options.Approximate (approximate mode, docs/CONTRACT.md §8) stages 2–5 are replaced: no event is
 // ingested; each non-empty query, in workload order, is first scored with engine.Find
@@ -37,8 +50,11 @@
 //
 // # Invariants
 //
-//   - One data path: stage 2 and the loaded part of stage 3 use the same server pipeline as
-//     `kvindex serve`; no stage writes to the index or the log any other way.
+//   - One data path: stage 2 and the loaded part of stage 3 use the engine's ingest door and its
+//     one query, as `kvindex serve`; no stage writes to the index or the log any other way.
+//   - Memory is the index's, not the workload's: a stage holds one chunk of events (and the
+//     producers' tails), the stream its copy-0 workload and hash table, stages 3–4 the sample
+//     and 16 bytes per sampled answer.
 //   - Nothing is asserted about time: Run reports metrics (Report), it never fails because a
 //     number is slow. It fails for wrong answers (ErrScoresDiffer), wrong ingest (ErrIngest) and
 //     errors of the parts it drives.

@@ -121,17 +121,8 @@ func LoadTraceFile(path string) ([]Request, error) {
 // by workers c·Workers … (c+1)·Workers−1). It fails with ErrScale when k < 1, or when k > 1 and
 // some hash id is ≥ ScaleOffset (the copies would share ids).
 func Scale(reqs []Request, k int) ([][]Request, error) {
-	if k < 1 {
-		return nil, fmt.Errorf("%w: k = %d, want ≥ 1", ErrScale, k)
-	}
-	if k > 1 {
-		for i, r := range reqs {
-			for _, id := range r.HashIDs {
-				if id >= ScaleOffset {
-					return nil, fmt.Errorf("%w: request %d has hash id %d ≥ %d", ErrScale, i, id, ScaleOffset)
-				}
-			}
-		}
+	if err := checkScale(reqs, k); err != nil {
+		return nil, err
 	}
 	total := 0
 	for _, r := range reqs {
@@ -153,4 +144,21 @@ func Scale(reqs []Request, k int) ([][]Request, error) {
 		copies[c] = cp
 	}
 	return copies, nil
+}
+
+// checkScale is Scale's refusal: k < 1, or k > 1 and a hash id ≥ ScaleOffset.
+func checkScale(reqs []Request, k int) error {
+	if k < 1 {
+		return fmt.Errorf("%w: k = %d, want ≥ 1", ErrScale, k)
+	}
+	if k > 1 {
+		for i, r := range reqs {
+			for _, id := range r.HashIDs {
+				if id >= ScaleOffset {
+					return fmt.Errorf("%w: request %d has hash id %d ≥ %d", ErrScale, i, id, ScaleOffset)
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -66,6 +66,8 @@ func benchCommand() *cli.Command {
 		&cli.Float64Flag{Name: "checkpoint-ratio", Value: server.DefaultCheckpointRatio, Usage: "online checkpoint ratio of the server, as serve --checkpoint-ratio (0 = off)", EnvVars: env("bench", "checkpoint-ratio")},
 		&cli.StringFlag{Name: "data-dir", Usage: "where the two stores go (DIR/kvindex and DIR/pebble-ceiling, which must be missing or empty), kept after the run (default: a temp dir, removed after)", EnvVars: env("bench", "data-dir")},
 		&cli.DurationFlag{Name: "loaded-max", Value: 0, Usage: "bound of the under-load query phase (0 = 30s)", EnvVars: env("bench", "loaded-max")},
+		&cli.IntFlag{Name: "queries", Value: bench.DefaultQueries, Usage: "non-empty queries timed per pass and compared after the restart: an evenly spaced sample of this many (all when the stream has fewer; 0 = every query)", EnvVars: env("bench", "queries")},
+		&cli.BoolFlag{Name: "no-ceiling", Usage: "skip baseline (b), the raw Pebble ceiling, and the ratios to it (at fleet scale it writes the whole log once more)", EnvVars: env("bench", "no-ceiling")},
 		&cli.BoolFlag{Name: "json", Usage: "one JSON object per metric and line instead of the table", EnvVars: env("bench", "json")},
 		&cli.StringFlag{Name: "markdown", Usage: "also write the results table into this markdown file (its section for this configuration is replaced)", EnvVars: env("bench", "markdown")},
 		&cli.BoolFlag{Name: "approximate", Usage: "approximate mode (docs/CONTRACT.md §8): record each query's routing decision instead of ingesting the events; reports decisions/s, find_matches on the side index and its hit ratio next to the event-fed routing_hit_ratio", EnvVars: env("bench", "approximate")},
@@ -93,6 +95,9 @@ func benchCommand() *cli.Command {
 					return usagef("--%s must be > 0", name)
 				}
 			}
+			if c.Int("queries") < 0 {
+				return usagef("--queries must be ≥ 0")
+			}
 			o := bench.Options{
 				TracePath:       c.String("trace"),
 				WorkloadDir:     c.String("workload"),
@@ -105,6 +110,8 @@ func benchCommand() *cli.Command {
 				CheckpointRatio: benchRatio(c.Float64("checkpoint-ratio")),
 				DataDir:         c.String("data-dir"),
 				LoadedMax:       c.Duration("loaded-max"),
+				Queries:         benchQueries(c.Int("queries")),
+				NoCeiling:       c.Bool("no-ceiling"),
 				Logger:          slog.Default(),
 				Progress:        progressWriter(c.App.ErrWriter),
 				Approximate:     c.Bool("approximate"),
@@ -167,11 +174,19 @@ func benchCommandLine(c *cli.Context, dur wal.Durability) string {
 		}
 	}
 	fmt.Fprintf(&b, " --producers %d --batch %d --durability %s", c.Int("producers"), c.Int("batch"), dur)
+	for _, name := range []string{"queries", "loaded-max"} {
+		if c.IsSet(name) {
+			fmt.Fprintf(&b, " --%s %v", name, c.Value(name))
+		}
+	}
 	if c.Bool("approximate") {
 		fmt.Fprintf(&b, " --approximate --approx-ttl %s", c.Duration("approx-ttl"))
 	}
 	if c.Bool("accuracy") {
 		b.WriteString(" --accuracy")
+	}
+	if c.Bool("no-ceiling") {
+		b.WriteString(" --no-ceiling")
 	}
 	return b.String()
 }
@@ -183,4 +198,13 @@ func benchRatio(r float64) float64 {
 		return -1
 	}
 	return r
+}
+
+// benchQueries maps --queries (0 = every query) to bench.Options.Queries (0 = the default,
+// negative = every query).
+func benchQueries(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
