@@ -18,7 +18,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/kvindex/kvindex/approx"
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
@@ -739,8 +738,9 @@ func liveHeap() uint64 {
 	return ms.HeapAlloc
 }
 
-// pebbleCeiling is baseline (b): the same log keys and record values, the same batching,
-// producers and sync mode, committed straight to a fresh Pebble store.
+// pebbleCeiling is baseline (b): the same log records (format 4: one per rank's run of
+// consecutive events in a commit, as wal.Batch groups them), the same batching, producers and
+// sync mode, committed straight to a fresh store: no cursors, decisions or tree.
 func (r *run) pebbleCeiling(ctx context.Context) error {
 	r.lg.Info("bench: stage 5b: raw Pebble ceiling")
 	end := r.stage(MetricGCCPUShareCeiling)
@@ -749,27 +749,21 @@ func (r *run) pebbleCeiling(ctx context.Context) error {
 		return fmt.Errorf("bench: pebble ceiling: %w", err)
 	}
 	defer st.Close()
-	wo := pebble.Sync
-	if r.o.Durability == wal.NoSync {
-		wo = pebble.NoSync
+	lg, err := wal.Open(st, wal.Options{Durability: r.o.Durability, Logger: r.lg})
+	if err != nil {
+		return fmt.Errorf("bench: pebble ceiling: %w", err)
 	}
-	db := st.DB()
 	var batches sync.Pool
-	commit := func(_ context.Context, evs []event.RouterEvent) error {
-		c, _ := batches.Get().(*ceilingBatch)
-		if c == nil {
-			c = &ceilingBatch{b: db.NewBatch()}
+	commit := func(ctx context.Context, evs []event.RouterEvent) error {
+		b, _ := batches.Get().(*wal.Batch)
+		if b == nil {
+			b = lg.NewBatch()
 		}
 		for i := range evs {
-			c.key = store.AppendLogKey(c.key[:0], evs[i].Rank(), evs[i].EventID)
-			c.val = wal.EncodeRecord(c.val[:0], &evs[i])
-			if err := c.b.Set(c.key, c.val, nil); err != nil {
-				return err
-			}
+			b.Append(&evs[i])
 		}
-		err := c.b.Commit(wo)
-		c.b.Reset()
-		batches.Put(c)
+		err := lg.Commit(ctx, b)
+		batches.Put(b)
 		return err
 	}
 	took, err := r.drive(ctx, streamEvents(r.st), driveOpts{what: "pebble ceiling", submit: commit, total: r.st.Events(), batch: r.o.Batch})
@@ -779,11 +773,6 @@ func (r *run) pebbleCeiling(ctx context.Context) error {
 	r.rep.add(MetricPebbleCeilingEventsPS, float64(r.st.Events())/took.Seconds(), UnitRate)
 	end()
 	return nil
-}
-
-type ceilingBatch struct {
-	b        *pebble.Batch
-	key, val []byte
 }
 
 func (r *run) bar(what string, total int) *progressbar.ProgressBar {

@@ -29,8 +29,9 @@
 //     mismatch.
 //  5. Baselines on the same events: (a) a fresh in-memory index.Index fed by the same producer
 //     split, no log (also where heap bytes per entry are measured); (b) the raw Pebble ceiling:
-//     the same log keys and wal.EncodeRecord values, Batch records per commit, the same
-//     producers and sync mode, on a fresh store, nothing else.
+//     the same log records as the pipeline writes (a wal.Batch's Appends: one record per rank's
+//     run of consecutive events in a commit), Batch events per commit, the same producers and
+//     sync mode, on a fresh store, and nothing else (no cursors, no decisions, no tree).
 //
 // Each of stages 2–5 is bracketed by runtime.GC() and a reading of runtime/metrics' CPU
 // classes: gc_cpu_share_* is the GC's share of GOMAXPROCS × the stage's wall time. The run
