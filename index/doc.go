@@ -84,9 +84,8 @@
 //   - FindMatches keeps the ranks still matching, ascending by id, and the ranks that left at
 //     each depth as one run (ascending by id), so that the ranks of one score are one run and
 //     no per-rank score is stored; runs are laid out deepest first, each in ordinal order
-//     (bitmap of ordinals, or a sort of a few; a run's tail ranks, its highest ids, sorted
-//     apart and interleaved as the others are appended), sweeping ord and sizes in id order and
-//     byOrd
+//     (bitmap of ordinals, or a sort of a few; a run's tail ranks, its highest ids, are then
+//     merged in from the back), sweeping ord and sizes in id order and byOrd
 //     in ordinal order (a query whose caches went cold pays no random probe per rank).
 //
 // # Memory

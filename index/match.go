@@ -15,7 +15,6 @@ type matchScratch struct {
 	bits   []uint64  // ordinals of one score's ranks (zero between queries)
 	sizes  []uint64  // ordinal → block count, of the ranks marked in bits
 	ords   []uint32  // ordinals of one score's ranks, when they are few
-	tail   []ordRank // the tail ranks of one score's ranks, in rank order
 	first  [1]uint32 // the first node's single holder (holderIDs)
 	one    [1]uint32 // a later node's single holder
 }
@@ -189,81 +188,67 @@ func (t *rankTable) knownIDs(ids []uint32, buf *[]uint32) []uint32 {
 // appendRun appends to dst the scores s of ids (known to t, ascending, no duplicates), in
 // (worker id, dp rank) order: those of the ordered base through a bitmap of their ordinals when
 // they are many next to the ranks, else by sorting their ordinals (neither calls a
-// comparator); those of the tail (the ids from len(t.ord) on, the last of ids), sorted by their
-// tail positions, are interleaved as the base's are appended. dst should have room for them.
+// comparator); then those of the tail (the ids from len(t.ord) on, the last of ids) merged in.
+// dst should have room for them.
 func (t *rankTable) appendRun(dst []Score, ids []uint32, s uint32, sc *matchScratch) []Score {
-	var tl []ordRank
 	if n := len(ids); n > 0 && int(ids[n-1]) >= len(t.ord) {
 		i, _ := slices.BinarySearch(ids, uint32(len(t.ord)))
-		tl, ids = t.tailOf(ids[i:], sc), ids[:i]
+		start := len(dst)
+		return t.mergeTail(t.appendRun(dst, ids[:i], s, sc), start, ids[i:], s, sc)
 	}
 	switch words := (len(t.byOrd) + 63) / 64; {
 	case len(ids) == 0:
+		return dst
 	case len(ids) == 1:
-		dst, tl = t.appendScore(dst, tl, t.ord[ids[0]], s)
+		return t.appendScore(dst, t.ord[ids[0]], s)
 	case 16*len(ids) >= words:
-		dst, tl = t.appendRunBitmap(dst, tl, ids, s, sc)
+		return t.appendRunBitmap(dst, ids, s, sc)
 	default:
-		dst, tl = t.appendRunSorted(dst, tl, ids, s, sc)
+		return t.appendRunSorted(dst, ids, s, sc)
 	}
-	return t.appendTail(dst, tl, s)
 }
 
-// tailOf returns the tail entries of ids (ranks of t's tail) in rank order, in sc.tail.
-func (t *rankTable) tailOf(ids []uint32, sc *matchScratch) []ordRank {
+// mergeTail merges the scores s of ids, ranks of t's tail, into dst[start:], scores of the same
+// run in rank order, keeping the order: their tail positions sorted, then merged from the back.
+func (t *rankTable) mergeTail(dst []Score, start int, ids []uint32, s uint32, sc *matchScratch) []Score {
 	base := uint32(len(t.ord))
 	ps := sc.ords[:0]
 	for _, id := range ids {
 		ps = append(ps, t.tailPos[id-base])
 	}
 	slices.Sort(ps)
-	tl := sc.tail[:0]
-	for _, p := range ps {
-		tl = append(tl, t.tail[p])
+	i := len(dst) - 1 // the last score of the base's
+	dst = slices.Grow(dst, len(ps))[:len(dst)+len(ps)]
+	w := len(dst) - 1
+	for j := len(ps) - 1; j >= 0; j-- {
+		e := &t.tail[ps[j]]
+		for ; i >= start && (dst[i].WorkerID > e.worker || dst[i].WorkerID == e.worker && dst[i].DPRank > e.dp); i-- {
+			dst[w] = dst[i]
+			w--
+		}
+		dst[w] = Score{WorkerID: e.worker, DPRank: e.dp, Score: s, TreeSize: t.blocksOf(e.id).Load()}
+		w--
 	}
-	sc.ords, sc.tail = ps[:0], tl[:0]
-	return tl
-}
-
-// appendTail appends the scores s of the tail ranks tl, in order.
-func (t *rankTable) appendTail(dst []Score, tl []ordRank, s uint32) []Score {
-	for i := range tl {
-		e := &tl[i]
-		dst = append(dst, Score{WorkerID: e.worker, DPRank: e.dp, Score: s, TreeSize: t.blocksOf(e.id).Load()})
-	}
+	sc.ords = ps[:0]
 	return dst
 }
 
-// before appends the scores s of the tail ranks of tl that sort before e, and returns the rest.
-func (t *rankTable) before(dst []Score, tl []ordRank, e *ordRank, s uint32) ([]Score, []ordRank) {
-	i := 0
-	for i < len(tl) && compareOrd(tl[i], *e) < 0 {
-		i++
-	}
-	return t.appendTail(dst, tl[:i], s), tl[i:]
-}
-
-// appendScore appends the score s of the rank of ordinal o, after the tail ranks of tl before
-// it.
-func (t *rankTable) appendScore(dst []Score, tl []ordRank, o uint32, s uint32) ([]Score, []ordRank) {
+// appendScore appends the score s of the rank of ordinal o.
+func (t *rankTable) appendScore(dst []Score, o uint32, s uint32) []Score {
 	e := &t.byOrd[o]
-	if len(tl) > 0 {
-		dst, tl = t.before(dst, tl, e, s)
-	}
-	return append(dst, Score{WorkerID: e.worker, DPRank: e.dp, Score: s, TreeSize: t.blocksOf(e.id).Load()}), tl
+	return append(dst, Score{WorkerID: e.worker, DPRank: e.dp, Score: s, TreeSize: t.blocksOf(e.id).Load()})
 }
 
 // appendRunBitmap marks the ordinals of ids in a bitmap, then reads the words it marked in
-// order: O(len(ids) + the span of their ordinals / 64); the tail ranks of tl before each are
-// appended first.
+// order: O(len(ids) + the span of their ordinals / 64).
 //
 // Every array is swept in order, never probed at random, which is what a query that runs
 // after its core served something else (its caches cold) pays for: ord and sizes in id order
 // while marking (the block counts are parked by ordinal in sc.sizes), then byOrd and the parked
 // counts in ordinal order while reading the bitmap.
-func (t *rankTable) appendRunBitmap(dst []Score, tl []ordRank, ids []uint32, s uint32, sc *matchScratch) ([]Score, []ordRank) {
+func (t *rankTable) appendRunBitmap(dst []Score, ids []uint32, s uint32, sc *matchScratch) []Score {
 	if len(ids) == 0 {
-		return dst, tl
+		return dst
 	}
 	words := (len(t.byOrd) + 63) / 64
 	if len(sc.bits) < words {
@@ -286,26 +271,23 @@ func (t *rankTable) appendRunBitmap(dst []Score, tl []ordRank, ids []uint32, s u
 		for b := marks[w]; b != 0; b &= b - 1 {
 			o := w<<6 | uint32(bits.TrailingZeros64(b))
 			e := &t.byOrd[o]
-			if len(tl) > 0 {
-				dst, tl = t.before(dst, tl, e, s)
-			}
 			dst = append(dst, Score{WorkerID: e.worker, DPRank: e.dp, Score: s, TreeSize: sizes[o]})
 		}
 		marks[w] = 0
 	}
-	return dst, tl
+	return dst
 }
 
 // appendRunSorted sorts the ordinals of ids: O(len(ids)·log len(ids)).
-func (t *rankTable) appendRunSorted(dst []Score, tl []ordRank, ids []uint32, s uint32, sc *matchScratch) ([]Score, []ordRank) {
+func (t *rankTable) appendRunSorted(dst []Score, ids []uint32, s uint32, sc *matchScratch) []Score {
 	ords := sc.ords[:0]
 	for _, id := range ids {
 		ords = append(ords, t.ord[id])
 	}
 	slices.Sort(ords)
 	for _, o := range ords {
-		dst, tl = t.appendScore(dst, tl, o, s)
+		dst = t.appendScore(dst, o, s)
 	}
 	sc.ords = ords[:0]
-	return dst, tl
+	return dst
 }

@@ -70,8 +70,8 @@ func TestRankTableOrder(t *testing.T) {
 				ids       []uint32
 				want      []Score
 			}{
-				{"bitmap", baseOnly((*rankTable).appendRunBitmap), base, wantBase},
-				{"sorted", baseOnly((*rankTable).appendRunSorted), base, wantBase},
+				{"bitmap", (*rankTable).appendRunBitmap, base, wantBase},
+				{"sorted", (*rankTable).appendRunSorted, base, wantBase},
 				{"either, base and tail", (*rankTable).appendRun, ids, want},
 			} {
 				got := c.appendRun(tab, []Score{{WorkerID: 99}}, c.ids, 7, sc)
@@ -84,12 +84,4 @@ func TestRankTableOrder(t *testing.T) {
 			}
 		}
 	})
-}
-
-// baseOnly is a layout of the base's ranks with no tail ranks to interleave.
-func baseOnly(f func(*rankTable, []Score, []ordRank, []uint32, uint32, *matchScratch) ([]Score, []ordRank)) func(*rankTable, []Score, []uint32, uint32, *matchScratch) []Score {
-	return func(t *rankTable, dst []Score, ids []uint32, s uint32, sc *matchScratch) []Score {
-		dst, _ = f(t, dst, nil, ids, s, sc)
-		return dst
-	}
 }
