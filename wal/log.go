@@ -613,25 +613,45 @@ func (l *Log) RankMeta(r event.Rank) (RankMeta, error) {
 		return RankMeta{}, ErrClosed
 	}
 	var m RankMeta
-	v, ok, err := l.get(store.MetaKey(r, metaCursor))
+	// The cursor, snapshot id and log cut are the rank's 'M' keys: one iterator reads them all
+	// (a point get each cost a restart's replay more than the rank's tree build).
+	lo, hi := store.RankBounds(store.PrefixRankMeta, r)
+	mit, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
-		return m, err
+		return m, store.MapError("wal: rank metadata", err)
 	}
-	if ok {
-		if m.Cursor, err = decodeCursor(r, v); err != nil {
-			return m, fmt.Errorf("wal: rank %v: %w: %w", r, ErrCorruption, err)
+	for valid := mit.First(); valid; valid = mit.Next() {
+		k := mit.Key()
+		if len(k) != store.MetaKeyLen {
+			continue
 		}
-		m.HasCursor = true
-	}
-	if v, ok, err = l.get(store.MetaKey(r, metaSnapshotID)); err != nil {
-		return m, err
-	} else if ok {
-		if m.SnapshotID, err = decodeU64(r, v); err != nil {
-			return m, fmt.Errorf("wal: rank %v snapshot id: %w: %w", r, ErrCorruption, err)
+		v, err := mit.ValueAndErr()
+		if err != nil {
+			_ = mit.Close()
+			return m, store.MapError("wal: rank metadata", err)
+		}
+		switch k[len(k)-1] {
+		case metaCursor:
+			if m.Cursor, err = decodeCursor(r, v); err != nil {
+				err = fmt.Errorf("wal: rank %v: %w: %w", r, ErrCorruption, err)
+			}
+			m.HasCursor = err == nil
+		case metaSnapshotID:
+			if m.SnapshotID, err = decodeU64(r, v); err != nil {
+				err = fmt.Errorf("wal: rank %v snapshot id: %w: %w", r, ErrCorruption, err)
+			}
+		case metaCut:
+			if m.Cut, err = decodeU64(r, v); err != nil {
+				err = fmt.Errorf("wal: rank %v log cut: %w: %w", r, ErrCorruption, err)
+			}
+		}
+		if err != nil {
+			_ = mit.Close()
+			return m, err
 		}
 	}
-	if m.Cut, err = l.cut(r); err != nil {
-		return m, err
+	if err := mit.Close(); err != nil {
+		return m, store.MapError("wal: rank metadata", err)
 	}
 	_, tomb, err := l.get(store.RankKey(store.PrefixTombstone, r))
 	if err != nil {
@@ -648,7 +668,7 @@ func (l *Log) RankMeta(r event.Rank) (RankMeta, error) {
 		}
 		m.Removed = !snap && last == 0
 	}
-	lo, hi := store.RankBounds(store.PrefixGap, r)
+	lo, hi = store.RankBounds(store.PrefixGap, r)
 	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return m, store.MapError("wal: gaps", err)
