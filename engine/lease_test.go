@@ -29,7 +29,9 @@ func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 const testGrace = time.Minute
 
 // openTestEngine opens and recovers an engine on fs's "data" with the injected clock, a grace of
-// testGrace and a sweep that never runs on its own (tests call SweepLeases), unless sweep is set.
+// testGrace and a sweep that runs on its own only once, as the engine starts (then every hour:
+// tests call SweepLeases), unless sweep is set. A lease that ran out while the engine was down
+// may thus be swept by that first sweep.
 func openTestEngine(t *testing.T, fs vfs.FS, c *clock, sweep time.Duration) *Engine {
 	t.Helper()
 	if sweep == 0 {
