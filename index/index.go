@@ -320,9 +320,11 @@ var tailFrom = 8192
 func (t *rankTable) live() int { return len(t.byOrd) + len(t.tail) }
 
 // inOrder returns every live rank in (worker id, dp rank) order: byOrd and the tail merged.
-func (t *rankTable) inOrder() []ordRank {
-	out := make([]ordRank, 0, t.live())
-	a, b := t.byOrd, t.tail
+func (t *rankTable) inOrder() []ordRank { return mergeOrd(t.byOrd, t.tail) }
+
+// mergeOrd merges two lists of ranks in (worker id, dp rank) order into a new one.
+func mergeOrd(a, b []ordRank) []ordRank {
+	out := make([]ordRank, 0, len(a)+len(b))
 	for len(a) > 0 && len(b) > 0 {
 		if compareOrd(b[0], a[0]) < 0 {
 			out, b = append(out, b[0]), b[1:]
@@ -382,23 +384,18 @@ func (t *rankTable) with(rs *rankState) *rankTable {
 	// Appending may write past the end of t.byID in a shared array: no reader of t reads there,
 	// and t is never extended again (the registry extends only its newest table).
 	byID := append(t.byID, rs)
+	p, _ := slices.BinarySearchFunc(t.tail, me, compareOrd)
+	tail := slices.Insert(slices.Clip(t.tail), p, me) // a copy: t's tail is t's
 	var n *rankTable
 	if len(t.tail) < tailCap(len(t.byOrd)) {
-		p, _ := slices.BinarySearchFunc(t.tail, me, compareOrd)
-		n = &rankTable{
-			byID: byID, ord: t.ord, byOrd: t.byOrd,
-			tail:    slices.Insert(slices.Clip(t.tail), p, me),
-			tailPos: make([]uint32, len(t.tail)+1),
-			sizes:   grownSizes(t.sizes, len(byID)),
-		}
+		n = &rankTable{byID: byID, ord: t.ord, byOrd: t.byOrd, tail: tail, tailPos: make([]uint32, len(tail)),
+			sizes: grownSizes(t.sizes, len(byID))}
 		base := uint32(len(n.ord))
-		for q, e := range n.tail {
+		for q, e := range tail {
 			n.tailPos[e.id-base] = uint32(q)
 		}
 	} else {
-		p, _ := slices.BinarySearchFunc(t.tail, me, compareOrd)
-		tail := slices.Insert(slices.Clone(t.tail), p, me)
-		n = rebuilt(byID, (&rankTable{byOrd: t.byOrd, tail: tail}).inOrder(), t.sizes)
+		n = rebuilt(byID, mergeOrd(t.byOrd, tail), t.sizes)
 	}
 	rs.blocks = n.blocksOf(rs.id)
 	return n
