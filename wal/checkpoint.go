@@ -52,11 +52,21 @@ func (l *Log) cut(r event.Rank) (uint64, error) {
 	if err != nil || !ok {
 		return 0, err
 	}
-	c, err := decodeU64(r, v)
+	return metaU64(r, metaCut, v)
+}
+
+// metaU64 decodes r's metadata value v of kind metaCut or metaSnapshotID, a damaged one as an
+// error wrapping ErrCorruption that names the kind.
+func metaU64(r event.Rank, kind byte, v []byte) (uint64, error) {
+	x, err := decodeU64(r, v)
 	if err != nil {
-		return 0, fmt.Errorf("wal: rank %v log cut: %w: %w", r, ErrCorruption, err)
+		what := "log cut"
+		if kind == metaSnapshotID {
+			what = "snapshot id"
+		}
+		return 0, fmt.Errorf("wal: rank %v %s: %w: %w", r, what, ErrCorruption, err)
 	}
-	return c, nil
+	return x, nil
 }
 
 // snapshotID returns the LastEventID of r's snapshot; ok false when it has none.
@@ -65,11 +75,8 @@ func (l *Log) snapshotID(r event.Rank) (uint64, bool, error) {
 	if err != nil || !ok {
 		return 0, false, err
 	}
-	id, err := decodeU64(r, v)
-	if err != nil {
-		return 0, false, fmt.Errorf("wal: rank %v snapshot id: %w: %w", r, ErrCorruption, err)
-	}
-	return id, true, nil
+	id, err := metaU64(r, metaSnapshotID, v)
+	return id, err == nil, err
 }
 
 // WriteCheckpoint stores r's state as of lastID (e: its dump) as the rank's snapshot WITHOUT

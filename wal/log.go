@@ -637,13 +637,9 @@ func (l *Log) RankMeta(r event.Rank) (RankMeta, error) {
 			}
 			m.HasCursor = err == nil
 		case metaSnapshotID:
-			if m.SnapshotID, err = decodeU64(r, v); err != nil {
-				err = fmt.Errorf("wal: rank %v snapshot id: %w: %w", r, ErrCorruption, err)
-			}
+			m.SnapshotID, err = metaU64(r, metaSnapshotID, v)
 		case metaCut:
-			if m.Cut, err = decodeU64(r, v); err != nil {
-				err = fmt.Errorf("wal: rank %v log cut: %w: %w", r, ErrCorruption, err)
-			}
+			m.Cut, err = metaU64(r, metaCut, v)
 		}
 		if err != nil {
 			_ = mit.Close()
