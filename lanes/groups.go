@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/kvindex/kvindex/event"
@@ -61,6 +62,22 @@ func (p *Pipeline) kindsOf(r event.Rank) event.GroupKinds {
 		}
 	}
 	return p.opts.IndexedKinds
+}
+
+// fixedKinds returns a pipeline that indexes rank r's kinds as p does now, for a rebuild of the
+// rank (restart replay, retention, Regroup) that must see one setting from its first event to
+// its last: Options.KindsOf may answer differently meanwhile, and a gate built half under one
+// setting and half under another can hold a block a group dropped (an over-count). It can only
+// classify and apply (groups.go); it has no log or lanes.
+func (p *Pipeline) fixedKinds(r event.Rank) *Pipeline { return kindsPipeline(p.kindsOf(r)) }
+
+// kindsPipeline is fixedKinds for a setting given (the offline tools: default
+// event.MainGroupKinds).
+func kindsPipeline(indexed event.GroupKinds) *Pipeline {
+	if indexed == 0 {
+		indexed = event.MainGroupKinds
+	}
+	return &Pipeline{opts: Options{IndexedKinds: indexed}}
 }
 
 // indexed reports whether events of kind k of rank r change the tree.
@@ -552,14 +569,15 @@ func (g *groupGate) forget(h uint64, e *gateBlock) {
 }
 
 // groupDump returns the events that rebuild rank rs's state in t through its gate (replayed by
-// applyEvent, as a snapshot is at restart): an empty Stored for each group of a kind not indexed
-// (so the rank's groups are listed again) and for each indexed group in the gate's order (which
+// applyEvent, as a snapshot is at restart): an empty Stored for each group the rank learned that
+// is not in its gate (so the rank's groups are listed again, and a setting that indexes one of
+// them anew registers it holding nothing) and for each group in the gate's order (which
 // registers it), then for a rank of one indexed group its tree dump tagged with that group, or,
 // with several, each indexed group's own blocks, group by group, each parent before its
 // children. Lower-tier events follow untagged. ok is
 // false when the state holds blocks no dump can express (a block held below one its group or
 // the tree dropped): the caller keeps the log instead, as recovery.Fold does.
-func (p *Pipeline) groupDump(rs *rankState, t Tree) (out []event.RouterEvent, ok bool, err error) {
+func groupDump(rs *rankState, t Tree) (out []event.RouterEvent, ok bool, err error) {
 	g := rs.gate
 	d, isDumper := t.(dumper)
 	if !isDumper {
@@ -581,7 +599,7 @@ func (p *Pipeline) groupDump(rs *rankState, t Tree) (out []event.RouterEvent, ok
 		return event.Group{Idx: idx, Kind: event.GroupKindFullAttention}
 	}
 	for _, gs := range groups {
-		if gs.Kind != event.GroupKindUnset && !p.indexed(r, gs.Kind) {
+		if gs.Kind != event.GroupKindUnset && !slices.Contains(g.mains, gs.Idx) {
 			ev := event.Stored(r, 0, nil)
 			ev.HasGroup, ev.Group = true, groupOf(gs.Idx)
 			out = append(out, ev)
@@ -706,7 +724,7 @@ func (p *Pipeline) foldGroups(ctx context.Context, rs *rankState, upTo uint64) e
 	}
 	scratch := &rankState{rank: r}
 	st := tier.New(nil)
-	rep, err := recovery.ReplayRank(ctx, p.log, gatedTree{p: p, rs: scratch, t: st}, r, upTo)
+	rep, err := recovery.ReplayRank(ctx, p.log, gatedTree{p: p.fixedKinds(r), rs: scratch, t: st}, r, upTo)
 	if err != nil {
 		return err
 	}
@@ -716,7 +734,7 @@ func (p *Pipeline) foldGroups(ctx context.Context, rs *rankState, upTo uint64) e
 	if !scratch.hasGroups() {
 		return recovery.Fold(ctx, p.log, r, upTo) // no group state at the cut
 	}
-	evs, ok, err := p.groupDump(scratch, st)
+	evs, ok, err := groupDump(scratch, st)
 	if err != nil {
 		return err
 	}
@@ -742,10 +760,8 @@ func countDevice(evs []event.RouterEvent) int {
 // blocks, tagged), any other as recovery.Fold does. indexed: the kinds the server indexes
 // (default event.MainGroupKinds).
 func Fold(ctx context.Context, log *wal.Log, r event.Rank, upTo uint64, indexed event.GroupKinds) error {
-	if indexed == 0 {
-		indexed = event.MainGroupKinds
-	}
-	p := &Pipeline{opts: Options{IndexedKinds: indexed}, log: log}
+	p := kindsPipeline(indexed)
+	p.log = log
 	return p.foldGroups(ctx, &rankState{rank: r}, upTo)
 }
 
@@ -753,21 +769,14 @@ func Fold(ctx context.Context, log *wal.Log, r event.Rank, upTo uint64, indexed 
 // with, indexing the kinds of indexed, default event.MainGroupKinds): the offline tools rebuild
 // a rank of several main groups to the tree the server holds, not to the union of its groups.
 func ReplayGroups(ctx context.Context, log *wal.Log, t Tree, r event.Rank, upTo uint64, indexed event.GroupKinds) (recovery.Replayed, error) {
-	if indexed == 0 {
-		indexed = event.MainGroupKinds
-	}
-	p := &Pipeline{opts: Options{IndexedKinds: indexed}}
-	return recovery.ReplayRank(ctx, log, gatedTree{p: p, rs: &rankState{rank: r}, t: t}, r, upTo)
+	return recovery.ReplayRank(ctx, log, gatedTree{p: kindsPipeline(indexed), rs: &rankState{rank: r}, t: t}, r, upTo)
 }
 
 // GroupTree returns t behind a fresh KV-cache group gate for rank r (indexing the kinds of
 // indexed, default event.MainGroupKinds): the offline tools apply a rank's snapshot and log
 // through it to rebuild the tree the server holds.
 func GroupTree(t Tree, r event.Rank, indexed event.GroupKinds) recovery.Tree {
-	if indexed == 0 {
-		indexed = event.MainGroupKinds
-	}
-	return gatedTree{p: &Pipeline{opts: Options{IndexedKinds: indexed}}, rs: &rankState{rank: r}, t: t}
+	return gatedTree{p: kindsPipeline(indexed), rs: &rankState{rank: r}, t: t}
 }
 
 // GroupSnapshot reports whether a snapshot's events were written for a rank with KV-cache
@@ -811,7 +820,8 @@ func (p *Pipeline) regroupRank(ctx context.Context, rs *rankState) error {
 	t := p.ix(r)
 	t.ClearRank(r)
 	rs.resetGate(false)
-	rep, err := recovery.ReplayRank(ctx, p.log, gatedTree{p: p, rs: rs, t: t}, r, 0)
+	fixed := p.fixedKinds(r)
+	rep, err := recovery.ReplayRank(ctx, p.log, gatedTree{p: fixed, rs: rs, t: t}, r, 0)
 	if err != nil {
 		return err
 	}
@@ -820,10 +830,10 @@ func (p *Pipeline) regroupRank(ctx context.Context, rs *rankState) error {
 	}
 	rs.mu.Lock()
 	for i := range rs.groups {
-		rs.groups[i].Indexed = p.indexed(r, rs.groups[i].Kind)
+		rs.groups[i].Indexed = fixed.indexed(r, rs.groups[i].Kind)
 	}
 	rs.incarnation = p.incarnations.Add(1)
 	rs.mu.Unlock()
-	p.lg.Info("rank rebuilt for its indexed KV-cache group kinds", "worker_id", r.WorkerID, "dp_rank", r.DPRank, "kinds", p.kindsOf(r).Names())
+	p.lg.Info("rank rebuilt for its indexed KV-cache group kinds", "worker_id", r.WorkerID, "dp_rank", r.DPRank, "kinds", fixed.kindsOf(r).Names())
 	return nil
 }

@@ -602,3 +602,62 @@ func TestGroupKindsChangesNeverOverCount(t *testing.T) {
 		}
 	})
 }
+
+// TestFoldSeesOneSetting changes a rank's indexed kinds (Options.KindsOf) at every point of a
+// retention fold — before its first question, between its replay and its dump, after it — and
+// restarts under the new setting: the fold must build its snapshot under one setting, or a
+// sliding-window group that was not indexed when the fold began is missing from the snapshot,
+// and the restart indexes the full-attention group alone (an over-count; the flake CI found in
+// TestGroupKindsChangesNeverOverCount).
+func TestFoldSeesOneSetting(t *testing.T) {
+	fa := event.GroupKinds(0).With(event.GroupKindFullAttention)
+	both := fa.With(event.GroupKindSlidingWindow)
+	sw := event.Group{Idx: 1, Kind: event.GroupKindSlidingWindow, BlockSize: 4}
+	full := event.Group{Idx: 0, Kind: event.GroupKindFullAttention, BlockSize: 4}
+	grouped := func(ev event.RouterEvent, g event.Group) event.RouterEvent {
+		ev.HasGroup, ev.Group = true, g
+		return ev
+	}
+	for flipAfter := int64(0); flipAfter <= 12; flipAfter++ {
+		t.Run(strconv.FormatInt(flipAfter, 10), func(t *testing.T) {
+			var (
+				kinds atomic.Uint64
+				armed atomic.Bool
+				calls atomic.Int64
+			)
+			kinds.Store(uint64(fa))
+			opts := Options{Lanes: 1, KindsOf: func(event.Rank) event.GroupKinds {
+				k := event.GroupKinds(kinds.Load())
+				if armed.Load() && calls.Add(1) > flipAfter {
+					kinds.Store(uint64(both)) // the setting changes while the fold runs
+					armed.Store(false)
+				}
+				return k
+			}}
+			f := open(t, vfs.NewMem(), opts)
+			f.submit(grouped(event.Stored(groupRank, 1, nil, blk(1)), sw), // logged without blocks: not indexed
+				grouped(event.Removed(groupRank, 2, 1), sw),
+				grouped(event.Stored(groupRank, 3, nil, blk(1)), full))
+			var ferr error
+			if err := f.p.Do(context.Background(), groupRank, func() {
+				armed.Store(true)
+				ferr = f.p.foldGroups(context.Background(), f.p.lookup(groupRank), 3)
+				armed.Store(false)
+			}); err != nil || ferr != nil {
+				t.Fatal(err, ferr)
+			}
+			kinds.Store(uint64(both))
+			f.close()
+			f = open(t, f.fs, opts)
+			defer f.close()
+			if meta, err := f.log.RankMeta(groupRank); err != nil || meta.SnapshotID != 3 {
+				t.Fatalf("snapshot %d, %v: want the fold's snapshot at 3", meta.SnapshotID, err)
+			}
+			// The sliding-window group holds nothing it stored while indexed: the rank's score
+			// under both kinds is 0.
+			if got, _ := scoreOf(f.ix, []uint64{1}); got != 0 {
+				t.Fatalf("score %d after the restart, want 0 (the sliding-window group holds nothing)", got)
+			}
+		})
+	}
+}

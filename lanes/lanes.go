@@ -86,8 +86,10 @@ type Options struct {
 	// Evictor, when set, bounds the index's memory (evict.go); nil is unbounded.
 	Evictor Evictor
 	// KindsOf, when set, gives the indexed kinds of one rank (a source's or a partition's own
-	// setting), 0 meaning IndexedKinds. It must answer the same for a rank until Regroup is
-	// called for its worker, and is read by the decider, the applier and the restart replay.
+	// setting), 0 meaning IndexedKinds. Between a change and the Regroup of the rank's worker
+	// the decider and the applier may each see either answer; the Regroup then rebuilds the
+	// rank under the new one. A rebuild of the rank (restart replay, retention, Regroup) asks
+	// once and keeps that answer to its end (fixedKinds).
 	KindsOf func(r event.Rank) event.GroupKinds
 }
 
@@ -771,9 +773,9 @@ func (p *Pipeline) replayRank(ctx context.Context, rs *rankState, events *atomic
 	if p.opts.Evictor != nil {
 		// Under a memory bound, event by event through the lane's evicting tree (evict.go): the
 		// bulk build would reach its final size before the bound is looked at.
-		rep, err = recovery.ReplayRank(ctx, p.log, gatedTree{p: p, rs: rs, t: p.replayTree(rs)}, r, 0)
+		rep, err = recovery.ReplayRank(ctx, p.log, gatedTree{p: p.fixedKinds(r), rs: rs, t: p.replayTree(rs)}, r, 0)
 	} else {
-		bt := newBulkTree(gatedTree{p: p, rs: rs, t: p.ix(r)})
+		bt := newBulkTree(gatedTree{p: p.fixedKinds(r), rs: rs, t: p.ix(r)})
 		rep, err = recovery.ReplayRank(ctx, p.log, bt, r, 0)
 		bt.commit()
 	}
