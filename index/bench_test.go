@@ -341,3 +341,85 @@ func BenchmarkRegisterRanks(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTraceHeapSize asks the benchmark trace's queries of an index that holds, besides
+// the trace's stream, copies-1 more copies of it under other workers and other hashes (each
+// hash XORed with a per-copy constant, so chains stay chains and no node is shared across
+// copies). Every query names copy 0's hashes, so each one walks the same nodes and gets the
+// same answer at every size: what changes is only the heap around them. "copy-by-copy" applies
+// the copies one after the other (copy 0's nodes are allocated together), "interleaved" applies
+// each event to every copy before the next (as the bench's streamed stages do: copy 0's nodes
+// are spread over the whole heap). The difference between the runs is the price of memory —
+// cache and TLB misses — not of the walk's work.
+//
+//	go test ./index -run '^$' -bench BenchmarkTraceHeapSize -benchtime 3x
+func BenchmarkTraceHeapSize(b *testing.B) {
+	wl := traceWorkload(b)
+	workers := uint64(0)
+	for i := range wl.Events {
+		workers = max(workers, wl.Events[i].WorkerID+1)
+	}
+	var ev event.RouterEvent
+	apply := func(ix *index.Index, src *event.RouterEvent, c uint64) {
+		salt := c * 0x9e3779b97f4a7c15 // 0 for copy 0: the trace as it is
+		ev = *src
+		ev.WorkerID += c * workers
+		ev.ParentHash ^= salt
+		ev.Blocks = append(ev.Blocks[:0:0], src.Blocks...)
+		for k := range ev.Blocks {
+			ev.Blocks[k].BlockHash ^= salt
+			ev.Blocks[k].TokensHash ^= salt
+		}
+		ev.Removed = append(ev.Removed[:0:0], src.Removed...)
+		for k := range ev.Removed {
+			ev.Removed[k] ^= salt
+		}
+		ix.Apply(&ev)
+	}
+	for _, run := range []struct {
+		copies      uint64
+		interleaved bool
+	}{{1, false}, {80, false}, {80, true}} {
+		order := "copy-by-copy"
+		if run.interleaved {
+			order = "interleaved"
+		}
+		b.Run(fmt.Sprintf("copies=%d/%s", run.copies, order), func(b *testing.B) {
+			before := liveHeap()
+			ix := index.New(index.Options{})
+			if run.interleaved {
+				for j := range wl.Events {
+					for c := range run.copies {
+						apply(ix, &wl.Events[j], c)
+					}
+				}
+			} else {
+				for c := range run.copies {
+					for j := range wl.Events {
+						apply(ix, &wl.Events[j], c)
+					}
+				}
+			}
+			heap := liveHeap() - before
+			var dst []index.Score
+			lat := make([]time.Duration, 0, len(wl.Queries))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				lat = lat[:0]
+				for _, q := range wl.Queries {
+					t0 := time.Now()
+					dst = ix.FindMatchesInto(dst, q.BlockHashes, false)
+					lat = append(lat, time.Since(t0))
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(wl.Queries)), "ns/query")
+			b.ReportMetric(float64(percentile(lat, 0.5).Nanoseconds()), "p50-ns")
+			b.ReportMetric(float64(percentile(lat, 0.99).Nanoseconds()), "p99-ns")
+			b.ReportMetric(float64(percentile(lat, 0.999).Nanoseconds()), "p999-ns")
+			b.ReportMetric(float64(ix.Blocks()), "entries")
+			b.ReportMetric(float64(heap)/float64(1<<30), "heap-GiB")
+			runtime.KeepAlive(ix)
+		})
+	}
+}
