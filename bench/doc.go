@@ -23,10 +23,11 @@
 //     shifted past every worker of the first, so none of it is stale) is ingested the same way,
 //     rate-limited to half of the events/s stage 2 reached (the querier pauses while a chunk is
 //     generated).
-//  4. Restart: the sample's answers are digested, the engine closed and collected, then Open +
+//  4. Restart: stage 3's idle pass is timed once more (find_matches_prerestart_*), the sample's
+//     answers are digested, the engine closed and collected, then Open +
 //     Recover on the same data dir, timed until ready. Every sampled query is then answered by
 //     the rebuilt index: any difference fails the run with ErrScoresDiffer and the first
-//     mismatch.
+//     mismatch. Then stage 3's idle pass is timed again on it (find_matches_restarted_*).
 //  5. Baselines on the same events: (a) a fresh in-memory index.Index fed by the same producer
 //     split, no log (also where heap bytes per entry are measured); (b) the raw Pebble ceiling:
 //     the same log records as the pipeline writes (a wal.Batch's Appends: one record per rank's

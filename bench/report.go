@@ -63,6 +63,15 @@ const (
 	// p99/p999 of an idle index come from when the machine is otherwise quiet.
 	MetricFindMatchesGCCycles       = "find_matches_gc_cycles"        // during the idle phase (find_matches_p50/p99/p999)
 	MetricFindMatchesLoadedGCCycles = "find_matches_loaded_gc_cycles" // during the loaded phase
+	// Stage 3's idle pass again in stage 4: on the index just before the restart (it also holds
+	// the loaded stage's copy), then on the rebuilt one (same entries, same answers; the replay
+	// lays the nodes out rank by rank instead of in the stream's interleaved order).
+	MetricFindMatchesPreRestartP50  = "find_matches_prerestart_p50_ns"
+	MetricFindMatchesPreRestartP99  = "find_matches_prerestart_p99_ns"
+	MetricFindMatchesPreRestartP999 = "find_matches_prerestart_p999_ns"
+	MetricFindMatchesRestartedP50   = "find_matches_restarted_p50_ns"
+	MetricFindMatchesRestartedP99   = "find_matches_restarted_p99_ns"
+	MetricFindMatchesRestartedP999  = "find_matches_restarted_p999_ns"
 )
 
 // RequiredMetrics lists docs/BENCHMARKS.md's required metric names in the order of its table.
