@@ -292,23 +292,30 @@ func BenchmarkTrace(b *testing.B) {
 		if final == nil {
 			b.Skip("apply did not run")
 		}
-		var dst []index.Score
-		lat := make([]time.Duration, 0, len(wl.Queries))
 		b.ReportAllocs()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			lat = lat[:0]
-			for _, q := range wl.Queries {
-				t0 := time.Now()
-				dst = final.FindMatchesInto(dst, q.BlockHashes, false)
-				lat = append(lat, time.Since(t0))
-			}
-		}
-		b.StopTimer()
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(wl.Queries)), "ns/query")
-		b.ReportMetric(float64(percentile(lat, 0.5).Nanoseconds()), "p50-ns")
-		b.ReportMetric(float64(percentile(lat, 0.99).Nanoseconds()), "p99-ns")
+		timeQueries(b, final, wl.Queries)
 	})
+}
+
+// timeQueries runs every query of qs on ix per op, each call timed alone, and reports ns per
+// query and the p50, p99 and p999 of the calls.
+func timeQueries(b *testing.B, ix *index.Index, qs []workload.Query) {
+	var dst []index.Score
+	lat := make([]time.Duration, 0, len(qs))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		lat = lat[:0]
+		for _, q := range qs {
+			t0 := time.Now()
+			dst = ix.FindMatchesInto(dst, q.BlockHashes, false)
+			lat = append(lat, time.Since(t0))
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(qs)), "ns/query")
+	b.ReportMetric(float64(percentile(lat, 0.5).Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(percentile(lat, 0.99).Nanoseconds()), "p99-ns")
+	b.ReportMetric(float64(percentile(lat, 0.999).Nanoseconds()), "p999-ns")
 }
 
 // BenchmarkRegisterRanks measures a fleet's first events: ranks in random order, each storing
@@ -401,22 +408,7 @@ func BenchmarkTraceHeapSize(b *testing.B) {
 				}
 			}
 			heap := liveHeap() - before
-			var dst []index.Score
-			lat := make([]time.Duration, 0, len(wl.Queries))
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				lat = lat[:0]
-				for _, q := range wl.Queries {
-					t0 := time.Now()
-					dst = ix.FindMatchesInto(dst, q.BlockHashes, false)
-					lat = append(lat, time.Since(t0))
-				}
-			}
-			b.StopTimer()
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(wl.Queries)), "ns/query")
-			b.ReportMetric(float64(percentile(lat, 0.5).Nanoseconds()), "p50-ns")
-			b.ReportMetric(float64(percentile(lat, 0.99).Nanoseconds()), "p99-ns")
-			b.ReportMetric(float64(percentile(lat, 0.999).Nanoseconds()), "p999-ns")
+			timeQueries(b, ix, wl.Queries)
 			b.ReportMetric(float64(ix.Blocks()), "entries")
 			b.ReportMetric(float64(heap)/float64(1<<30), "heap-GiB")
 			runtime.KeepAlive(ix)
