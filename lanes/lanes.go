@@ -716,6 +716,10 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 		go func() {
 			defer wg.Done()
 			defer p.lanes[li].replayIdle(listed) // evict.go: a lane done early still pays its share
+			// One reader per goroutine: its ranks come in key order (from the counter, or its
+			// lane's list, sorted as ranks are), so its iterators only seek forward.
+			rd := p.log.NewReader()
+			defer rd.Close()
 			for k := 0; ; k++ {
 				var rs *rankState
 				if bounded {
@@ -738,7 +742,7 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 					errMu.Unlock()
 					return
 				}
-				if err := p.replayRank(ctx, rs, &events); err != nil {
+				if err := p.replayRank(ctx, rd, rs, &events); err != nil {
 					errMu.Lock()
 					if first == nil {
 						first = err
@@ -758,9 +762,10 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 	return first
 }
 
-func (p *Pipeline) replayRank(ctx context.Context, rs *rankState, events *atomic.Uint64) error {
+// replayRank rebuilds rs from rd, which has read only ranks below it (its iterators seek forward).
+func (p *Pipeline) replayRank(ctx context.Context, rd *wal.Reader, rs *rankState, events *atomic.Uint64) error {
 	r := rs.rank
-	meta, err := p.log.RankMeta(r)
+	meta, err := rd.RankMeta(r)
 	if err != nil {
 		return fmt.Errorf("lanes: rank %v metadata: %w", r, err)
 	}
@@ -771,17 +776,17 @@ func (p *Pipeline) replayRank(ctx context.Context, rs *rankState, events *atomic
 	if p.opts.Evictor != nil {
 		// Under a memory bound, event by event through the lane's evicting tree (evict.go): the
 		// bulk build would reach its final size before the bound is looked at.
-		rep, err = recovery.ReplayRank(ctx, p.log, gatedTree{p: p, rs: rs, t: p.replayTree(rs)}, r, 0)
+		rep, err = recovery.ReplayRankFrom(ctx, rd, gatedTree{p: p, rs: rs, t: p.replayTree(rs)}, r, 0)
 	} else {
 		bt := newBulkTree(gatedTree{p: p, rs: rs, t: p.ix(r)})
-		rep, err = recovery.ReplayRank(ctx, p.log, bt, r, 0)
+		rep, err = recovery.ReplayRankFrom(ctx, rd, bt, r, 0)
 		bt.commit()
 	}
 	if err != nil {
 		return fmt.Errorf("lanes: replaying rank %v: %w", r, err)
 	}
 	events.Add(uint64(rep.Events))
-	pending, err := p.log.Pending(r)
+	pending, err := rd.Pending(r)
 	if err != nil {
 		return fmt.Errorf("lanes: rank %v pending events: %w", r, err)
 	}
@@ -789,7 +794,7 @@ func (p *Pipeline) replayRank(ctx context.Context, rs *rankState, events *atomic
 	defer rs.mu.Unlock()
 	if meta.HasCursor {
 		rs.last, rs.hasLast, rs.degraded, rs.epoch = meta.Cursor.LastEventID, true, meta.Cursor.Degraded, meta.Cursor.Epoch
-	} else if last, err := p.log.Last(r); err == nil && last > 0 {
+	} else if last, err := rd.Last(r); err == nil && last > 0 {
 		rs.last, rs.hasLast = last, true
 	}
 	for _, g := range meta.Gaps {
@@ -810,7 +815,7 @@ func (p *Pipeline) replayRank(ctx context.Context, rs *rankState, events *atomic
 	rs.state = rs.st.State()
 	rs.pending = rs.st.Pending()
 	rs.seen = rs.hasLast || rs.pending > 0 || len(meta.Gaps) > 0
-	if first, err := p.log.First(r); err == nil && first > 0 && rs.hasLast {
+	if first, err := rd.First(r); err == nil && first > 0 && rs.hasLast {
 		rs.logged = rs.last - first + 1
 	}
 	return nil
