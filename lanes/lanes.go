@@ -772,6 +772,9 @@ func (p *Pipeline) replayRank(ctx context.Context, rd *wal.Reader, rs *rankState
 	if meta.Removed {
 		return nil
 	}
+	// The log's first id before the replay reads the log after the snapshot: both seek rd's
+	// log iterator forward (First after the Range would seek it back).
+	first, firstErr := rd.First(r)
 	var rep recovery.Replayed
 	if p.opts.Evictor != nil {
 		// Under a memory bound, event by event through the lane's evicting tree (evict.go): the
@@ -815,7 +818,7 @@ func (p *Pipeline) replayRank(ctx context.Context, rd *wal.Reader, rs *rankState
 	rs.state = rs.st.State()
 	rs.pending = rs.st.Pending()
 	rs.seen = rs.hasLast || rs.pending > 0 || len(meta.Gaps) > 0
-	if first, err := rd.First(r); err == nil && first > 0 && rs.hasLast {
+	if firstErr == nil && first > 0 && rs.hasLast {
 		rs.logged = rs.last - first + 1
 	}
 	return nil
