@@ -27,13 +27,33 @@ import (
 // Not safe for concurrent use: one goroutine owns it.
 type Reader struct {
 	l      *Log
-	its    map[byte]*pebble.Iterator // one per prefix, bounded to it; nil: the Log's one-shot reads
+	its    map[byte]*kept // one per prefix; nil: the Log's one-shot reads
 	closed bool
+}
+
+// kept is a Reader's iterator over one prefix. When atOK, it is positioned at the first key ≥ at
+// (exhausted: there is none): a walk that ended at its span's end leaves it at the next rank's
+// first key, so the next rank's seek to a key in [at, that key] is no seek at all (Pebble steps
+// instead of seeking only when no Next came between two seeks; a walk's Next always does).
+type kept struct {
+	it   *pebble.Iterator
+	at   []byte
+	atOK bool
+}
+
+// seekGE positions k's iterator at the first key ≥ key; false when there is none.
+func (k *kept) seekGE(key []byte) bool {
+	valid := k.it.Valid()
+	if !k.atOK || bytes.Compare(k.at, key) > 0 || (valid && bytes.Compare(key, k.it.Key()) > 0) {
+		valid = k.it.SeekGE(key)
+	}
+	k.at, k.atOK = append(k.at[:0], key...), k.it.Error() == nil
+	return valid
 }
 
 // NewReader returns a Reader on l (see Reader). Close it when the scan is done.
 func (l *Log) NewReader() *Reader {
-	return &Reader{l: l, its: map[byte]*pebble.Iterator{}}
+	return &Reader{l: l, its: map[byte]*kept{}}
 }
 
 // once returns the Reader behind the Log's own read methods: no iterator is kept, each read opens
@@ -45,8 +65,8 @@ func (l *Log) once() *Reader { return &Reader{l: l} }
 func (rd *Reader) Close() error {
 	rd.closed = true
 	var first error
-	for p, it := range rd.its {
-		if err := it.Close(); err != nil && first == nil {
+	for p, k := range rd.its {
+		if err := k.it.Close(); err != nil && first == nil {
 			first = store.MapError("wal: reader", err)
 		}
 		delete(rd.its, p)
@@ -66,6 +86,7 @@ func (rd *Reader) check() error {
 // iterator over the whole prefix, seeked to lo and stopped at hi.
 type span struct {
 	it     *pebble.Iterator
+	k      *kept // the Reader's iterator (it), nil when own
 	lo, hi []byte
 	own    bool
 }
@@ -76,41 +97,55 @@ func (rd *Reader) span(lo, hi []byte) (span, error) {
 		it, err := rd.l.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 		return span{it: it, lo: lo, hi: hi, own: true}, err
 	}
-	it, err := rd.iter(lo[0])
-	return span{it: it, lo: lo, hi: hi}, err
+	k, err := rd.iter(lo[0])
+	if err != nil {
+		return span{}, err
+	}
+	return span{it: k.it, k: k, lo: lo, hi: hi}, nil
 }
 
 // iter returns the Reader's iterator over prefix p, opening it on first use. Its bounds stay
 // fixed, so a SeekGE to a key above the previous seek's can step forward instead of seeking.
-func (rd *Reader) iter(p byte) (*pebble.Iterator, error) {
-	if it := rd.its[p]; it != nil {
-		return it, nil
+func (rd *Reader) iter(p byte) (*kept, error) {
+	if k := rd.its[p]; k != nil {
+		return k, nil
 	}
 	lo, hi := store.PrefixBounds(p)
 	it, err := rd.l.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return nil, err
 	}
-	rd.its[p] = it
-	return it, nil
+	k := &kept{it: it}
+	rd.its[p] = k
+	return k, nil
 }
 
 func (s *span) first() bool {
 	if s.own {
 		return s.it.First()
 	}
-	return s.it.SeekGE(s.lo) && bytes.Compare(s.it.Key(), s.hi) < 0
+	return s.k.seekGE(s.lo) && bytes.Compare(s.it.Key(), s.hi) < 0
 }
 
 func (s *span) last() bool {
 	if s.own {
 		return s.it.Last()
 	}
+	s.k.atOK = false
 	return s.it.SeekLT(s.hi) && bytes.Compare(s.it.Key(), s.lo) >= 0
 }
 
 func (s *span) next() bool {
-	return s.it.Next() && (s.own || bytes.Compare(s.it.Key(), s.hi) < 0)
+	if s.own {
+		return s.it.Next()
+	}
+	if s.it.Next() && bytes.Compare(s.it.Key(), s.hi) < 0 {
+		s.k.atOK = false // inside the span: a walk stopped here leaves no known position
+		return true
+	}
+	// At the first key ≥ hi, or past the last key (the previous one was below hi).
+	s.k.at, s.k.atOK = append(s.k.at[:0], s.hi...), s.it.Error() == nil
+	return false
 }
 
 // done ends the walk and returns the iterator's error: an own iterator is closed, the Reader's
@@ -128,11 +163,12 @@ func (rd *Reader) get(key []byte) ([]byte, bool, error) {
 	if rd.its == nil {
 		return rd.l.get(key)
 	}
-	it, err := rd.iter(key[0])
+	k, err := rd.iter(key[0])
 	if err != nil {
 		return nil, false, store.MapError("wal: get", err)
 	}
-	if !it.SeekGE(key) || !bytes.Equal(it.Key(), key) {
+	it := k.it
+	if !k.seekGE(key) || !bytes.Equal(it.Key(), key) {
 		if err := it.Error(); err != nil {
 			return nil, false, store.MapError("wal: get", err)
 		}
