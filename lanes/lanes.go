@@ -668,8 +668,11 @@ func (p *Pipeline) RanksOfWorker(workerID uint64) []event.Rank {
 	return out
 }
 
+// replayRun is how many consecutive ranks a replay goroutine takes from the counter at a time.
+const replayRun = 16
+
 // Replay rebuilds the index and every rank's cursor from the log (snapshots + log tails), ranks
-// in parallel on one goroutine per lane (each takes the next rank; under a memory bound, its own
+// in parallel on one goroutine per lane (each takes the next ranks; under a memory bound, its own
 // lane's ranks), before Start. progress, if set, is called after each rank
 // with the ranks done, the total and the events replayed so far.
 func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, events uint64)) error {
@@ -690,8 +693,10 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 		all[i] = p.register(r)
 	}
 	// The lanes do not run yet and ranks replay independently, so the replay goroutines (one
-	// per lane) take the next rank in key order from one counter instead of each its lane's
+	// per lane) take the next ranks in key order from one counter instead of each its lane's
 	// share: none idles while another still has a long rank, or is descheduled, on 2 cores.
+	// They take replayRun consecutive ranks at a time: a reader that walked to the end of a
+	// rank is at the start of the next one, with no seek (wal.Reader).
 	var (
 		next   atomic.Int64
 		done   atomic.Int64
@@ -720,6 +725,7 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 			// lane's list, sorted as ranks are), so its iterators only seek forward.
 			rd := p.log.NewReader()
 			defer rd.Close()
+			var run int64 // the first of the replayRun ranks taken from next
 			for k := 0; ; k++ {
 				var rs *rankState
 				if bounded {
@@ -728,7 +734,10 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 					}
 					rs = perLane[li][k]
 				} else {
-					i := next.Add(1) - 1
+					if k%replayRun == 0 {
+						run = next.Add(replayRun) - replayRun
+					}
+					i := run + int64(k%replayRun)
 					if i >= int64(len(all)) {
 						return
 					}
