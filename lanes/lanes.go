@@ -670,8 +670,11 @@ func (p *Pipeline) RanksOfWorker(workerID uint64) []event.Rank {
 	return out
 }
 
+// replayRun is how many consecutive ranks a replay goroutine takes from the counter at a time.
+const replayRun = 16
+
 // Replay rebuilds the index and every rank's cursor from the log (snapshots + log tails), ranks
-// in parallel on one goroutine per lane (each takes the next rank; under a memory bound, its own
+// in parallel on one goroutine per lane (each takes the next ranks; under a memory bound, its own
 // lane's ranks), before Start. progress, if set, is called after each rank
 // with the ranks done, the total and the events replayed so far.
 func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, events uint64)) error {
@@ -692,8 +695,10 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 		all[i] = p.register(r)
 	}
 	// The lanes do not run yet and ranks replay independently, so the replay goroutines (one
-	// per lane) take the next rank in key order from one counter instead of each its lane's
+	// per lane) take the next ranks in key order from one counter instead of each its lane's
 	// share: none idles while another still has a long rank, or is descheduled, on 2 cores.
+	// They take replayRun consecutive ranks at a time: a reader that walked to the end of a
+	// rank is at the start of the next one, with no seek (wal.Reader).
 	var (
 		next   atomic.Int64
 		done   atomic.Int64
@@ -718,6 +723,11 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 		go func() {
 			defer wg.Done()
 			defer p.lanes[li].replayIdle(listed) // evict.go: a lane done early still pays its share
+			// One reader per goroutine: its ranks come in key order (from the counter, or its
+			// lane's list, sorted as ranks are), so its iterators only seek forward.
+			rd := p.log.NewReader()
+			defer rd.Close()
+			var run int64 // the first of the replayRun ranks taken from next
 			for k := 0; ; k++ {
 				var rs *rankState
 				if bounded {
@@ -726,7 +736,10 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 					}
 					rs = perLane[li][k]
 				} else {
-					i := next.Add(1) - 1
+					if k%replayRun == 0 {
+						run = next.Add(replayRun) - replayRun
+					}
+					i := run + int64(k%replayRun)
 					if i >= int64(len(all)) {
 						return
 					}
@@ -740,7 +753,7 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 					errMu.Unlock()
 					return
 				}
-				if err := p.replayRank(ctx, rs, &events); err != nil {
+				if err := p.replayRank(ctx, rd, rs, &events); err != nil {
 					errMu.Lock()
 					if first == nil {
 						first = err
@@ -760,30 +773,34 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 	return first
 }
 
-func (p *Pipeline) replayRank(ctx context.Context, rs *rankState, events *atomic.Uint64) error {
+// replayRank rebuilds rs from rd, which has read only ranks below it (its iterators seek forward).
+func (p *Pipeline) replayRank(ctx context.Context, rd *wal.Reader, rs *rankState, events *atomic.Uint64) error {
 	r := rs.rank
-	meta, err := p.log.RankMeta(r)
+	meta, err := rd.RankMeta(r)
 	if err != nil {
 		return fmt.Errorf("lanes: rank %v metadata: %w", r, err)
 	}
 	if meta.Removed {
 		return nil
 	}
+	// The log's first id before the replay reads the log after the snapshot: both seek rd's
+	// log iterator forward (First after the Range would seek it back).
+	first, firstErr := rd.First(r)
 	var rep recovery.Replayed
 	if p.opts.Evictor != nil {
 		// Under a memory bound, event by event through the lane's evicting tree (evict.go): the
 		// bulk build would reach its final size before the bound is looked at.
-		rep, err = recovery.ReplayRank(ctx, p.log, gatedTree{p: p.fixedKinds(r), rs: rs, t: p.replayTree(rs)}, r, 0)
+		rep, err = recovery.ReplayRankFrom(ctx, rd, gatedTree{p: p.fixedKinds(r), rs: rs, t: p.replayTree(rs)}, r, 0)
 	} else {
 		bt := newBulkTree(gatedTree{p: p.fixedKinds(r), rs: rs, t: p.ix(r)})
-		rep, err = recovery.ReplayRank(ctx, p.log, bt, r, 0)
+		rep, err = recovery.ReplayRankFrom(ctx, rd, bt, r, 0)
 		bt.commit()
 	}
 	if err != nil {
 		return fmt.Errorf("lanes: replaying rank %v: %w", r, err)
 	}
 	events.Add(uint64(rep.Events))
-	pending, err := p.log.Pending(r)
+	pending, err := rd.Pending(r)
 	if err != nil {
 		return fmt.Errorf("lanes: rank %v pending events: %w", r, err)
 	}
@@ -791,7 +808,7 @@ func (p *Pipeline) replayRank(ctx context.Context, rs *rankState, events *atomic
 	defer rs.mu.Unlock()
 	if meta.HasCursor {
 		rs.last, rs.hasLast, rs.degraded, rs.epoch = meta.Cursor.LastEventID, true, meta.Cursor.Degraded, meta.Cursor.Epoch
-	} else if last, err := p.log.Last(r); err == nil && last > 0 {
+	} else if last, err := rd.Last(r); err == nil && last > 0 {
 		rs.last, rs.hasLast = last, true
 	}
 	for _, g := range meta.Gaps {
@@ -812,7 +829,7 @@ func (p *Pipeline) replayRank(ctx context.Context, rs *rankState, events *atomic
 	rs.state = rs.st.State()
 	rs.pending = rs.st.Pending()
 	rs.seen = rs.hasLast || rs.pending > 0 || len(meta.Gaps) > 0
-	if first, err := p.log.First(r); err == nil && first > 0 && rs.hasLast {
+	if firstErr == nil && first > 0 && rs.hasLast {
 		rs.logged = rs.last - first + 1
 	}
 	return nil

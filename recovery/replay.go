@@ -119,6 +119,18 @@ type Replayed struct {
 // returns ErrSnapshotAhead (the state at upTo cannot be rebuilt from it). It writes nothing: a
 // damaged snapshot is reported in Replayed.Damaged, and the whole retained log is replayed.
 func ReplayRank(ctx context.Context, log *wal.Log, ix Tree, r event.Rank, upTo uint64) (Replayed, error) {
+	return ReplayRankFrom(ctx, log, ix, r, upTo)
+}
+
+// Source is what a replay reads a rank from: a *wal.Log, or a *wal.Reader when one goroutine
+// replays many ranks in key order (the restart replay: it keeps its iterators from rank to rank).
+type Source interface {
+	ReadSnapshot(r event.Rank) (wal.Snapshot, bool, error)
+	Range(r event.Rank, fromID uint64, limit int, fn func(ev *event.RouterEvent) error) error
+}
+
+// ReplayRankFrom is ReplayRank reading from src.
+func ReplayRankFrom(ctx context.Context, log Source, ix Tree, r event.Rank, upTo uint64) (Replayed, error) {
 	var res Replayed
 	n := 0
 	from := uint64(0)

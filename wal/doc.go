@@ -30,6 +30,12 @@
 //   - A rank's pending events ('P'|rank|event_id, a log record value) are live events buffered
 //     during a recovery: durable because they were acknowledged, deleted once applied or
 //     recorded lost. They are not part of the log (the log holds what the tree holds).
+//   - The live path opens an iterator per read and closes it (an open iterator pins memtables
+//     and sstables). A Reader (Log.NewReader) is the exception, for the restart replay only, when
+//     no writes run: one goroutine reads many ranks in key order through one long-lived iterator
+//     per key prefix, repositioned with SeekGE per rank (no per-rank iterator set-up or index
+//     block re-reads), and closes them when done. The Log's read methods are a Reader's code
+//     with per-read iterators, so both answer alike.
 //   - The cursor's epoch counts the publisher restarts (new epochs) the rank has seen.
 //   - A fatal Pebble error (a failed WAL write or sync) fails the Commit that hit it and every
 //     later write with ErrFailed: reopen the store. What was acknowledged before is durable.

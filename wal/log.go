@@ -472,45 +472,10 @@ func (l *Log) nextGapSeq(r event.Rank) uint64 {
 }
 
 // First returns r's oldest retained log event id; 0 when the rank has no retained log events.
-func (l *Log) First(r event.Rank) (uint64, error) { return l.edge(r, true) }
+func (l *Log) First(r event.Rank) (uint64, error) { return l.once().First(r) }
 
 // Last returns r's newest log event id; 0 when the rank has no log events.
-func (l *Log) Last(r event.Rank) (uint64, error) { return l.edge(r, false) }
-
-func (l *Log) edge(r event.Rank, first bool) (uint64, error) {
-	if l.closed.Load() {
-		return 0, ErrClosed
-	}
-	lo, hi := store.RankLogBounds(r)
-	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return 0, store.MapError(fmt.Sprintf("wal: rank %v", r), err)
-	}
-	var ok bool
-	if first {
-		ok = it.First()
-	} else {
-		ok = it.Last()
-	}
-	var id uint64
-	if ok {
-		_, id, _ = store.ParseLogKey(it.Key())
-		if first {
-			// The first record's first event; a record whose header does not parse counts
-			// from its key (its damage is the readers' to report).
-			val, err := it.ValueAndErr()
-			if err != nil {
-				_ = it.Close()
-				return 0, store.MapError(fmt.Sprintf("wal: rank %v", r), err)
-			}
-			id, _, _ = RecordIDs(it.Key(), val)
-		}
-	}
-	if err := it.Close(); err != nil {
-		return 0, store.MapError(fmt.Sprintf("wal: rank %v", r), err)
-	}
-	return id, nil
-}
+func (l *Log) Last(r event.Rank) (uint64, error) { return l.once().Last(r) }
 
 // Range calls fn for r's log events with id ≥ fromID in id order, at most limit of them (≤ 0:
 // all). The event passed to fn (and its slices) is reused after fn returns: copy what you keep
@@ -518,43 +483,7 @@ func (l *Log) edge(r event.Rank, first bool) (uint64, error) {
 // returns an error wrapping ErrCorruption. Ids are per event: a range may start or stop inside
 // a group record.
 func (l *Log) Range(r event.Rank, fromID uint64, limit int, fn func(ev *event.RouterEvent) error) error {
-	if l.closed.Load() {
-		return ErrClosed
-	}
-	_, hi := store.RankLogBounds(r)
-	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: store.LogKey(r, fromID), UpperBound: hi})
-	if err != nil {
-		return store.MapError(fmt.Sprintf("wal: range rank %v", r), err)
-	}
-	var ev event.RouterEvent
-	n := 0
-	errLimit := errStopRange
-	yield := func(ev *event.RouterEvent) error {
-		if limit > 0 && n >= limit {
-			return errLimit
-		}
-		n++
-		return fn(ev)
-	}
-	for valid := it.First(); valid && (limit <= 0 || n < limit); valid = it.Next() {
-		val, err := it.ValueAndErr()
-		if err == nil {
-			err = DecodeRecords(&ev, it.Key(), val, fromID, yield)
-		} else {
-			err = store.MapError(fmt.Sprintf("wal: range rank %v", r), err)
-		}
-		if err == errLimit {
-			break
-		}
-		if err != nil {
-			_ = it.Close()
-			return err
-		}
-	}
-	if err := it.Close(); err != nil {
-		return store.MapError(fmt.Sprintf("wal: range rank %v", r), err)
-	}
-	return nil
+	return l.once().Range(r, fromID, limit, fn)
 }
 
 // errStopRange ends a Range at its limit inside a group record.
@@ -608,87 +537,7 @@ func (l *Log) get(key []byte) ([]byte, bool, error) {
 }
 
 // RankMeta returns r's cursor, gap ledger, snapshot id and removal state.
-func (l *Log) RankMeta(r event.Rank) (RankMeta, error) {
-	if l.closed.Load() {
-		return RankMeta{}, ErrClosed
-	}
-	var m RankMeta
-	// The cursor, snapshot id and log cut are the rank's 'M' keys: one iterator reads them all
-	// (a point get each cost a restart's replay more than the rank's tree build).
-	lo, hi := store.RankBounds(store.PrefixRankMeta, r)
-	mit, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return m, store.MapError("wal: rank metadata", err)
-	}
-	for valid := mit.First(); valid; valid = mit.Next() {
-		k := mit.Key()
-		if len(k) != store.MetaKeyLen {
-			continue
-		}
-		v, err := mit.ValueAndErr()
-		if err != nil {
-			_ = mit.Close()
-			return m, store.MapError("wal: rank metadata", err)
-		}
-		switch k[len(k)-1] {
-		case metaCursor:
-			if m.Cursor, err = decodeCursor(r, v); err != nil {
-				err = fmt.Errorf("wal: rank %v: %w: %w", r, ErrCorruption, err)
-			}
-			m.HasCursor = err == nil
-		case metaSnapshotID:
-			m.SnapshotID, err = metaU64(r, metaSnapshotID, v)
-		case metaCut:
-			m.Cut, err = metaU64(r, metaCut, v)
-		}
-		if err != nil {
-			_ = mit.Close()
-			return m, err
-		}
-	}
-	if err := mit.Close(); err != nil {
-		return m, store.MapError("wal: rank metadata", err)
-	}
-	_, tomb, err := l.get(store.RankKey(store.PrefixTombstone, r))
-	if err != nil {
-		return m, err
-	}
-	if tomb && !m.HasCursor {
-		_, snap, err := l.get(store.RankKey(store.PrefixSnapshot, r))
-		if err != nil {
-			return m, err
-		}
-		last, err := l.Last(r)
-		if err != nil {
-			return m, err
-		}
-		m.Removed = !snap && last == 0
-	}
-	lo, hi = store.RankBounds(store.PrefixGap, r)
-	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return m, store.MapError("wal: gaps", err)
-	}
-	for valid := it.First(); valid; valid = it.Next() {
-		val, err := it.ValueAndErr()
-		var g Gap
-		if err == nil {
-			g, err = decodeGap(r, val)
-			if err != nil {
-				err = fmt.Errorf("wal: rank %v: %w: %w", r, ErrCorruption, err)
-			}
-		}
-		if err != nil {
-			_ = it.Close()
-			return m, err
-		}
-		m.Gaps = append(m.Gaps, g)
-	}
-	if err := it.Close(); err != nil {
-		return m, store.MapError("wal: gaps", err)
-	}
-	return m, nil
-}
+func (l *Log) RankMeta(r event.Rank) (RankMeta, error) { return l.once().RankMeta(r) }
 
 // Meta returns global metadata name; ok false when absent.
 func (l *Log) Meta(name string) ([]byte, bool, error) {
@@ -799,20 +648,7 @@ func (l *Log) cutLog(pb *pebble.Batch, r event.Rank, cut, newCut uint64, ok bool
 // checksum or does not parse returns an error wrapping ErrCorruption: report it and drop it
 // (DropSnapshot) and record the ids below the log cut as lost (RankMeta.Cut): that prefix is
 // gone; the log from the cut on is still there, even under a newer checkpoint.
-func (l *Log) ReadSnapshot(r event.Rank) (Snapshot, bool, error) {
-	if l.closed.Load() {
-		return Snapshot{}, false, ErrClosed
-	}
-	v, ok, err := l.get(store.RankKey(store.PrefixSnapshot, r))
-	if err != nil || !ok {
-		return Snapshot{}, false, err
-	}
-	s, err := decodeSnapshot(r, v)
-	if err != nil {
-		return Snapshot{}, false, fmt.Errorf("wal: rank %v: %w: %w", r, ErrCorruption, err)
-	}
-	return s, true, nil
-}
+func (l *Log) ReadSnapshot(r event.Rank) (Snapshot, bool, error) { return l.once().ReadSnapshot(r) }
 
 // DropSnapshot deletes r's snapshot (the log cut stays: events below it are gone). Synced.
 func (l *Log) DropSnapshot(ctx context.Context, r event.Rank) error {

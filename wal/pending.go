@@ -1,11 +1,8 @@
 package wal
 
 import (
-	"bytes"
 	"encoding/binary"
-	"fmt"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/store"
 )
@@ -34,35 +31,4 @@ func (b *Batch) DropPending(r event.Rank, below uint64, all bool) {
 }
 
 // Pending returns r's durable pending events in id order.
-func (l *Log) Pending(r event.Rank) ([]event.RouterEvent, error) {
-	if l.closed.Load() {
-		return nil, ErrClosed
-	}
-	lo, hi := store.RankBounds(store.PrefixPending, r)
-	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return nil, store.MapError("wal: pending", err)
-	}
-	var out []event.RouterEvent
-	key := make([]byte, 0, store.LogKeyLen)
-	for valid := it.First(); valid; valid = it.Next() {
-		val, err := it.ValueAndErr()
-		if err != nil {
-			_ = it.Close()
-			return nil, store.MapError("wal: pending", err)
-		}
-		// A pending record is a log record under another prefix: its checksum covers the same
-		// rank and id.
-		key = append(append(key[:0], store.PrefixLog), it.Key()[1:]...)
-		var ev event.RouterEvent
-		if err := DecodeRecord(&ev, key, bytes.Clone(val)); err != nil {
-			_ = it.Close()
-			return nil, fmt.Errorf("wal: pending of rank %v: %w", r, err)
-		}
-		out = append(out, ev.Clone())
-	}
-	if err := it.Close(); err != nil {
-		return nil, store.MapError("wal: pending", err)
-	}
-	return out, nil
-}
+func (l *Log) Pending(r event.Rank) ([]event.RouterEvent, error) { return l.once().Pending(r) }
