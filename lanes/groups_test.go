@@ -236,6 +236,10 @@ type groupsRef struct {
 	held  map[uint32]map[uint64]bool
 	mains []uint32
 	first map[uint32]uint64 // the id of each group's first event
+	// orphan: blocks the first group held stranded (below a block it dropped) when a second
+	// group came: still held, but with a parent the gate cannot know until some group stores
+	// them again, so they hold back every chain through them until then.
+	orphan map[uint64]bool
 }
 
 // refParent is the parent of block h in the test's universe of blocks 1..15: a binary tree
@@ -257,12 +261,16 @@ func (m *groupsRef) register(g uint32) {
 		m.mains = append(m.mains, g)
 		if len(m.mains) == 2 {
 			// Becoming a rank of several groups, the first group's blocks are read from the
-			// tree's dump: blocks it holds below a block it dropped are not expressible there.
+			// tree's dump: blocks it holds below a block it dropped are not expressible there,
+			// and are orphans until a group stores them again.
 			first := m.held[m.mains[0]]
 			for h := range first {
 				for p, ok := refParent(h); ok; p, ok = refParent(p) {
 					if !first[p] {
-						delete(first, h)
+						if m.orphan == nil {
+							m.orphan = map[uint64]bool{}
+						}
+						m.orphan[h] = true
 						break
 					}
 				}
@@ -278,6 +286,18 @@ func (m *groupsRef) store(g uint32, parent *uint64, blocks []uint64) {
 	}
 	for _, h := range blocks {
 		m.held[g][h] = true
+		delete(m.orphan, h) // stored again: its parent is known
+	}
+}
+
+// remove applies group g's Removed of blocks.
+func (m *groupsRef) remove(g uint32, blocks []uint64) {
+	m.register(g)
+	for _, h := range blocks {
+		if m.held[g][h] && len(m.mains) > 0 && m.mains[0] == g {
+			delete(m.orphan, h) // the first group let go of its stranded hold
+		}
+		delete(m.held[g], h)
 	}
 }
 
@@ -311,7 +331,7 @@ func (m *groupsRef) score(q []uint64) uint32 {
 	n := uint32(0)
 	for _, h := range q {
 		for _, g := range m.mains {
-			if !m.held[g][h] {
+			if !m.held[g][h] || m.orphan[h] {
 				return n
 			}
 		}
@@ -391,16 +411,14 @@ func TestGroupsMatchReference(t *testing.T) {
 					grp.Kind = event.GroupKindUnset // the group only: its learned kind
 				}
 				if ref.held[g] != nil {
-					ref.register(g)
-				}
-				for _, h := range hs {
-					delete(ref.held[g], h)
+					ref.remove(g, hs)
 				}
 			default:
 				ev = event.Cleared(groupRank, id)
 				for _, held := range ref.held {
 					clear(held)
 				}
+				clear(ref.orphan)
 			}
 			if ev.Kind != event.KindCleared {
 				if grp.Kind == event.GroupKindUnset && !ref.seen(g, id, ev) {
