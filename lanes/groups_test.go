@@ -671,8 +671,8 @@ func TestFoldSeesOneSetting(t *testing.T) {
 			if meta, err := f.log.RankMeta(groupRank); err != nil || meta.SnapshotID != 3 {
 				t.Fatalf("snapshot %d, %v: want the fold's snapshot at 3", meta.SnapshotID, err)
 			}
-			// The sliding-window group holds nothing it stored while indexed: the rank's score
-			// under both kinds is 0.
+			// The sliding-window group removed its block (while not indexed): under both kinds
+			// the rank's score is 0.
 			if got, _ := scoreOf(f.ix, []uint64{1}); got != 0 {
 				t.Fatalf("score %d after the restart, want 0 (the sliding-window group holds nothing)", got)
 			}
