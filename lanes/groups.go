@@ -64,26 +64,39 @@ func (p *Pipeline) kindsOf(r event.Rank) event.GroupKinds {
 	return p.opts.IndexedKinds
 }
 
-// fixedKinds returns a pipeline that indexes rank r's kinds as p does now, for a rebuild of the
-// rank (restart replay, retention, Regroup) that must see one setting from its first event to
-// its last: Options.KindsOf may answer differently meanwhile, and a gate built half under one
-// setting and half under another can hold a block a group dropped (an over-count). It can only
-// classify and apply (groups.go); it has no log or lanes.
-func (p *Pipeline) fixedKinds(r event.Rank) *Pipeline { return kindsPipeline(p.kindsOf(r)) }
+// kindsSource answers which kinds a rank indexes: the live pipeline (its setting as it is now),
+// or fixedKinds (one answer kept for a whole rebuild).
+type kindsSource interface {
+	kindsOf(r event.Rank) event.GroupKinds
+}
 
-// kindsPipeline is fixedKinds for a setting given (the offline tools: default
-// event.MainGroupKinds).
-func kindsPipeline(indexed event.GroupKinds) *Pipeline {
+// fixedKinds is one setting, kept for a rebuild of a rank (restart replay, retention, Regroup)
+// that must see it from its first event to its last: Options.KindsOf may answer differently
+// meanwhile, and a gate built half under one setting and half under another can hold a block a
+// group dropped (an over-count).
+type fixedKinds event.GroupKinds
+
+func (k fixedKinds) kindsOf(event.Rank) event.GroupKinds { return event.GroupKinds(k) }
+
+// kindsNow is rank r's setting as the pipeline resolves it now, kept for a rebuild.
+func (p *Pipeline) kindsNow(r event.Rank) fixedKinds { return fixedKinds(p.kindsOf(r)) }
+
+// offlineKinds is the setting the offline tools rebuild with: indexed, default
+// event.MainGroupKinds.
+func offlineKinds(indexed event.GroupKinds) fixedKinds {
 	if indexed == 0 {
 		indexed = event.MainGroupKinds
 	}
-	return &Pipeline{opts: Options{IndexedKinds: indexed}}
+	return fixedKinds(indexed)
+}
+
+// indexedBy reports whether events of kind k of rank r change the tree under ks's setting.
+func indexedBy(ks kindsSource, r event.Rank, k event.GroupKind) bool {
+	return k == event.GroupKindUnset || ks.kindsOf(r).Has(k)
 }
 
 // indexed reports whether events of kind k of rank r change the tree.
-func (p *Pipeline) indexed(r event.Rank, k event.GroupKind) bool {
-	return k == event.GroupKindUnset || p.kindsOf(r).Has(k)
-}
+func (p *Pipeline) indexed(r event.Rank, k event.GroupKind) bool { return indexedBy(p, r, k) }
 
 // learnGroup records ev's group in the rank's table, resolves an unset kind from it and returns
 // the group's entry. Caller holds rs.mu.
@@ -155,9 +168,9 @@ func (p *Pipeline) countGroup(rs *rankState, g event.Group, kind event.GroupKind
 	}
 }
 
-// applyEvent applies a logged event of rs to t through the rank's group gate (applier, restart
-// replay).
-func (p *Pipeline) applyEvent(rs *rankState, t Tree, ev *event.RouterEvent) index.Result {
+// applyEvent applies a logged event of rs to t through the rank's group gate, under ks's
+// setting (applier: the pipeline; restart replay and rebuilds: fixedKinds).
+func applyEvent(ks kindsSource, rs *rankState, t Tree, ev *event.RouterEvent) index.Result {
 	if ev.Kind == event.KindCleared {
 		if rs.gate != nil {
 			rs.gate.clear()
@@ -167,7 +180,7 @@ func (p *Pipeline) applyEvent(rs *rankState, t Tree, ev *event.RouterEvent) inde
 	if !ev.HasGroup || ev.Group.Kind == event.GroupKindUnset || ev.Tier != event.TierDevice {
 		return t.Apply(ev)
 	}
-	if !p.indexed(rs.rank, ev.Group.Kind) {
+	if !indexedBy(ks, rs.rank, ev.Group.Kind) {
 		return index.Result{Status: index.StatusOK} // logged without blocks, or indexed no more
 	}
 	if rs.gate == nil {
@@ -188,9 +201,9 @@ func (rs *rankState) resetGate(forget bool) {
 }
 
 // gatedTree applies a rank's replayed events through its gate (restart replay), learning its
-// groups on the way.
+// groups on the way, under one setting.
 type gatedTree struct {
-	p  *Pipeline
+	ks fixedKinds
 	rs *rankState
 	t  Tree
 }
@@ -199,10 +212,10 @@ func (g gatedTree) Apply(ev *event.RouterEvent) index.Result {
 	if ev.HasGroup && ev.Kind != event.KindCleared {
 		g.rs.mu.Lock()
 		gs := g.rs.learnGroup(ev.Group)
-		gs.Indexed = g.p.indexed(g.rs.rank, gs.Kind)
+		gs.Indexed = indexedBy(g.ks, g.rs.rank, gs.Kind)
 		g.rs.mu.Unlock()
 	}
-	return g.p.applyEvent(g.rs, g.t, ev)
+	return applyEvent(g.ks, g.rs, g.t, ev)
 }
 
 // Reserve passes the replay's size hint on (recovery.ReplayRank).
@@ -724,7 +737,7 @@ func (p *Pipeline) foldGroups(ctx context.Context, rs *rankState, upTo uint64) e
 	}
 	scratch := &rankState{rank: r}
 	st := tier.New(nil)
-	rep, err := recovery.ReplayRank(ctx, p.log, gatedTree{p: p.fixedKinds(r), rs: scratch, t: st}, r, upTo)
+	rep, err := recovery.ReplayRank(ctx, p.log, gatedTree{ks: p.kindsNow(r), rs: scratch, t: st}, r, upTo)
 	if err != nil {
 		return err
 	}
@@ -760,8 +773,7 @@ func countDevice(evs []event.RouterEvent) int {
 // blocks, tagged), any other as recovery.Fold does. indexed: the kinds the server indexes
 // (default event.MainGroupKinds).
 func Fold(ctx context.Context, log *wal.Log, r event.Rank, upTo uint64, indexed event.GroupKinds) error {
-	p := kindsPipeline(indexed)
-	p.log = log
+	p := &Pipeline{opts: Options{IndexedKinds: event.GroupKinds(offlineKinds(indexed))}, log: log}
 	return p.foldGroups(ctx, &rankState{rank: r}, upTo)
 }
 
@@ -769,14 +781,14 @@ func Fold(ctx context.Context, log *wal.Log, r event.Rank, upTo uint64, indexed 
 // with, indexing the kinds of indexed, default event.MainGroupKinds): the offline tools rebuild
 // a rank of several main groups to the tree the server holds, not to the union of its groups.
 func ReplayGroups(ctx context.Context, log *wal.Log, t Tree, r event.Rank, upTo uint64, indexed event.GroupKinds) (recovery.Replayed, error) {
-	return recovery.ReplayRank(ctx, log, gatedTree{p: kindsPipeline(indexed), rs: &rankState{rank: r}, t: t}, r, upTo)
+	return recovery.ReplayRank(ctx, log, gatedTree{ks: offlineKinds(indexed), rs: &rankState{rank: r}, t: t}, r, upTo)
 }
 
 // GroupTree returns t behind a fresh KV-cache group gate for rank r (indexing the kinds of
 // indexed, default event.MainGroupKinds): the offline tools apply a rank's snapshot and log
 // through it to rebuild the tree the server holds.
 func GroupTree(t Tree, r event.Rank, indexed event.GroupKinds) recovery.Tree {
-	return gatedTree{p: kindsPipeline(indexed), rs: &rankState{rank: r}, t: t}
+	return gatedTree{ks: offlineKinds(indexed), rs: &rankState{rank: r}, t: t}
 }
 
 // GroupSnapshot reports whether a snapshot's events were written for a rank with KV-cache
@@ -820,8 +832,8 @@ func (p *Pipeline) regroupRank(ctx context.Context, rs *rankState) error {
 	t := p.ix(r)
 	t.ClearRank(r)
 	rs.resetGate(false)
-	fixed := p.fixedKinds(r)
-	rep, err := recovery.ReplayRank(ctx, p.log, gatedTree{p: fixed, rs: rs, t: t}, r, 0)
+	ks := p.kindsNow(r)
+	rep, err := recovery.ReplayRank(ctx, p.log, gatedTree{ks: ks, rs: rs, t: t}, r, 0)
 	if err != nil {
 		return err
 	}
@@ -830,10 +842,10 @@ func (p *Pipeline) regroupRank(ctx context.Context, rs *rankState) error {
 	}
 	rs.mu.Lock()
 	for i := range rs.groups {
-		rs.groups[i].Indexed = fixed.indexed(r, rs.groups[i].Kind)
+		rs.groups[i].Indexed = indexedBy(ks, r, rs.groups[i].Kind)
 	}
 	rs.incarnation = p.incarnations.Add(1)
 	rs.mu.Unlock()
-	p.lg.Info("rank rebuilt for its indexed KV-cache group kinds", "worker_id", r.WorkerID, "dp_rank", r.DPRank, "kinds", fixed.kindsOf(r).Names())
+	p.lg.Info("rank rebuilt for its indexed KV-cache group kinds", "worker_id", r.WorkerID, "dp_rank", r.DPRank, "kinds", event.GroupKinds(ks).Names())
 	return nil
 }

@@ -568,7 +568,7 @@ func (ln *lane) finishCommit(pd *pending) {
 			rs.resetGate(false)                  // a dump holds the tree, not the groups
 			rs.applied, rs.sinceSnap = s.last, 0 // the dump is the rank's snapshot
 		case stepApply:
-			p.applyEvent(rs, p.ix(s.rank), &s.ev)
+			applyEvent(p, rs, p.ix(s.rank), &s.ev)
 			rs.applied = s.ev.EventID
 			rs.sinceSnap += recovery.OpBlocks(&s.ev)
 		}

@@ -89,7 +89,7 @@ type Options struct {
 	// setting), 0 meaning IndexedKinds. Between a change and the Regroup of the rank's worker
 	// the decider and the applier may each see either answer; the Regroup then rebuilds the
 	// rank under the new one. A rebuild of the rank (restart replay, retention, Regroup) asks
-	// once and keeps that answer to its end (fixedKinds).
+	// once and keeps that answer to its end (kindsNow).
 	KindsOf func(r event.Rank) event.GroupKinds
 }
 
@@ -790,9 +790,9 @@ func (p *Pipeline) replayRank(ctx context.Context, rd *wal.Reader, rs *rankState
 	if p.opts.Evictor != nil {
 		// Under a memory bound, event by event through the lane's evicting tree (evict.go): the
 		// bulk build would reach its final size before the bound is looked at.
-		rep, err = recovery.ReplayRankFrom(ctx, rd, gatedTree{p: p.fixedKinds(r), rs: rs, t: p.replayTree(rs)}, r, 0)
+		rep, err = recovery.ReplayRankFrom(ctx, rd, gatedTree{ks: p.kindsNow(r), rs: rs, t: p.replayTree(rs)}, r, 0)
 	} else {
-		bt := newBulkTree(gatedTree{p: p.fixedKinds(r), rs: rs, t: p.ix(r)})
+		bt := newBulkTree(gatedTree{ks: p.kindsNow(r), rs: rs, t: p.ix(r)})
 		rep, err = recovery.ReplayRankFrom(ctx, rd, bt, r, 0)
 		bt.commit()
 	}
