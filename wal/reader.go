@@ -82,20 +82,19 @@ func (rd *Reader) check() error {
 }
 
 // span is the keys [lo, hi) of one rank under one prefix, as a read walks them: through an
-// iterator opened with those bounds (own: closed by done), or through the Reader's long-lived
-// iterator over the whole prefix, seeked to lo and stopped at hi.
+// iterator opened with those bounds (k nil: closed by done), or through the Reader's
+// long-lived iterator over the whole prefix (k), seeked to lo and stopped at hi.
 type span struct {
 	it     *pebble.Iterator
-	k      *kept // the Reader's iterator (it), nil when own
+	k      *kept // the Reader's iterator (it), nil when the span opened its own
 	lo, hi []byte
-	own    bool
 }
 
 // span returns the span [lo, hi) (lo[0] is its prefix).
 func (rd *Reader) span(lo, hi []byte) (span, error) {
 	if rd.its == nil {
 		it, err := rd.l.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-		return span{it: it, lo: lo, hi: hi, own: true}, err
+		return span{it: it, lo: lo, hi: hi}, err
 	}
 	k, err := rd.iter(lo[0])
 	if err != nil {
@@ -121,14 +120,14 @@ func (rd *Reader) iter(p byte) (*kept, error) {
 }
 
 func (s *span) first() bool {
-	if s.own {
+	if s.k == nil {
 		return s.it.First()
 	}
 	return s.k.seekGE(s.lo) && bytes.Compare(s.it.Key(), s.hi) < 0
 }
 
 func (s *span) last() bool {
-	if s.own {
+	if s.k == nil {
 		return s.it.Last()
 	}
 	s.k.atOK = false
@@ -136,7 +135,7 @@ func (s *span) last() bool {
 }
 
 func (s *span) next() bool {
-	if s.own {
+	if s.k == nil {
 		return s.it.Next()
 	}
 	if s.it.Next() && bytes.Compare(s.it.Key(), s.hi) < 0 {
@@ -151,7 +150,7 @@ func (s *span) next() bool {
 // done ends the walk and returns the iterator's error: an own iterator is closed, the Reader's
 // is kept (its next seek clears the error).
 func (s *span) done() error {
-	if s.own {
+	if s.k == nil {
 		return s.it.Close()
 	}
 	return s.it.Error()
