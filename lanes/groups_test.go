@@ -91,12 +91,17 @@ func parseHashes(t *testing.T, vals []string) []uint64 {
 
 // scoreOf is groupRank's score for the chain of block hashes q (their tokens hashes, blk).
 func scoreOf(ix *index.Index, q []uint64) (score uint32, size uint64) {
+	return scoreOfRank(ix, groupRank, q)
+}
+
+// scoreOfRank is scoreOf for rank r (an index is one partition's: its scores name no partition).
+func scoreOfRank(ix *index.Index, r event.Rank, q []uint64) (score uint32, size uint64) {
 	local := make([]uint64, len(q))
 	for i, h := range q {
 		local[i] = blk(h).TokensHash
 	}
 	for _, s := range ix.FindMatches(local, false) {
-		if s.Rank() == groupRank {
+		if s.WorkerID == r.WorkerID && s.DPRank == r.DPRank {
 			return s.Score, s.TreeSize
 		}
 	}
@@ -622,10 +627,11 @@ func TestGroupKindsChangesNeverOverCount(t *testing.T) {
 }
 
 // TestFoldSeesOneSetting changes a rank's indexed kinds (Options.KindsOf) at every point of a
-// retention fold — before its first question, between its replay and its dump, after it — and
-// restarts under the new setting: the fold must build its snapshot under one setting, or a
-// sliding-window group that was not indexed when the fold began is missing from the snapshot,
-// and the restart indexes the full-attention group alone (an over-count; the flake CI found in
+// retention fold — before its first question, between its replay and its dump, after it — for a
+// rank of the default partition and one of another, and restarts under the new setting: the
+// fold must build its snapshot under one setting, or a sliding-window group that was not
+// indexed when the fold began is missing from the snapshot, and the restart indexes the
+// full-attention group alone (an over-count; the flake CI found in
 // TestGroupKindsChangesNeverOverCount).
 func TestFoldSeesOneSetting(t *testing.T) {
 	fa := event.GroupKinds(0).With(event.GroupKindFullAttention)
@@ -636,46 +642,51 @@ func TestFoldSeesOneSetting(t *testing.T) {
 		ev.HasGroup, ev.Group = true, g
 		return ev
 	}
-	for flipAfter := int64(0); flipAfter <= 12; flipAfter++ {
-		t.Run(strconv.FormatInt(flipAfter, 10), func(t *testing.T) {
-			var (
-				kinds atomic.Uint64
-				armed atomic.Bool
-				calls atomic.Int64
-			)
-			kinds.Store(uint64(fa))
-			opts := Options{Lanes: 1, KindsOf: func(event.Rank) event.GroupKinds {
-				k := event.GroupKinds(kinds.Load())
-				if armed.Load() && calls.Add(1) > flipAfter {
-					kinds.Store(uint64(both)) // the setting changes while the fold runs
-					armed.Store(false)
+	for _, r := range []event.Rank{groupRank, {Partition: 3, WorkerID: 7, DPRank: 1}} {
+		for flipAfter := int64(0); flipAfter <= 12; flipAfter++ {
+			t.Run(fmt.Sprintf("partition=%d/flip=%d", r.Partition, flipAfter), func(t *testing.T) {
+				var (
+					kinds atomic.Uint64
+					armed atomic.Bool
+					calls atomic.Int64
+				)
+				kinds.Store(uint64(fa))
+				opts := Options{Lanes: 1, KindsOf: func(event.Rank) event.GroupKinds {
+					k := event.GroupKinds(kinds.Load())
+					if armed.Load() && calls.Add(1) > flipAfter {
+						kinds.Store(uint64(both)) // the setting changes while the fold runs
+						armed.Store(false)
+					}
+					return k
+				}}
+				f := open(t, vfs.NewMem(), opts)
+				f.submit(grouped(event.Stored(r, 1, nil, blk(1)), sw), // logged without blocks: not indexed
+					grouped(event.Removed(r, 2, 1), sw),
+					grouped(event.Stored(r, 3, nil, blk(1)), full))
+				if got, _ := scoreOfRank(f.ix, r, []uint64{1}); got != 1 {
+					t.Fatalf("score %d before the fold, want 1 (full attention alone is indexed)", got)
 				}
-				return k
-			}}
-			f := open(t, vfs.NewMem(), opts)
-			f.submit(grouped(event.Stored(groupRank, 1, nil, blk(1)), sw), // logged without blocks: not indexed
-				grouped(event.Removed(groupRank, 2, 1), sw),
-				grouped(event.Stored(groupRank, 3, nil, blk(1)), full))
-			var ferr error
-			if err := f.p.Do(context.Background(), groupRank, func() {
-				armed.Store(true)
-				ferr = f.p.foldGroups(context.Background(), f.p.lookup(groupRank), 3)
-				armed.Store(false)
-			}); err != nil || ferr != nil {
-				t.Fatal(err, ferr)
-			}
-			kinds.Store(uint64(both))
-			f.close()
-			f = open(t, f.fs, opts)
-			defer f.close()
-			if meta, err := f.log.RankMeta(groupRank); err != nil || meta.SnapshotID != 3 {
-				t.Fatalf("snapshot %d, %v: want the fold's snapshot at 3", meta.SnapshotID, err)
-			}
-			// The sliding-window group removed its block (while not indexed): under both kinds
-			// the rank's score is 0.
-			if got, _ := scoreOf(f.ix, []uint64{1}); got != 0 {
-				t.Fatalf("score %d after the restart, want 0 (the sliding-window group holds nothing)", got)
-			}
-		})
+				var ferr error
+				if err := f.p.Do(context.Background(), r, func() {
+					armed.Store(true)
+					ferr = f.p.foldGroups(context.Background(), f.p.lookup(r), 3)
+					armed.Store(false)
+				}); err != nil || ferr != nil {
+					t.Fatal(err, ferr)
+				}
+				kinds.Store(uint64(both))
+				f.close()
+				f = open(t, f.fs, opts)
+				defer f.close()
+				if meta, err := f.log.RankMeta(r); err != nil || meta.SnapshotID != 3 {
+					t.Fatalf("snapshot %d, %v: want the fold's snapshot at 3", meta.SnapshotID, err)
+				}
+				// The sliding-window group removed its block (while not indexed): under both
+				// kinds the rank's score is 0.
+				if got, _ := scoreOfRank(f.ix, r, []uint64{1}); got != 0 {
+					t.Fatalf("score %d after the restart, want 0 (the sliding-window group holds nothing)", got)
+				}
+			})
+		}
 	}
 }
