@@ -29,8 +29,8 @@ type RankBuilder struct {
 	counts   [4][4]uint64
 	// Commit's scratch, kept for the next rank.
 	need   []bool
-	nodes  []*node
-	pinned []*node
+	nodes  []nref
+	pinned []nref
 }
 
 type bpos struct {
@@ -234,9 +234,11 @@ func (b *RankBuilder) Commit() {
 			need[p] = true
 		}
 	}
-	nodes := append(b.nodes[:0], make([]*node, len(b.pos))...)
-	nodes[0] = ix.root
+	nodes := append(b.nodes[:0], make([]nref, len(b.pos))...)
+	nodes[0] = rootRef
 	pinned := b.pinned[:0]
+	g := ix.ep.enter()
+	defer ix.ep.exit(g)
 	defer func() {
 		clear(nodes)
 		clear(pinned)
@@ -255,7 +257,7 @@ func (b *RankBuilder) Commit() {
 			pinned = append(pinned, n)
 		case p.holds > 1:
 			if rs.refs == nil {
-				rs.refs = make(map[*node]uint32)
+				rs.refs = make(map[nref]uint32)
 			}
 			rs.refs[n] = uint32(p.holds - 1)
 		}
@@ -268,7 +270,7 @@ func (b *RankBuilder) Commit() {
 	// Each pinned node has a linked child now (it is needed for a held descendant): dropping
 	// the pin never leaves it childless.
 	for _, n := range pinned {
-		n.kids.Add(-1)
+		ix.at(n).kids.Add(-1)
 	}
 	ix.publish(rs, &d)
 }
@@ -286,36 +288,32 @@ func (b *RankBuilder) publishCounts() {
 
 // link finds or creates the child of cur with tokens hash tok and, with hold, makes rank rs
 // hold it (rs holds no node at that position yet); without hold it pins it (kids + 1). cur is
-// held by rs, pinned, or the root, so it cannot be reclaimed meanwhile.
-func (ix *Index) link(rs *rankState, cur *node, tok, hash uint64, hold bool, d *deltas) *node {
+// held by rs, pinned, or the root, so it cannot be reclaimed meanwhile. Caller is in an epoch.
+func (ix *Index) link(rs *rankState, cur nref, tok, hash uint64, hold bool, d *deltas) nref {
+	cn := ix.at(cur)
 	h := childHash(cur, tok)
 	s := ix.shardOf(h)
 	s.mu.Lock()
+	var c nref
 	var child *node
-	if cur.kids.Load() != 0 {
-		if c := cur.first.Load(); c != nil && c.tokens == tok {
-			child = c
-		} else {
-			child = s.find(ix.tomb, cur, tok, h)
-		}
+	if cn.kids.Load() != 0 {
+		c, child = ix.find(s, cur, cn, tok, h)
 	}
-	if child == nil {
-		child = &node{tokens: tok, parent: cur, hash: hash}
+	switch {
+	case c == 0:
+		c, child = ix.makeNode(s, cur, tok, hash)
 		if hold {
-			child.addHolder(rs.id)
+			ix.addHolder(s, child, rs.id)
 		} else {
 			child.kids.Store(1)
 		}
-		if !cur.first.CompareAndSwap(nil, child) {
-			s.insert(ix.tomb, child, h)
-		}
-		cur.kids.Add(1)
+		ix.linkNode(s, cur, cn, c, h)
 		d.nodes++
-	} else if hold {
-		child.addHolder(rs.id)
-	} else {
+	case hold:
+		ix.addHolder(s, child, rs.id)
+	default:
 		child.kids.Add(1)
 	}
 	s.mu.Unlock()
-	return child
+	return c
 }

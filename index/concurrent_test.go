@@ -174,3 +174,83 @@ func TestChurnReclaimsEveryNode(t *testing.T) {
 		t.Fatalf("stored ok = %d", c.Get(event.KindStored, index.StatusOK))
 	}
 }
+
+// TestReusedNodesNeverOverCount churns one rank while readers query, so that unlinked nodes'
+// slots are reused under the readers' feet (slab.go): the rank stores a short chain X = [1, 7,
+// 7, 7] and a long one Y = [y, 7 × 60] (a fresh y each round), then removes both, thousands of
+// times. Every node of Y but its first has the tokens hash of X's later blocks, so a reader
+// that went on from a slot of X reused as a node of Y would walk down Y and score more than 4
+// on X's path: an over-count. Readers query X's path, 64 blocks long, and check the score.
+// Under -race (make test) a slot rewritten while a reader may still read it is also a data
+// race: with reuse made unsafe (safe() returning the maximal epoch) the test fails there.
+func TestReusedNodesNeverOverCount(t *testing.T) {
+	const rounds, long, query = 3000, 61, 64
+	ix := index.New(index.Options{})
+	rank := event.Rank{WorkerID: 1}
+	path := make([]uint64, query)
+	path[0] = 1
+	for i := 1; i < query; i++ {
+		path[i] = 7
+	}
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	var queries atomic.Int64
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var out []index.Score
+			for !done.Load() {
+				out = ix.FindMatchesInto(out, path, false)
+				for _, s := range out {
+					if s.Score > 4 {
+						t.Errorf("rank %d/%d scores %d on a path it holds 4 blocks of", s.WorkerID, s.DPRank, s.Score)
+						return
+					}
+				}
+				queries.Add(1)
+			}
+		}()
+	}
+	x := make([]event.Block, 4)
+	y := make([]event.Block, long)
+	var xh, yh []uint64
+	next := uint64(1)
+	chain := func(blocks []event.Block, first uint64) []uint64 {
+		hs := make([]uint64, len(blocks))
+		for i := range blocks {
+			tok := uint64(7)
+			if i == 0 {
+				tok = first
+			}
+			blocks[i] = event.Block{BlockHash: next, TokensHash: tok}
+			hs[i] = next
+			next++
+		}
+		return hs
+	}
+	for round := range rounds {
+		xh = chain(x, 1)
+		yh = chain(y, 1000+uint64(round))
+		for _, ev := range []event.RouterEvent{event.Stored(rank, 0, nil, x...), event.Stored(rank, 0, nil, y...)} {
+			if res := ix.Apply(&ev); res.Status != index.StatusOK {
+				t.Fatalf("round %d: store: %v", round, res.Status)
+			}
+		}
+		first, second := xh, yh
+		if round%2 == 1 {
+			first, second = yh, xh
+		}
+		for _, hs := range [][]uint64{first, second} {
+			if rm := event.Removed(rank, 0, hs...); ix.Apply(&rm).Status != index.StatusOK {
+				t.Fatalf("round %d: remove failed", round)
+			}
+		}
+	}
+	done.Store(true)
+	wg.Wait()
+	if n := ix.NodeCount(); n != 0 {
+		t.Fatalf("%d nodes left", n)
+	}
+	t.Logf("%d queries during %d rounds", queries.Load(), rounds)
+}

@@ -52,9 +52,12 @@
 //     atomic loads. A table slot goes nil → node → tombstone (→ node) and never back to nil;
 //     growing publishes a new table. Writers hold one shard lock at a time. Most nodes (a
 //     chain's) are first children: creating one touches no table, and a reader walking a chain
-//     follows one pointer per block.
+//     follows one index per block.
+//   - Nodes live in a slab (slab.go): 32-byte pointer-free records in chunks that never move,
+//     addressed by 32-bit indices (parent, first child, table slots, lookups), so the garbage
+//     collector scans none of them. The root is index 0.
 //   - A node's holders are one inline rank id, or an immutable holder set (sorted rank ids, one
-//     allocation) replaced whole; writers order their stores so that a reader sees a node's
+//     allocation) kept in a slot of a second slab and replaced whole in it; writers order their stores so that a reader sees a node's
 //     holders as before or after a change, never torn (tree.go). How many block hashes of a
 //     rank map to one node is the rank's business (its writer-owned refs), not the node's.
 //   - A node a rank holds is linked: only the rank's own writer removes the rank from it, and a
@@ -63,8 +66,13 @@
 //     is alive while it attaches under it, and nobody else attaches under a node that nobody
 //     holds. A child's unlinking decrements its parent's kids; whoever brings kids to 0
 //     re-checks the parent under its shard lock.
-//   - An unlinked node is marked dead (kids -1), it has no holder, and it is never linked again;
-//     a reader that reaches it (through an older table) finds it unheld and stops there.
+//   - An unlinked node is marked dead (kids -1), it has no holder, and it is not linked again
+//     while anyone may still reach it: a reader that reaches it (through an older table) finds
+//     it unheld and stops there. Its index (and a holder set slot given up) waits in its
+//     shard's limbo until every goroutine that was reading nodes it does not hold — queries
+//     and writers' events, each inside an epoch (slab.go) — has left, then is reused for a
+//     node of the same shard. Hence a node's plain fields (tokens, hash, parent) change only
+//     under its shard's lock, when no reader can see them.
 //   - A linked child counts in its parent's kids from its insertion to its unlinking, both under
 //     the child's shard lock: a writer holding that lock that reads kids 0 knows the child is
 //     absent without probing.
@@ -92,19 +100,21 @@
 //
 // What one (rank, block) entry costs, so that changes can be weighed (BenchmarkHeapBytesPerEntry):
 //
-//	node          48 B   tokens, parent, first child, holder set pointer, inline holder, child
-//	                     count, block hash (the key of its rank lookup entries)
-//	holder set    4·(holders+1) B rounded up to a size class, only for 2 holders or more
-//	child table   one 8-byte slot per node that is not a first child, tables between 3/8 and
+//	node          32 B   tokens, block hash (the key of its rank lookup entries), parent, first
+//	                     child, holder word (inline holder or holder set slot), child count
+//	holder set    4·(holders+1) B rounded up to a size class, and an 8-byte slot, only for 2
+//	              holders or more
+//	child table   one 4-byte slot per node that is not a first child, tables between 3/8 and
 //	              3/4 full
-//	rank lookup   one 10-byte slot (node pointer, tag) per entry whose block hash is its node's,
+//	rank lookup   one 6-byte slot (node index, tag) per entry whose block hash is its node's,
 //	              tables at most 4/5 full, grown by half (between 8/15 and 4/5 full; 3/4 for a
 //	              rank of 512 blocks); a Go map entry for any other (rare)
 //
-// A first-child node held by one rank thus costs about 48 + 13 B; shared by k ≥ 2 ranks, its
-// share is about (48 + 4·(k+1))/k + 13 B; a node in the child table adds about 14 B. Tables do
+// A first-child node held by one rank thus costs about 32 + 9 B; shared by k ≥ 2 ranks, its
+// share is about (32 + 8 + 4·(k+1))/k + 9 B; a node in the child table adds about 7 B. Tables do
 // not shrink (a churned shard keeps its peak size until its next rebuild; a cleared rank starts
-// a fresh lookup).
+// a fresh lookup), and neither does the slab: the slots of unlinked nodes are reused by the
+// next nodes made, so the slab stays at the peak node count.
 //
 // MemoryBytes (memory.go) turns these costs into an estimate for /metrics
 // (kvindex_memory_bytes{part="index"}) from live counts only — node count and child-table sizes

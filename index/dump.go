@@ -27,19 +27,21 @@ func (ix *Index) DumpRank(r event.Rank, fn func(ev *event.RouterEvent) error) er
 	if rs == nil {
 		return nil
 	}
-	hashes := make(map[*node][]uint64, rs.lookup.len())
+	hashes := make(map[nref][]uint64, rs.lookup.len())
 	for h, n := range rs.lookup.all() {
 		hashes[n] = append(hashes[n], h)
 	}
-	kids := make(map[*node][]*node, len(hashes))
+	kids := make(map[nref][]nref, len(hashes))
 	for n, hs := range hashes {
 		slices.Sort(hs)
-		if _, ok := hashes[n.parent]; ok || n.parent == ix.root {
-			kids[n.parent] = append(kids[n.parent], n)
+		if p := ix.at(n).parent; p == rootRef {
+			kids[p] = append(kids[p], n)
+		} else if _, ok := hashes[p]; ok {
+			kids[p] = append(kids[p], n)
 		}
 	}
 	for _, k := range kids {
-		slices.SortFunc(k, func(a, b *node) int { return cmp.Compare(a.tokens, b.tokens) })
+		slices.SortFunc(k, func(a, b nref) int { return cmp.Compare(ix.at(a).tokens, ix.at(b).tokens) })
 	}
 
 	ev := event.RouterEvent{Partition: r.Partition, WorkerID: r.WorkerID, DPRank: r.DPRank, Kind: event.KindStored}
@@ -51,12 +53,12 @@ func (ix *Index) DumpRank(r event.Rank, fn func(ev *event.RouterEvent) error) er
 		return err
 	}
 	type frame struct {
-		n         *node
+		n         nref
 		hasParent bool
 		parent    uint64
 	}
 	// Each frame is the head of a chain, under the parent block hash it names.
-	roots := kids[ix.root]
+	roots := kids[rootRef]
 	stack := make([]frame, 0, len(roots))
 	for i := len(roots) - 1; i >= 0; i-- {
 		stack = append(stack, frame{n: roots[i]})
@@ -69,7 +71,7 @@ func (ix *Index) DumpRank(r event.Rank, fn func(ev *event.RouterEvent) error) er
 		n := f.n
 		for {
 			hs := hashes[n]
-			buf = append(buf, event.Block{BlockHash: hs[0], TokensHash: n.tokens})
+			buf = append(buf, event.Block{BlockHash: hs[0], TokensHash: ix.at(n).tokens})
 			if c := kids[n]; len(hs) == 1 && len(c) == 1 {
 				n = c[0]
 				continue
@@ -85,7 +87,7 @@ func (ix *Index) DumpRank(r event.Rank, fn func(ev *event.RouterEvent) error) er
 			return err
 		}
 		for _, h := range hashes[n][1:] {
-			buf = append(buf[:0], event.Block{BlockHash: h, TokensHash: n.tokens})
+			buf = append(buf[:0], event.Block{BlockHash: h, TokensHash: ix.at(n).tokens})
 			if err := emit(hasParent, parent, buf); err != nil {
 				return err
 			}

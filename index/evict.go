@@ -19,38 +19,35 @@ type orderState struct {
 	head  int
 	// evicted holds the hashes evicted and not since removed, re-stored or cleared, so that a
 	// later Removed of one is not block_not_found. Capped (maxEvictedSet).
-	evicted map[uint64]struct{}
+	evicted hashSet
 }
 
-// evictedEntryBytes is the estimated heap of one entry of an evicted set (a Go map of uint64).
-const evictedEntryBytes = 20
-
 // maxEvictedSet caps a rank's evicted set at a quarter of its live blocks plus 64, so that the
-// set (20 B an entry, counted in MemoryBytes) stays a small share of what the bound keeps (an
-// eviction that only unshares a node frees less than an entry of the set costs). Beyond it an
+// set (8 B a slot, 10 to 15 B an entry, counted in MemoryBytes) stays a small share of what the
+// bound keeps (an eviction that only unshares a node frees 13 B: its lookup entry and holder
+// set share). Beyond it an
 // eviction is not remembered, and a later Removed of that block counts as block_not_found.
 func maxEvictedSet(live int) int { return live/4 + 64 }
 
 // noteStored records that rs newly holds block hash h (attach, with Options.Evictable).
 func (ix *Index) noteStored(rs *rankState, h uint64) {
 	o := &rs.ord
-	if o.evicted != nil {
-		if _, ok := o.evicted[h]; ok {
-			delete(o.evicted, h)
-			ix.evictedSet.Add(-1)
-		}
-	}
+	o.evicted.del(h)
 	if len(o.order)-o.head > 2*rs.lookup.len()+64 {
 		ix.compactOrder(rs, false)
 	} else if o.head > 0 && len(o.order) == cap(o.order) && 2*o.head >= len(o.order) {
 		n := copy(o.order, o.order[o.head:])
 		o.order, o.head = o.order[:n], 0
 	}
-	c := cap(o.order)
-	o.order = append(o.order, h)
-	if d := cap(o.order) - c; d != 0 {
-		ix.orderSlots.Add(int64(d))
+	if c := cap(o.order); len(o.order) == c {
+		// Grown by a quarter, not doubled: the order is counted in MemoryBytes, and ranks of a
+		// fleet grow alike, so doubling steps would make the bound's measure jump.
+		grown := make([]uint64, len(o.order), c+c/4+8)
+		copy(grown, o.order)
+		o.order = grown
+		ix.orderSlots.Add(int64(cap(grown) - c))
 	}
+	o.order = append(o.order, h)
 }
 
 // compactOrder drops the stale entries of rs's order (hashes rs no longer holds) and the older
@@ -91,12 +88,7 @@ var seenSets = sync.Pool{New: func() any { return make(map[uint64]struct{}) }}
 // forgetEvicted reports whether h was evicted from rs (and forgets it): a Removed of it is then
 // not block_not_found.
 func (ix *Index) forgetEvicted(rs *rankState, h uint64) bool {
-	if _, ok := rs.ord.evicted[h]; !ok {
-		return false
-	}
-	delete(rs.ord.evicted, h)
-	ix.evictedSet.Add(-1)
-	return true
+	return rs.ord.evicted.del(h)
 }
 
 // evictedBelow handles a Stored of rs whose parent rs does not hold: when the parent was
@@ -105,7 +97,7 @@ func (ix *Index) forgetEvicted(rs *rankState, h uint64) bool {
 // would move under the parent (attach): it is evicted from where it is. Invariant: a rank's
 // evicted set and its held blocks are disjoint.
 func (ix *Index) evictedBelow(rs *rankState, ev *event.RouterEvent) bool {
-	if _, ok := rs.ord.evicted[ev.ParentHash]; !ok {
+	if !rs.ord.evicted.has(ev.ParentHash) {
 		return false
 	}
 	var d deltas
@@ -127,8 +119,8 @@ func (ix *Index) evictedBelow(rs *rankState, ev *event.RouterEvent) bool {
 func (ix *Index) resetOrder(rs *rankState) {
 	o := &rs.ord
 	ix.orderSlots.Add(-int64(cap(o.order)))
-	ix.evictedSet.Add(-int64(len(o.evicted)))
-	o.order, o.head, o.evicted = nil, 0, nil
+	ix.evictedSlots.Add(-int64(o.evicted.cap()))
+	o.order, o.head, o.evicted = nil, 0, hashSet{}
 }
 
 // EvictLeaves removes up to n blocks of rank r and returns how many it removed. It takes the
@@ -149,7 +141,9 @@ func (ix *Index) EvictLeaves(r event.Rank, n int) int {
 	o := &rs.ord
 	var d deltas
 	done := 0
-	var path []*node
+	var path []nref
+	g := ix.ep.enter()
+	defer ix.ep.exit(g)
 	for done < n && o.head < len(o.order) {
 		h := o.order[o.head]
 		top, ok := rs.lookup.get(h)
@@ -158,14 +152,14 @@ func (ix *Index) EvictLeaves(r event.Rank, n int) int {
 			continue
 		}
 		path = append(path[:0], top)
-		for c := top.first.Load(); c != nil; c = c.first.Load() {
-			if m, ok := rs.lookup.get(c.hash); !ok || m != c || rs.refs[c] != 0 {
+		for c := ix.at(top).first.Load(); c != 0; c = ix.at(c).first.Load() {
+			if m, ok := rs.lookup.get(ix.at(c).hash); !ok || m != c || rs.refs[c] != 0 {
 				break
 			}
 			path = append(path, c)
 		}
 		for i := len(path) - 1; i >= 0 && done < n; i-- {
-			k := path[i].hash
+			k := ix.at(path[i]).hash
 			if i == 0 {
 				k = h
 			}
@@ -202,15 +196,13 @@ func (ix *Index) evictOne(rs *rankState, k uint64, d *deltas) {
 // rememberEvicted adds k to rs's evicted set, unless the set is full.
 func (ix *Index) rememberEvicted(rs *rankState, k uint64) {
 	o := &rs.ord
-	if len(o.evicted) >= maxEvictedSet(rs.lookup.len()) {
+	if o.evicted.len() >= maxEvictedSet(rs.lookup.len()) {
 		return
 	}
-	if o.evicted == nil {
-		o.evicted = make(map[uint64]struct{})
-	}
-	if _, ok := o.evicted[k]; !ok {
-		o.evicted[k] = struct{}{}
-		ix.evictedSet.Add(1)
+	c := o.evicted.cap()
+	o.evicted.add(k)
+	if d := o.evicted.cap() - c; d != 0 {
+		ix.evictedSlots.Add(int64(d))
 	}
 }
 

@@ -7,3 +7,6 @@ func SetTailFrom(n int) (restore func()) {
 	tailFrom = n
 	return func() { tailFrom = old }
 }
+
+// NodeSlots returns how many node slab slots ix has made (the root's included).
+func (ix *Index) NodeSlots() uint32 { return ix.nodes.next.Load() }

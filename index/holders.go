@@ -19,14 +19,16 @@ import (
 // it was; shrinking from two to one stores one, then clears set. one is rewritten only while it
 // describes the holders (set nil), or just before set is cleared.
 //
-// The tree's nodes and package tier's edges keep the two words in their own layouts (a node
-// stays 48 bytes), so the set is handled through these functions on the two words.
+// Package tier's edges keep the two words in their own layout, so the set is handled through
+// these functions on the two words. The tree's nodes keep one holder word instead, naming the
+// one holder or a slot of the holder set slab that holds the set (tree.go); they share
+// setIDs, withID and withoutAt.
 
 // HolderIDs returns the holder ids of (set, one), ascending; a single holder is returned in buf.
 // The slice must not be modified. Safe without a lock.
 func HolderIDs(set *atomic.Pointer[uint32], one *atomic.Uint32, buf *[1]uint32) []uint32 {
 	if p := set.Load(); p != nil {
-		return unsafe.Slice(p, int(*p)+1)[1:]
+		return setIDs(p)
 	}
 	if v := one.Load(); v != 0 {
 		buf[0] = v - 1
@@ -57,13 +59,7 @@ func AddHolder(set *atomic.Pointer[uint32], one *atomic.Uint32, id uint32) {
 		one.Store(id + 1)
 		return
 	}
-	i, _ := SearchID(old, id)
-	s := make([]uint32, len(old)+2)
-	s[0] = uint32(len(old) + 1)
-	copy(s[1:], old[:i])
-	s[1+i] = id
-	copy(s[2+i:], old[i:])
-	set.Store(&s[0])
+	set.Store(withID(old, id))
 }
 
 // DropHolder removes id from (set, one) and reports whether no holder is left; false with ok
@@ -83,11 +79,30 @@ func DropHolder(set *atomic.Pointer[uint32], one *atomic.Uint32, id uint32) (emp
 		one.Store(old[1-i] + 1)
 		set.Store(nil)
 	default:
-		s := make([]uint32, len(old))
-		s[0] = uint32(len(old) - 1)
-		copy(s[1:], old[:i])
-		copy(s[1+i:], old[i+1:])
-		set.Store(&s[0])
+		set.Store(withoutAt(old, i))
 	}
 	return false, true
+}
+
+// setIDs returns the ids of the holder set at p.
+func setIDs(p *uint32) []uint32 { return unsafe.Slice(p, int(*p)+1)[1:] }
+
+// withID returns a new holder set: the ascending ids plus id (absent).
+func withID(ids []uint32, id uint32) *uint32 {
+	i, _ := SearchID(ids, id)
+	s := make([]uint32, len(ids)+2)
+	s[0] = uint32(len(ids) + 1)
+	copy(s[1:], ids[:i])
+	s[1+i] = id
+	copy(s[2+i:], ids[i:])
+	return &s[0]
+}
+
+// withoutAt returns a new holder set: the ascending ids (three or more) without ids[i].
+func withoutAt(ids []uint32, i int) *uint32 {
+	s := make([]uint32, len(ids))
+	s[0] = uint32(len(ids) - 1)
+	copy(s[1:], ids[:i])
+	copy(s[1+i:], ids[i+1:])
+	return &s[0]
 }

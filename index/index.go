@@ -133,7 +133,7 @@ type rankState struct {
 	// refs counts, per node, the block hashes of the rank there beyond the first (a rank may
 	// store two block hashes at one position; it holds the node until both are gone). Rarely
 	// non-empty; writer-owned.
-	refs map[*node]uint32
+	refs map[nref]uint32
 	// blocks is len(lookup), published for readers: the rank's slot in the rank tables' sizes,
 	// where a query reads it next to the other ranks' counts.
 	blocks *atomic.Uint64
@@ -147,8 +147,11 @@ type rankState struct {
 // contract.
 type Index struct {
 	opts Options
-	root *node
-	tomb *node // marks a table slot whose node was unlinked
+	// nodes holds every node, the root at rootRef; sets holds the holder sets of nodes held by
+	// two ranks or more (slab.go). ep guards the reuse of their slots.
+	nodes slab[node]
+	sets  slab[atomic.Pointer[uint32]]
+	ep    epochs
 
 	// shards is the child table: (parent, tokens hash) → node, for every linked node.
 	shards [numShards]shard
@@ -160,13 +163,13 @@ type Index struct {
 	// readers load it without a lock.
 	table atomic.Pointer[rankTable]
 
-	nodes  atomic.Int64
-	blocks atomic.Int64
-	counts [4][4]atomic.Uint64
-	// Eviction (evict.go): slots of every rank's store order, entries of the evicted sets, and
+	nodeCount atomic.Int64
+	blocks    atomic.Int64
+	counts    [4][4]atomic.Uint64
+	// Eviction (evict.go): slots of every rank's store order, slots of the evicted sets, and
 	// blocks evicted in total.
-	orderSlots, evictedSet atomic.Int64
-	evictions              atomic.Uint64
+	orderSlots, evictedSlots atomic.Int64
+	evictions                atomic.Uint64
 
 	scratch sync.Pool // *matchScratch
 }
@@ -176,10 +179,10 @@ func New(opts Options) *Index {
 	opts = opts.withDefaults()
 	ix := &Index{
 		opts:   opts,
-		root:   &node{},
-		tomb:   &node{},
 		byRank: make(map[event.Rank]*rankState, opts.RankCapacity),
 	}
+	ix.ep.global.Store(1) // 0 marks a free reader slot
+	ix.nodes.fresh()      // the root, rootRef
 	ix.table.Store(&rankTable{byID: make([]*rankState, 0, opts.RankCapacity), byOrd: make([]ordRank, 0, opts.RankCapacity)})
 	ix.scratch.New = func() any { return new(matchScratch) }
 	return ix
@@ -205,7 +208,7 @@ func (ix *Index) register(r event.Rank) *rankState {
 	if rs := ix.byRank[r]; rs != nil {
 		return rs
 	}
-	rs := &rankState{rank: r, id: ix.nextID, lookup: newLookup(ix.opts.LookupCapacity)}
+	rs := &rankState{rank: r, id: ix.nextID, lookup: newLookup(&ix.nodes, ix.opts.LookupCapacity)}
 	ix.nextID++
 	ix.table.Store(ix.table.Load().with(rs))
 	ix.byRank[r] = rs
@@ -225,7 +228,7 @@ func (ix *Index) RegisterRanks(ranks []event.Rank) {
 		if ix.byRank[r] != nil {
 			continue
 		}
-		rs := &rankState{rank: r, id: ix.nextID, lookup: newLookup(ix.opts.LookupCapacity)}
+		rs := &rankState{rank: r, id: ix.nextID, lookup: newLookup(&ix.nodes, ix.opts.LookupCapacity)}
 		ix.nextID++
 		byID = append(byID, rs)
 		ix.byRank[r] = rs
@@ -448,7 +451,7 @@ func (ix *Index) applyStored(r event.Rank, ev *event.RouterEvent) Result {
 		}
 	}
 	rs := ix.rankOf(r)
-	cur := ix.root
+	cur := rootRef
 	if ev.HasParent {
 		if rs == nil {
 			return Result{Status: StatusParentNotFound}
@@ -466,9 +469,11 @@ func (ix *Index) applyStored(r event.Rank, ev *event.RouterEvent) Result {
 		rs = ix.register(r)
 	}
 	var d deltas
+	g := ix.ep.enter()
 	for _, b := range ev.Blocks {
 		cur = ix.attach(rs, cur, b, &d)
 	}
+	ix.ep.exit(g)
 	ix.publish(rs, &d)
 	return Result{Status: StatusOK, Blocks: len(ev.Blocks)}
 }
@@ -483,6 +488,8 @@ func (ix *Index) applyRemoved(ev *event.RouterEvent) Result {
 	}
 	res := Result{}
 	var d deltas
+	g := ix.ep.enter()
+	defer ix.ep.exit(g)
 	for _, h := range ev.Removed {
 		n, ok := rs.lookup.del(h)
 		if !ok {
@@ -512,11 +519,13 @@ func (ix *Index) ClearRank(r event.Rank) {
 
 func (ix *Index) clearState(rs *rankState) {
 	d := deltas{blocks: -int64(rs.lookup.len())}
+	g := ix.ep.enter()
 	for _, n := range rs.lookup.all() {
 		ix.release(rs, n, &d)
 	}
+	ix.ep.exit(g)
 	ix.publish(rs, &d)
-	rs.lookup = newLookup(ix.opts.LookupCapacity)
+	rs.lookup = newLookup(&ix.nodes, ix.opts.LookupCapacity)
 	rs.refs = nil
 	ix.resetOrder(rs)
 }
@@ -606,13 +615,13 @@ func (ix *Index) RankBlocks(r event.Rank) uint64 {
 func (ix *Index) RankHashes(r event.Rank, fn func(blockHash, tokensHash uint64)) {
 	if rs := ix.rankOf(r); rs != nil {
 		for h, n := range rs.lookup.all() {
-			fn(h, n.tokens)
+			fn(h, ix.at(n).tokens)
 		}
 	}
 }
 
 // NodeCount returns the number of live tree nodes, the root excluded.
-func (ix *Index) NodeCount() int { return int(ix.nodes.Load()) }
+func (ix *Index) NodeCount() int { return int(ix.nodeCount.Load()) }
 
 // Blocks returns the number of (rank, block) entries held.
 func (ix *Index) Blocks() uint64 { return uint64(ix.blocks.Load()) }

@@ -15,9 +15,11 @@ import (
 // replay's pre-sizing), which must keep every entry.
 func TestLookupAgainstMap(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		m := newLookup(rapid.IntRange(0, 20).Draw(rt, "capacity"))
-		want := map[uint64]*node{}
-		shared := []*node{{tokens: 1, hash: 1000}, {tokens: 2, hash: 1001}, {tokens: 3, hash: 7}}
+		st := new(slab[node])
+		st.fresh() // the root: in no lookup
+		m := newLookup(st, rapid.IntRange(0, 20).Draw(rt, "capacity"))
+		want := map[uint64]nref{}
+		shared := []nref{testNode(st, 1000), testNode(st, 1001), testNode(st, 7)}
 		key := rapid.Uint64Range(0, 60)
 		for range rapid.IntRange(1, 300).Draw(rt, "steps") {
 			k := key.Draw(rt, "key")
@@ -25,7 +27,7 @@ func TestLookupAgainstMap(t *testing.T) {
 				m.reserve(rapid.IntRange(0, 80).Draw(rt, "room"))
 			}
 			if rapid.IntRange(0, 2).Draw(rt, "op") > 0 {
-				n := &node{tokens: k, hash: k}
+				n := testNode(st, k)
 				if rapid.Bool().Draw(rt, "shared") {
 					n = rapid.SampledFrom(shared).Draw(rt, "node")
 				}
@@ -67,7 +69,9 @@ func TestLookupAgainstMap(t *testing.T) {
 // later entries sit further than a tag's displacement can say (255), then deletes them in
 // random order, checking every key after each deletion.
 func TestLookupLongRun(t *testing.T) {
-	m := newLookup(400)
+	st := new(slab[node])
+	st.fresh()
+	m := newLookup(st, 400)
 	size := len(m.tags)
 	var keys []uint64
 	for k := uint64(1); len(keys) < 300; k++ {
@@ -75,9 +79,9 @@ func TestLookupLongRun(t *testing.T) {
 			keys = append(keys, k)
 		}
 	}
-	want := map[uint64]*node{}
+	want := map[uint64]nref{}
 	for _, k := range keys {
-		n := &node{hash: k}
+		n := testNode(st, k)
 		m.put(k, n)
 		want[k] = n
 	}
@@ -95,7 +99,7 @@ func TestLookupLongRun(t *testing.T) {
 		}
 		delete(want, k)
 		for _, q := range keys[i:] {
-			if n, ok := m.get(q); ok != (want[q] != nil) || n != want[q] {
+			if n, ok := m.get(q); ok != (want[q] != 0) || n != want[q] {
 				t.Fatalf("after %d deletions, get(%d) = %v,%v; want %v", i+1, q, n, ok, want[q])
 			}
 		}
@@ -103,4 +107,11 @@ func TestLookupLongRun(t *testing.T) {
 	if m.len() != 0 {
 		t.Fatalf("len %d after deleting every key", m.len())
 	}
+}
+
+// testNode returns a fresh node of st created under block hash hash.
+func testNode(st *slab[node], hash uint64) nref {
+	i := st.fresh()
+	st.at(i).hash = hash
+	return i
 }

@@ -67,7 +67,9 @@ func (ix *Index) findMatches(dst []Score, path *[]uint64, localHashes []uint64, 
 		return dst
 	}
 	t := ix.table.Load()
-	first := ix.child(ix.root, localHashes[0])
+	g := ix.ep.enter()
+	defer ix.ep.exit(g)
+	cur, first := ix.child(rootRef, ix.at(rootRef), localHashes[0])
 	if first == nil {
 		return dst
 	}
@@ -75,7 +77,7 @@ func (ix *Index) findMatches(dst []Score, path *[]uint64, localHashes []uint64, 
 	// The ranks of the first holder set that t knows: a rank registered after t was loaded is
 	// left out, and so is one removed before. active is the (immutable) holder set itself
 	// until the first intersection.
-	active := t.knownIDs(first.holderIDs(&sc.first), &sc.known)
+	active := t.knownIDs(ix.holderIDs(first, &sc.first), &sc.known)
 	buf := sc.active[:0] // the next active set; in place once active is buf (next ⊆ active)
 	if cap(buf) < len(active) {
 		buf = make([]uint32, 0, len(active))
@@ -84,7 +86,7 @@ func (ix *Index) findMatches(dst []Score, path *[]uint64, localHashes []uint64, 
 	depth := 0
 	if len(active) > 0 {
 		depth = 1
-		cur := first
+		curn := first
 		if path != nil {
 			*path = append(*path, first.hash)
 		}
@@ -92,20 +94,20 @@ func (ix *Index) findMatches(dst []Score, path *[]uint64, localHashes []uint64, 
 			if earlyExit && len(active) == 1 {
 				break
 			}
-			child := ix.child(cur, h)
+			c, child := ix.child(cur, curn, h)
 			if child == nil {
 				break
 			}
 			// The ranks that leave here score depth.
 			var next []uint32
-			next, drops = split(buf[:0], drops, active, child.holderIDs(&sc.one))
+			next, drops = split(buf[:0], drops, active, ix.holderIDs(child, &sc.one))
 			ends = append(ends, len(drops))
 			active, buf = next, next
 			if len(active) == 0 {
 				break
 			}
 			depth++
-			cur = child
+			cur, curn = c, child
 			if path != nil {
 				*path = append(*path, child.hash)
 			}

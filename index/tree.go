@@ -3,83 +3,150 @@ package index
 import (
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/kvindex/kvindex/event"
 )
 
+// nref addresses a node in the index's node slab (slab.go). The root is 0; in a child table
+// slot, 0 is empty and tomb marks a node that was unlinked; in a first-child slot 0 is none.
+type nref = uint32
+
+const (
+	rootRef nref = 0
+	tomb    nref = ^nref(0)
+)
+
 // node is one tree position: the path of tokens hashes from the root. tokens, parent and hash
-// are immutable. holders and one are read by anyone without a lock and written by writers
-// holding the node's shard lock; kids is atomic (see doc.go).
+// are set when the node is made and kept until it is unlinked; hold and first are read by anyone
+// without a lock and written by writers holding the node's shard lock; kids is atomic (see
+// doc.go). An unlinked node's slot is reused once no reader can reach it (slab.go).
 //
-// 48 bytes (a size class): tokens, parent, first, holders, one, kids, hash.
+// 32 bytes, no pointer: tokens, hash, parent, first, hold, kids.
 type node struct {
-	tokens  uint64
-	parent  *node                  // nil for the root
-	first   atomic.Pointer[node]   // n's first child, kept here instead of in the child table
-	holders atomic.Pointer[uint32] // the holder set when two ranks or more hold n, else nil
-	one     atomic.Uint32          // with holders nil: the only holder's id + 1, or 0 for none
-	kids    atomic.Int32           // linked children; -1 once n is unlinked (dead)
-	hash    uint64                 // the block hash n was created under (see lookup)
+	tokens uint64
+	hash   uint64        // the block hash n was created under (see lookup)
+	parent nref          // rootRef for the root's children (and the root itself)
+	first  atomic.Uint32 // n's first child, kept here instead of in the child table; 0 for none
+	hold   atomic.Uint32 // the holders: 0 none, id + 1 for one, setBit | set index for more
+	kids   atomic.Int32  // linked children; -1 once n is unlinked (dead)
 }
 
-// The holder set (holders, one) is package-level (holders.go): one atomic load gives a reader a
-// consistent set.
+// setBit marks a holder word that names a holder set (ix.sets) rather than one rank.
+const setBit = 1 << 31
+
+// at returns node r.
+func (ix *Index) at(r nref) *node { return ix.nodes.at(r) }
 
 // holderIDs returns n's holder ids, ascending; a single holder is returned in buf. The slice
-// must not be modified.
-func (n *node) holderIDs(buf *[1]uint32) []uint32 { return HolderIDs(&n.holders, &n.one, buf) }
+// must not be modified. Safe without a lock, inside an epoch.
+func (ix *Index) holderIDs(n *node, buf *[1]uint32) []uint32 {
+	w := n.hold.Load()
+	switch {
+	case w == 0:
+		return nil
+	case w < setBit:
+		buf[0] = w - 1
+		return buf[:]
+	}
+	return setIDs(ix.sets.at(w &^ setBit).Load())
+}
 
 // heldBy reports whether rank id holds n. Caller holds n's shard lock.
-func (n *node) heldBy(id uint32) bool {
+func (ix *Index) heldBy(n *node, id uint32) bool {
 	var buf [1]uint32
-	_, ok := SearchID(n.holderIDs(&buf), id)
+	_, ok := SearchID(ix.holderIDs(n, &buf), id)
 	return ok
 }
 
-// addHolder makes id a holder of n. Caller holds n's shard lock; id is absent.
-func (n *node) addHolder(id uint32) { AddHolder(&n.holders, &n.one, id) }
-
-// dropHolder removes id from n's holders. Caller holds n's shard lock; id is present.
-func (n *node) dropHolder(id uint32) {
-	if _, ok := DropHolder(&n.holders, &n.one, id); !ok {
-		panic("index: rank released a node it does not hold")
+// addHolder makes id a holder of n. Caller holds s, n's shard lock; id is absent. A second
+// holder takes a holder set slot from s; the set is then replaced whole in its slot, so a
+// reader sees the holders as before or after (holders.go).
+func (ix *Index) addHolder(s *shard, n *node, id uint32) {
+	if id+1 >= setBit {
+		panic("index: rank id beyond 2³¹−2")
+	}
+	w := n.hold.Load()
+	switch {
+	case w == 0:
+		n.hold.Store(id + 1)
+	case w < setBit:
+		q, ok := s.sets.take(&ix.ep, ix.clearSet)
+		if !ok {
+			q = ix.sets.fresh()
+		}
+		ix.sets.at(q).Store(withID([]uint32{w - 1}, id)) // before the word that names it
+		n.hold.Store(setBit | q)
+	default:
+		slot := ix.sets.at(w &^ setBit)
+		slot.Store(withID(setIDs(slot.Load()), id))
 	}
 }
 
+// dropHolder removes id from n's holders. Caller holds s, n's shard lock; id is present. From
+// two holders to one, the set's slot keeps the old set (a reader that loaded the holder word
+// before sees the holders as before) and goes to limbo.
+func (ix *Index) dropHolder(s *shard, n *node, id uint32) {
+	w := n.hold.Load()
+	if w == id+1 {
+		n.hold.Store(0)
+		return
+	}
+	if w >= setBit {
+		q := w &^ setBit
+		slot := ix.sets.at(q)
+		ids := setIDs(slot.Load())
+		if i, ok := SearchID(ids, id); ok {
+			if len(ids) == 2 {
+				n.hold.Store(ids[1-i] + 1)
+				s.sets.give(&ix.ep, q)
+			} else {
+				slot.Store(withoutAt(ids, i))
+			}
+			return
+		}
+	}
+	panic("index: rank released a node it does not hold")
+}
+
+// clearSet drops what a reusable holder set slot still points at.
+func (ix *Index) clearSet(q uint32) { ix.sets.at(q).Store(nil) }
+
 // reclaimable reports whether n can be unlinked: linked, no rank holds it and it has no
 // children. Caller holds n's shard lock.
-func (n *node) reclaimable() bool {
-	return n.kids.Load() == 0 && n.holders.Load() == nil && n.one.Load() == 0
-}
+func (n *node) reclaimable() bool { return n.kids.Load() == 0 && n.hold.Load() == 0 }
 
 // numShards is the number of child-table shards (a power of two).
 const numShards = 256
 
 // shard is one stripe of the child table: every node whose (parent, tokens) hashes to it. mu
-// serializes writers on the shard's nodes (table slots, holders, the dead mark); readers load
-// tab and its slots with atomics and never take mu.
+// serializes writers on the shard's nodes (table slots, holders, the dead mark, their slots'
+// reuse); readers load tab and its slots with atomics and never take mu. A node index freed
+// here is reused here (its new key hashes here too), so a node's plain fields are only ever
+// written under its shard's lock.
 type shard struct {
 	mu   sync.Mutex
 	tab  atomic.Pointer[table]
 	live int // linked nodes in tab; guarded by mu
-	used int // non-nil slots (live and tombstones); guarded by mu
-	_    [32]byte
+	used int // non-empty slots (live and tombstones); guarded by mu
+	// Node slots given back here, guarded by mu: in limbo, then free, listed through their
+	// first-child words (a free node is out of every reader's reach).
+	nodeLimbo limbo
+	freeNodes nref // 0: none
+	sets      pool // holder set slots given back; guarded by mu
 }
 
 // table is an open-addressing (linear probing) set of nodes keyed by (parent, tokens). A slot
-// goes nil → node → tombstone (→ node again, reused by an insert) and never back to nil, so a
-// reader's probe sequence is never cut short; growing builds a new table (dropping tombstones)
-// and swaps it in, so a reader on the old table sees the tree as before the swap.
+// goes 0 → node → tomb (→ node again, reused by an insert) and never back to 0, so a reader's
+// probe sequence is never cut short; growing builds a new table (dropping tombstones) and swaps
+// it in, so a reader on the old table sees the tree as before the swap.
 type table struct {
 	mask  uint64
-	slots []atomic.Pointer[node]
+	slots []atomic.Uint32
 }
 
-// childHash hashes a child's key (parent node, tokens hash). Nodes are heap objects that never
-// move, so the parent's address identifies it.
-func childHash(parent *node, tokens uint64) uint64 {
-	h := uint64(uintptr(unsafe.Pointer(parent)))*0x9e3779b97f4a7c15 ^ tokens
+// childHash hashes a child's key (parent node, tokens hash).
+func childHash(parent nref, tokens uint64) uint64 {
+	h := uint64(parent)*0x9e3779b97f4a7c15 ^ tokens
 	h ^= h >> 33
 	h *= 0xff51afd7ed558ccd
 	h ^= h >> 33
@@ -90,62 +157,56 @@ func childHash(parent *node, tokens uint64) uint64 {
 
 func (ix *Index) shardOf(h uint64) *shard { return &ix.shards[h>>(64-8)] }
 
-// child returns the linked child of parent with tokens hash tok, or nil. It takes no lock: it
-// may run concurrently with writers (see table).
-func (ix *Index) child(parent *node, tok uint64) *node {
-	if parent.kids.Load() <= 0 {
-		return nil // a leaf (or dead); or a child is being linked: the tree as before
+// child returns the linked child of parent p (node pn) with tokens hash tok, or 0. It takes no
+// lock: it may run concurrently with writers (see table), inside an epoch.
+func (ix *Index) child(p nref, pn *node, tok uint64) (nref, *node) {
+	if pn.kids.Load() <= 0 {
+		return 0, nil // a leaf (or dead); or a child is being linked: the tree as before
 	}
-	if c := parent.first.Load(); c != nil && c.tokens == tok {
-		return c
-	}
-	h := childHash(parent, tok)
-	t := ix.shardOf(h).tab.Load()
-	if t == nil {
-		return nil
-	}
-	for i := h & t.mask; ; i = (i + 1) & t.mask {
-		n := t.slots[i].Load()
-		if n == nil {
-			return nil
-		}
-		if n != ix.tomb && n.parent == parent && n.tokens == tok {
-			return n
-		}
-	}
+	h := childHash(p, tok)
+	return ix.find(ix.shardOf(h), p, pn, tok, h)
 }
 
-// find is child for a caller holding the shard's lock.
-func (s *shard) find(tomb, parent *node, tok uint64, h uint64) *node {
+// find returns p's child with tokens hash tok (p's first child, or else from s, the shard of
+// hash h of (p, tok)), or 0; p has children or is being given one. Safe without a lock, inside
+// an epoch, or under s's lock.
+func (ix *Index) find(s *shard, p nref, pn *node, tok uint64, h uint64) (nref, *node) {
+	if c := pn.first.Load(); c != 0 {
+		if cn := ix.at(c); cn.tokens == tok {
+			return c, cn
+		}
+	}
 	t := s.tab.Load()
 	if t == nil {
-		return nil
+		return 0, nil
 	}
 	for i := h & t.mask; ; i = (i + 1) & t.mask {
-		n := t.slots[i].Load()
-		if n == nil {
-			return nil
+		c := t.slots[i].Load()
+		if c == 0 {
+			return 0, nil
 		}
-		if n != tomb && n.parent == parent && n.tokens == tok {
-			return n
+		if c != tomb {
+			if cn := ix.at(c); cn.parent == p && cn.tokens == tok {
+				return c, cn
+			}
 		}
 	}
 }
 
-// insert links n (absent) into the shard. Caller holds s.mu. The table is kept at most 3/4
-// full, tombstones included, so every probe sequence ends at a nil slot.
-func (s *shard) insert(tomb, n *node, h uint64) {
+// insert links c (absent) into the shard. Caller holds s.mu. The table is kept at most 3/4
+// full, tombstones included, so every probe sequence ends at an empty slot.
+func (ix *Index) insert(s *shard, c nref, h uint64) {
 	t := s.tab.Load()
 	if t == nil || 4*(s.used+1) > 3*len(t.slots) {
-		t = s.rebuild(tomb, t)
+		t = ix.rebuild(s, t)
 	}
 	for i := h & t.mask; ; i = (i + 1) & t.mask {
-		switch c := t.slots[i].Load(); c {
-		case nil:
+		switch v := t.slots[i].Load(); v {
+		case 0:
 			s.used++
 			fallthrough
 		case tomb:
-			t.slots[i].Store(n)
+			t.slots[i].Store(c)
 			s.live++
 			return
 		}
@@ -154,21 +215,22 @@ func (s *shard) insert(tomb, n *node, h uint64) {
 
 // rebuild publishes a fresh table sized for twice the live nodes (at least 8 slots) holding
 // the live nodes of old. Caller holds s.mu.
-func (s *shard) rebuild(tomb *node, old *table) *table {
+func (ix *Index) rebuild(s *shard, old *table) *table {
 	size := 8
 	for size < 2*(s.live+1) {
 		size *= 2
 	}
-	t := &table{mask: uint64(size - 1), slots: make([]atomic.Pointer[node], size)}
+	t := &table{mask: uint64(size - 1), slots: make([]atomic.Uint32, size)}
 	if old != nil {
 		for i := range old.slots {
-			n := old.slots[i].Load()
-			if n == nil || n == tomb {
+			c := old.slots[i].Load()
+			if c == 0 || c == tomb {
 				continue
 			}
-			for j := childHash(n.parent, n.tokens) & t.mask; ; j = (j + 1) & t.mask {
-				if t.slots[j].Load() == nil {
-					t.slots[j].Store(n)
+			cn := ix.at(c)
+			for j := childHash(cn.parent, cn.tokens) & t.mask; ; j = (j + 1) & t.mask {
+				if t.slots[j].Load() == 0 {
+					t.slots[j].Store(c)
 					break
 				}
 			}
@@ -179,11 +241,11 @@ func (s *shard) rebuild(tomb *node, old *table) *table {
 	return t
 }
 
-// remove unlinks n from the shard. Caller holds s.mu; n is linked.
-func (s *shard) remove(tomb, n *node, h uint64) {
+// remove unlinks c from the shard's table. Caller holds s.mu; c is in the table.
+func (s *shard) remove(c nref, h uint64) {
 	t := s.tab.Load()
 	for i := h & t.mask; ; i = (i + 1) & t.mask {
-		if t.slots[i].Load() == n {
+		if t.slots[i].Load() == c {
 			t.slots[i].Store(tomb)
 			s.live--
 			return
@@ -191,48 +253,74 @@ func (s *shard) remove(tomb, n *node, h uint64) {
 	}
 }
 
-// attach makes rank rs hold block b under cur (a node rs holds, or the root) and returns b's node
-// and whether it was created. A block hash rs already holds elsewhere moves to the new position.
-func (ix *Index) attach(rs *rankState, cur *node, b event.Block, d *deltas) *node {
-	old, had := rs.lookup.get(b.BlockHash)
-	if had {
-		if c := ix.child(cur, b.TokensHash); c == old {
-			return c // idempotent re-store: old is held by rs, hence linked
-		}
+// makeNode returns a fresh node (tokens, hash) under parent p, not yet linked: a reused index
+// of s, else a new one. Caller holds s.mu, the shard of (p, tokens).
+func (ix *Index) makeNode(s *shard, p nref, tokens, hash uint64) (nref, *node) {
+	if s.freeNodes == 0 {
+		s.nodeLimbo.drain(&ix.ep, func(i nref) {
+			ix.at(i).first.Store(s.freeNodes)
+			s.freeNodes = i
+		})
 	}
+	var c nref
+	if c = s.freeNodes; c != 0 {
+		s.freeNodes = ix.at(c).first.Load()
+	} else {
+		c = ix.nodes.fresh()
+	}
+	cn := ix.at(c)
+	cn.tokens, cn.hash, cn.parent = tokens, hash, p
+	cn.first.Store(0)
+	cn.hold.Store(0)
+	cn.kids.Store(0)
+	return c, cn
+}
+
+// linkNode links c, a fresh node, under p: as p's first child when that slot is free, else
+// in s's table. Caller holds s.mu; p cannot be reclaimed meanwhile (it is held, pinned, or
+// the root).
+func (ix *Index) linkNode(s *shard, p nref, pn *node, c nref, h uint64) {
+	if !pn.first.CompareAndSwap(0, c) {
+		ix.insert(s, c, h)
+	}
+	pn.kids.Add(1)
+}
+
+// attach makes rank rs hold block b under cur (a node rs holds, or the root) and returns b's node.
+// A block hash rs already holds elsewhere moves to the new position.
+func (ix *Index) attach(rs *rankState, cur nref, b event.Block, d *deltas) nref {
+	old, had := rs.lookup.get(b.BlockHash)
+	cn := ix.at(cur)
 	h := childHash(cur, b.TokensHash)
 	s := ix.shardOf(h)
 	s.mu.Lock()
 	// A linked child of cur counts in cur.kids from its insertion to its unlinking, both under
 	// this shard's lock: with kids at 0 there is none to find (a fresh chain's usual case).
+	var c nref
 	var child *node
-	if cur.kids.Load() != 0 {
-		if c := cur.first.Load(); c != nil && c.tokens == b.TokensHash {
-			child = c
-		} else {
-			child = s.find(ix.tomb, cur, b.TokensHash, h)
-		}
+	if cn.kids.Load() != 0 {
+		c, child = ix.find(s, cur, cn, b.TokensHash, h)
 	}
-	if child == nil {
-		child = &node{tokens: b.TokensHash, parent: cur, hash: b.BlockHash}
-		child.addHolder(rs.id)
-		if !cur.first.CompareAndSwap(nil, child) {
-			s.insert(ix.tomb, child, h)
-		}
-		// cur cannot be reclaimed meanwhile: rs holds it (or it is the root).
-		cur.kids.Add(1)
+	switch {
+	case c == 0:
+		c, child = ix.makeNode(s, cur, b.TokensHash, b.BlockHash)
+		ix.addHolder(s, child, rs.id)
+		ix.linkNode(s, cur, cn, c, h)
 		d.nodes++
-	} else if child.heldBy(rs.id) {
+	case had && c == old:
+		s.mu.Unlock()
+		return c // idempotent re-store: old is held by rs, hence linked
+	case ix.heldBy(child, rs.id):
 		if rs.refs == nil {
-			rs.refs = make(map[*node]uint32)
+			rs.refs = make(map[nref]uint32)
 		}
-		rs.refs[child]++ // a second block hash of rs at this position
-	} else {
-		child.addHolder(rs.id)
+		rs.refs[c]++ // a second block hash of rs at this position
+	default:
+		ix.addHolder(s, child, rs.id)
 	}
 	s.mu.Unlock()
 
-	rs.lookup.put(b.BlockHash, child)
+	rs.lookup.put(b.BlockHash, c)
 	if ix.opts.Evictable && !had {
 		ix.noteStored(rs, b.BlockHash)
 	}
@@ -241,12 +329,12 @@ func (ix *Index) attach(rs *rankState, cur *node, b event.Block, d *deltas) *nod
 	} else {
 		d.blocks++
 	}
-	return child
+	return c
 }
 
 // release drops one of rank rs's block hashes at n. When it was the last, rs leaves n, and n
 // (then its ancestors) is unlinked when nobody holds it and it has no children.
-func (ix *Index) release(rs *rankState, n *node, d *deltas) {
+func (ix *Index) release(rs *rankState, n nref, d *deltas) {
 	if c, ok := rs.refs[n]; ok {
 		if c > 1 {
 			rs.refs[n] = c - 1
@@ -255,55 +343,62 @@ func (ix *Index) release(rs *rankState, n *node, d *deltas) {
 		}
 		return
 	}
-	h := childHash(n.parent, n.tokens)
+	nn := ix.at(n)
+	h := childHash(nn.parent, nn.tokens)
 	s := ix.shardOf(h)
 	s.mu.Lock()
-	n.dropHolder(rs.id)
-	unlinked := n.reclaimable()
+	ix.dropHolder(s, nn, rs.id)
+	parent := nn.parent
+	unlinked := nn.reclaimable()
 	if unlinked {
-		ix.unlink(s, n, h)
+		ix.unlink(s, n, nn, h)
 	}
 	s.mu.Unlock()
 	if unlinked {
 		d.nodes--
-		ix.reclaimUp(n.parent, d)
+		ix.reclaimUp(parent, d)
 	}
 }
 
-// unlink removes n from the tree (its parent's first-child slot, or else the child table s) and
-// marks it dead. Caller holds s.mu, n's shard lock; n is reclaimable. Only n's own unlinking
-// clears a first-child slot holding n, so that slot cannot change under the lock.
-func (ix *Index) unlink(s *shard, n *node, h uint64) {
-	if !n.parent.first.CompareAndSwap(n, nil) {
-		s.remove(ix.tomb, n, h)
+// unlink removes n from the tree (its parent's first-child slot, or else the child table s),
+// marks it dead and gives its index back to s. Caller holds s.mu, n's shard lock; n is
+// reclaimable. Only n's own unlinking clears a first-child slot holding n, so that slot cannot
+// change under the lock.
+func (ix *Index) unlink(s *shard, n nref, nn *node, h uint64) {
+	if !ix.at(nn.parent).first.CompareAndSwap(n, 0) {
+		s.remove(n, h)
 	}
-	n.kids.Store(-1)
+	nn.kids.Store(-1)
+	s.nodeLimbo.give(&ix.ep, n)
 }
 
 // reclaimUp records that a child of n was unlinked, then unlinks n and its ancestors for as long
 // as they are reclaimable. Each step re-checks under the node's shard lock: meanwhile a writer
 // holding n may have attached a child (n is then held, hence not reclaimable), or another
-// writer's reclaim may have unlinked n (dead).
-func (ix *Index) reclaimUp(n *node, d *deltas) {
-	for n != ix.root {
-		if n.kids.Add(-1) != 0 {
+// writer's reclaim may have unlinked n (dead; its index is not reused while this writer is in
+// its epoch).
+func (ix *Index) reclaimUp(n nref, d *deltas) {
+	for n != rootRef {
+		nn := ix.at(n)
+		if nn.kids.Add(-1) != 0 {
 			return
 		}
-		h := childHash(n.parent, n.tokens)
+		h := childHash(nn.parent, nn.tokens)
 		s := ix.shardOf(h)
 		s.mu.Lock()
-		ok := n.reclaimable()
+		parent := nn.parent
+		ok := nn.reclaimable()
 		if ok {
-			ix.unlink(s, n, h)
+			ix.unlink(s, n, nn, h)
 		}
 		s.mu.Unlock()
 		if !ok {
 			return
 		}
 		d.nodes--
-		n = n.parent
+		n = parent
 	}
-	n.kids.Add(-1)
+	ix.at(rootRef).kids.Add(-1)
 }
 
 // deltas accumulates an event's changes to the index-wide counters, published once per event.
@@ -313,7 +408,7 @@ type deltas struct {
 
 func (ix *Index) publish(rs *rankState, d *deltas) {
 	if d.nodes != 0 {
-		ix.nodes.Add(d.nodes)
+		ix.nodeCount.Add(d.nodes)
 	}
 	if d.blocks != 0 {
 		ix.blocks.Add(d.blocks)

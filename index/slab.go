@@ -1,0 +1,191 @@
+package index
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// slabShift sets a slab chunk's size: 1,024 elements (32 KiB of nodes).
+const (
+	slabShift = 10
+	slabChunk = 1 << slabShift
+	slabMask  = slabChunk - 1
+)
+
+// slab is a growable array of T addressed by 32-bit index: fixed-size chunks that never move,
+// listed by a directory that is replaced whole (copy on grow) when a chunk is added. at takes
+// no lock. Fresh indices come from a counter; indices given back are kept by their owner (the
+// shards' pools) and handed out again, so a slab only grows, to the peak count.
+//
+// A chunk of a pointer-free T (node) is a pointer-free allocation: the garbage collector never
+// scans it, however many nodes it holds.
+type slab[T any] struct {
+	dir  atomic.Pointer[[]*[slabChunk]T]
+	next atomic.Uint32 // the next fresh index
+	mu   sync.Mutex    // serializes growth
+}
+
+// at returns element i, which was handed out by fresh. Safe without a lock.
+func (s *slab[T]) at(i uint32) *T {
+	return &(*s.dir.Load())[i>>slabShift][i&slabMask]
+}
+
+// fresh returns an index never handed out before, growing the slab as needed.
+func (s *slab[T]) fresh() uint32 {
+	i := s.next.Add(1) - 1
+	if i == ^uint32(0) {
+		panic("index: more than 2³²−1 slab elements")
+	}
+	if d := s.dir.Load(); d != nil && int(i>>slabShift) < len(*d) {
+		return i
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var d []*[slabChunk]T
+	if p := s.dir.Load(); p != nil {
+		d = *p
+	}
+	if int(i>>slabShift) < len(d) {
+		return i
+	}
+	nd := make([]*[slabChunk]T, len(d), max(4, int(i>>slabShift)+1, 2*len(d)))
+	copy(nd, d)
+	for len(nd) <= int(i>>slabShift) {
+		nd = append(nd, new([slabChunk]T))
+	}
+	s.dir.Store(&nd)
+	return i
+}
+
+// chunks returns how many chunks the slab holds.
+func (s *slab[T]) chunks() int {
+	if d := s.dir.Load(); d != nil {
+		return len(*d)
+	}
+	return 0
+}
+
+// Reclamation. A node (or holder set slot) that is unlinked may still be read by a query, or
+// by a writer probing a sibling, that reached it just before; its index is reused only once
+// every such reader has finished. Every goroutine that reads nodes it does not hold (a query,
+// a writer's event) does so inside an epoch: enter publishes the global epoch in a free
+// reader slot, exit clears it. An index given back at global epoch R waits in its shard's
+// limbo until every occupied slot reads more than R (safe): a reader that entered later
+// loaded the epoch after the index was unlinked, so it can no longer reach it.
+//
+//	global ──► 7            slots ┌───┬───┬───┬───┬─────┐
+//	                              │ 0 │ 7 │ 0 │ 6 │ ... │   0: free; else the epoch at entry
+//	limbo  (index, epoch) ──►     └───┴───┴───┴───┴─────┘   reusable: epoch < min(7, 6) = 6
+const epochSlots = 128
+
+type epochs struct {
+	global atomic.Uint64
+	slots  [epochSlots]struct {
+		v atomic.Uint64
+		_ [56]byte
+	}
+}
+
+// enter occupies a reader slot with the current epoch and returns it for exit.
+func (e *epochs) enter() int {
+	for tries := 0; ; tries++ {
+		i := int(rand.Uint32() % epochSlots)
+		for k := 0; k < epochSlots; k++ {
+			s := &e.slots[i]
+			if s.v.Load() == 0 && s.v.CompareAndSwap(0, e.global.Load()) {
+				return i
+			}
+			if i++; i == epochSlots {
+				i = 0
+			}
+		}
+		runtime.Gosched() // more readers than slots: wait for one to leave
+	}
+}
+
+func (e *epochs) exit(i int) { e.slots[i].v.Store(0) }
+
+// safe advances the global epoch and returns the lowest epoch a reader may still be in: an
+// index given back at an epoch below it is reusable.
+func (e *epochs) safe() uint64 {
+	low := e.global.Add(1)
+	for i := range e.slots {
+		if v := e.slots[i].v.Load(); v != 0 && v < low {
+			low = v
+		}
+	}
+	return low
+}
+
+// retired is an index given back at an epoch.
+type retired struct {
+	i     uint32
+	epoch uint64
+}
+
+// limbo keeps the indices a shard gave back until no reader can reach them. Guarded by the
+// shard's lock.
+type limbo []retired
+
+// limboBatch is how many indices a limbo keeps before it asks for a safe epoch.
+const limboBatch = 32
+
+// drain passes fn each index no reader can reach any more, if the limbo holds a batch, and
+// drops them. Its array shrinks once mostly empty (after a mass eviction, say).
+func (l *limbo) drain(e *epochs, fn func(uint32)) {
+	if len(*l) < limboBatch {
+		return
+	}
+	safe := e.safe()
+	n := 0
+	for n < len(*l) && (*l)[n].epoch < safe {
+		fn((*l)[n].i)
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	rest := (*l)[n:]
+	if cap(*l) > 4*len(rest)+4*limboBatch {
+		*l = append(make(limbo, 0, 2*len(rest)+limboBatch), rest...)
+		return
+	}
+	*l = (*l)[:copy(*l, rest)]
+}
+
+// give puts index i in limbo at the current epoch.
+func (l *limbo) give(e *epochs, i uint32) {
+	*l = append(*l, retired{i: i, epoch: e.global.Load()})
+}
+
+// pool is a shard's holder set slots given back: free ones, and those in limbo. Guarded by the
+// shard's lock. (Free node slots are listed through the nodes themselves: shard.freeNodes.)
+type pool struct {
+	free  []uint32
+	limbo limbo
+}
+
+// take returns a reusable index, or false when none is (yet). reset is called on each index
+// as it leaves limbo.
+func (p *pool) take(e *epochs, reset func(uint32)) (uint32, bool) {
+	if len(p.free) == 0 {
+		p.limbo.drain(e, func(i uint32) {
+			reset(i)
+			p.free = append(p.free, i)
+		})
+	}
+	if k := len(p.free); k > 0 {
+		i := p.free[k-1]
+		p.free = p.free[:k-1]
+		return i, true
+	}
+	return 0, false
+}
+
+// give puts index i in limbo.
+func (p *pool) give(e *epochs, i uint32) { p.limbo.give(e, i) }
+
+// len returns the indices the pool keeps.
+func (p *pool) len() int { return len(p.free) + len(p.limbo) }
