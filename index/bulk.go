@@ -301,7 +301,7 @@ func (ix *Index) link(rs *rankState, cur nref, tok, hash uint64, hold bool, d *d
 	}
 	switch {
 	case c == 0:
-		c, child = ix.makeNode(s, cur, tok, hash)
+		c, child = ix.makeNode(rs, cur, tok, hash)
 		if hold {
 			ix.addHolder(s, child, rs.id)
 		} else {

@@ -68,11 +68,10 @@
 //     re-checks the parent under its shard lock.
 //   - An unlinked node is marked dead (kids -1), it has no holder, and it is not linked again
 //     while anyone may still reach it: a reader that reaches it (through an older table) finds
-//     it unheld and stops there. Its index (and a holder set slot given up) waits in its
-//     shard's limbo until every goroutine that was reading nodes it does not hold — queries
-//     and writers' events, each inside an epoch (slab.go) — has left, then is reused for a
-//     node of the same shard. Hence a node's plain fields (tokens, hash, parent) change only
-//     under its shard's lock, when no reader can see them.
+//     it unheld and stops there. Its slot (and a holder set slot given up) waits in limbo
+//     until every goroutine that was reading nodes it does not hold — queries and writers'
+//     events, each inside an epoch (slab.go) — has left, and only then is reused. Hence a
+//     node's plain fields (tokens, hash, parent) change only when no reader can see them.
 //   - A linked child counts in its parent's kids from its insertion to its unlinking, both under
 //     the child's shard lock: a writer holding that lock that reads kids 0 knows the child is
 //     absent without probing.

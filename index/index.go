@@ -141,6 +141,9 @@ type rankState struct {
 	ord orderState
 	// evictions counts the blocks evicted from the rank; read by anyone.
 	evictions atomic.Uint64
+	// mag holds node slots ready for the rank's next nodes, pend the slots of nodes its writer
+	// unlinked, not yet in the index's limbo (slab.go); writer-owned.
+	mag, pend []nref
 }
 
 // Index is the concurrent radix-tree index. See the package documentation for the concurrency
@@ -152,6 +155,7 @@ type Index struct {
 	nodes slab[node]
 	sets  slab[atomic.Pointer[uint32]]
 	ep    epochs
+	pool  nodePool
 
 	// shards is the child table: (parent, tokens hash) → node, for every linked node.
 	shards [numShards]shard
@@ -525,6 +529,7 @@ func (ix *Index) clearState(rs *rankState) {
 	}
 	ix.ep.exit(g)
 	ix.publish(rs, &d)
+	ix.returnNodes(rs)
 	rs.lookup = newLookup(&ix.nodes, ix.opts.LookupCapacity)
 	rs.refs = nil
 	ix.resetOrder(rs)

@@ -33,14 +33,10 @@ func (s *slab[T]) at(i uint32) *T {
 }
 
 // fresh returns an index never handed out before, growing the slab as needed.
-func (s *slab[T]) fresh() uint32 {
-	i := s.next.Add(1) - 1
-	if i == ^uint32(0) {
-		panic("index: more than 2³²−1 slab elements")
-	}
-	if d := s.dir.Load(); d != nil && int(i>>slabShift) < len(*d) {
-		return i
-	}
+func (s *slab[T]) fresh() uint32 { return s.freshRun(1) }
+
+// grow adds chunks until index i is in one.
+func (s *slab[T]) grow(i uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var d []*[slabChunk]T
@@ -48,7 +44,7 @@ func (s *slab[T]) fresh() uint32 {
 		d = *p
 	}
 	if int(i>>slabShift) < len(d) {
-		return i
+		return
 	}
 	nd := make([]*[slabChunk]T, len(d), max(4, int(i>>slabShift)+1, 2*len(d)))
 	copy(nd, d)
@@ -56,7 +52,18 @@ func (s *slab[T]) fresh() uint32 {
 		nd = append(nd, new([slabChunk]T))
 	}
 	s.dir.Store(&nd)
-	return i
+}
+
+// freshRun returns the first of n consecutive indices never handed out before.
+func (s *slab[T]) freshRun(n uint32) uint32 {
+	last := s.next.Add(n) - 1
+	if last < n-1 || last == ^uint32(0) {
+		panic("index: more than 2³²−1 slab elements")
+	}
+	if d := s.dir.Load(); d == nil || int(last>>slabShift) >= len(*d) {
+		s.grow(last)
+	}
+	return last - (n - 1)
 }
 
 // chunks returns how many chunks the slab holds.
@@ -71,9 +78,10 @@ func (s *slab[T]) chunks() int {
 // by a writer probing a sibling, that reached it just before; its index is reused only once
 // every such reader has finished. Every goroutine that reads nodes it does not hold (a query,
 // a writer's event) does so inside an epoch: enter publishes the global epoch in a free
-// reader slot, exit clears it. An index given back at global epoch R waits in its shard's
-// limbo until every occupied slot reads more than R (safe): a reader that entered later
-// loaded the epoch after the index was unlinked, so it can no longer reach it.
+// reader slot, exit clears it. An index given back at global epoch R waits in a limbo (the
+// index's for nodes, the shard's for holder set slots) until every occupied slot reads more
+// than R (safe): a reader that entered later loaded the epoch after the index was unlinked, so
+// it can no longer reach it.
 //
 //	global ──► 7            slots ┌───┬───┬───┬───┬─────┐
 //	                              │ 0 │ 7 │ 0 │ 6 │ ... │   0: free; else the epoch at entry
@@ -132,10 +140,10 @@ type limbo []retired
 // limboBatch is how many indices a limbo keeps before it asks for a safe epoch.
 const limboBatch = 32
 
-// drain passes fn each index no reader can reach any more, if the limbo holds a batch, and
-// drops them. Its array shrinks once mostly empty (after a mass eviction, say).
-func (l *limbo) drain(e *epochs, fn func(uint32)) {
-	if len(*l) < limboBatch {
+// drain passes fn each index no reader can reach any more, if the limbo holds at least min,
+// and drops them. Its array shrinks once mostly empty (after a mass eviction, say).
+func (l *limbo) drain(e *epochs, min int, fn func(uint32)) {
+	if len(*l) < min || len(*l) == 0 {
 		return
 	}
 	safe := e.safe()
@@ -171,7 +179,7 @@ type pool struct {
 // as it leaves limbo.
 func (p *pool) take(e *epochs, reset func(uint32)) (uint32, bool) {
 	if len(p.free) == 0 {
-		p.limbo.drain(e, func(i uint32) {
+		p.limbo.drain(e, limboBatch, func(i uint32) {
 			reset(i)
 			p.free = append(p.free, i)
 		})
@@ -189,3 +197,89 @@ func (p *pool) give(e *epochs, i uint32) { p.limbo.give(e, i) }
 
 // len returns the indices the pool keeps.
 func (p *pool) len() int { return len(p.free) + len(p.limbo) }
+
+// Node slots move in batches of magSize. A rank's writer takes the slots of its new nodes from
+// its own magazine (rankState.mag) and puts those of the nodes it unlinks in its own pending
+// list (rankState.pend), without a lock; a full pending list goes to the index's limbo, an
+// empty magazine is refilled from the index's free slots (its limbo drained first), else with
+// a run of fresh ones. So a chain removed and a chain stored next reuse slots freed together,
+// in the order they were freed, and a rank's new chain lies in consecutive slots: a query
+// walking it touches few cache lines. At most 2·magSize slots wait with a rank; a cleared or
+// removed rank gives them back.
+const magSize = 16
+
+// nodePool holds the node slots between ranks: in limbo, then free.
+type nodePool struct {
+	mu    sync.Mutex
+	free  []nref
+	limbo limbo
+}
+
+// takeNode returns a node slot for rank rs's writer: unlinked, out of every reader's reach.
+func (ix *Index) takeNode(rs *rankState) nref {
+	if len(rs.mag) == 0 {
+		ix.refill(rs)
+	}
+	k := len(rs.mag) - 1
+	c := rs.mag[k]
+	rs.mag = rs.mag[:k]
+	return c
+}
+
+// refill fills rs's empty magazine.
+func (ix *Index) refill(rs *rankState) {
+	p := &ix.pool
+	p.mu.Lock()
+	if len(p.free) < magSize && len(p.limbo) > 0 {
+		p.limbo.drain(&ix.ep, 1, func(i nref) { p.free = append(p.free, i) })
+	}
+	if n := min(len(p.free), magSize); n > 0 {
+		rs.mag = append(rs.mag, p.free[len(p.free)-n:]...)
+		p.free = p.free[:len(p.free)-n]
+		if cap(p.free) > 4*len(p.free)+1024 {
+			p.free = append(make([]nref, 0, 2*len(p.free)), p.free...)
+		}
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	first := ix.nodes.freshRun(magSize)
+	for i := nref(magSize); i > 0; i-- {
+		rs.mag = append(rs.mag, first+i-1) // popped from the end: first, first+1, ...
+	}
+}
+
+// giveNode takes back the slot of node n, just unlinked by rank rs's writer.
+func (ix *Index) giveNode(rs *rankState, n nref) {
+	rs.pend = append(rs.pend, n)
+	if len(rs.pend) >= magSize {
+		ix.flushPend(rs)
+	}
+}
+
+// flushPend moves rs's pending slots to the index's limbo, at the current epoch (after every
+// one was unlinked).
+func (ix *Index) flushPend(rs *rankState) {
+	if len(rs.pend) == 0 {
+		return
+	}
+	p := &ix.pool
+	p.mu.Lock()
+	for _, n := range rs.pend {
+		p.limbo.give(&ix.ep, n)
+	}
+	p.mu.Unlock()
+	rs.pend = rs.pend[:0]
+}
+
+// returnNodes gives back every slot waiting with rs (a cleared or removed rank).
+func (ix *Index) returnNodes(rs *rankState) {
+	ix.flushPend(rs)
+	if len(rs.mag) > 0 {
+		p := &ix.pool
+		p.mu.Lock()
+		p.free = append(p.free, rs.mag...)
+		p.mu.Unlock()
+		rs.mag = rs.mag[:0]
+	}
+}

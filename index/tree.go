@@ -120,19 +120,13 @@ const numShards = 256
 
 // shard is one stripe of the child table: every node whose (parent, tokens) hashes to it. mu
 // serializes writers on the shard's nodes (table slots, holders, the dead mark, their slots'
-// reuse); readers load tab and its slots with atomics and never take mu. A node index freed
-// here is reused here (its new key hashes here too), so a node's plain fields are only ever
-// written under its shard's lock.
+// slots' reuse); readers load tab and its slots with atomics and never take mu.
 type shard struct {
 	mu   sync.Mutex
 	tab  atomic.Pointer[table]
-	live int // linked nodes in tab; guarded by mu
-	used int // non-empty slots (live and tombstones); guarded by mu
-	// Node slots given back here, guarded by mu: in limbo, then free, listed through their
-	// first-child words (a free node is out of every reader's reach).
-	nodeLimbo limbo
-	freeNodes nref // 0: none
-	sets      pool // holder set slots given back; guarded by mu
+	live int  // linked nodes in tab; guarded by mu
+	used int  // non-empty slots (live and tombstones); guarded by mu
+	sets pool // holder set slots given back; guarded by mu
 }
 
 // table is an open-addressing (linear probing) set of nodes keyed by (parent, tokens). A slot
@@ -253,21 +247,10 @@ func (s *shard) remove(c nref, h uint64) {
 	}
 }
 
-// makeNode returns a fresh node (tokens, hash) under parent p, not yet linked: a reused index
-// of s, else a new one. Caller holds s.mu, the shard of (p, tokens).
-func (ix *Index) makeNode(s *shard, p nref, tokens, hash uint64) (nref, *node) {
-	if s.freeNodes == 0 {
-		s.nodeLimbo.drain(&ix.ep, func(i nref) {
-			ix.at(i).first.Store(s.freeNodes)
-			s.freeNodes = i
-		})
-	}
-	var c nref
-	if c = s.freeNodes; c != 0 {
-		s.freeNodes = ix.at(c).first.Load()
-	} else {
-		c = ix.nodes.fresh()
-	}
+// makeNode returns a fresh node (tokens, hash) under parent p, not yet linked, from rank rs's
+// slots (slab.go). Caller holds the shard lock of (p, tokens).
+func (ix *Index) makeNode(rs *rankState, p nref, tokens, hash uint64) (nref, *node) {
+	c := ix.takeNode(rs)
 	cn := ix.at(c)
 	cn.tokens, cn.hash, cn.parent = tokens, hash, p
 	cn.first.Store(0)
@@ -303,7 +286,7 @@ func (ix *Index) attach(rs *rankState, cur nref, b event.Block, d *deltas) nref 
 	}
 	switch {
 	case c == 0:
-		c, child = ix.makeNode(s, cur, b.TokensHash, b.BlockHash)
+		c, child = ix.makeNode(rs, cur, b.TokensHash, b.BlockHash)
 		ix.addHolder(s, child, rs.id)
 		ix.linkNode(s, cur, cn, c, h)
 		d.nodes++
@@ -351,25 +334,25 @@ func (ix *Index) release(rs *rankState, n nref, d *deltas) {
 	parent := nn.parent
 	unlinked := nn.reclaimable()
 	if unlinked {
-		ix.unlink(s, n, nn, h)
+		ix.unlink(rs, s, n, nn, h)
 	}
 	s.mu.Unlock()
 	if unlinked {
 		d.nodes--
-		ix.reclaimUp(parent, d)
+		ix.reclaimUp(rs, parent, d)
 	}
 }
 
 // unlink removes n from the tree (its parent's first-child slot, or else the child table s),
-// marks it dead and gives its index back to s. Caller holds s.mu, n's shard lock; n is
-// reclaimable. Only n's own unlinking clears a first-child slot holding n, so that slot cannot
-// change under the lock.
-func (ix *Index) unlink(s *shard, n nref, nn *node, h uint64) {
+// marks it dead and gives its slot back through rs, the rank whose writer unlinks it. Caller
+// holds s.mu, n's shard lock; n is reclaimable. Only n's own unlinking clears a first-child slot
+// holding n, so that slot cannot change under the lock.
+func (ix *Index) unlink(rs *rankState, s *shard, n nref, nn *node, h uint64) {
 	if !ix.at(nn.parent).first.CompareAndSwap(n, 0) {
 		s.remove(n, h)
 	}
 	nn.kids.Store(-1)
-	s.nodeLimbo.give(&ix.ep, n)
+	ix.giveNode(rs, n)
 }
 
 // reclaimUp records that a child of n was unlinked, then unlinks n and its ancestors for as long
@@ -377,7 +360,7 @@ func (ix *Index) unlink(s *shard, n nref, nn *node, h uint64) {
 // holding n may have attached a child (n is then held, hence not reclaimable), or another
 // writer's reclaim may have unlinked n (dead; its index is not reused while this writer is in
 // its epoch).
-func (ix *Index) reclaimUp(n nref, d *deltas) {
+func (ix *Index) reclaimUp(rs *rankState, n nref, d *deltas) {
 	for n != rootRef {
 		nn := ix.at(n)
 		if nn.kids.Add(-1) != 0 {
@@ -389,7 +372,7 @@ func (ix *Index) reclaimUp(n nref, d *deltas) {
 		parent := nn.parent
 		ok := nn.reclaimable()
 		if ok {
-			ix.unlink(s, n, nn, h)
+			ix.unlink(rs, s, n, nn, h)
 		}
 		s.mu.Unlock()
 		if !ok {
