@@ -242,14 +242,17 @@ func TestEvictableMemoryBytesTracksHeap(t *testing.T) {
 	ix := index.New(index.Options{Evictable: true})
 	blocks := make([]event.Block, 64)
 	hashes := make([]uint64, 64)
-	for r := uint64(1); r <= 64; r++ {
-		for round := uint64(0); round < 64; round++ {
-			chainBlocks(blocks, hashes, r, round)
-			blocks[0].TokensHash = r<<40 | round<<8
-			ev := event.Stored(event.Rank{WorkerID: r}, 0, nil, blocks...)
-			ix.Apply(&ev)
+	store := func(from, to uint64) { // rounds [from, to) of 64 unshared chains on each of 64 ranks
+		for r := uint64(1); r <= 64; r++ {
+			for round := from; round < to; round++ {
+				chainBlocks(blocks, hashes, r, round)
+				blocks[0].TokensHash = r<<40 | round<<8
+				ev := event.Stored(event.Rank{WorkerID: r}, 0, nil, blocks...)
+				ix.Apply(&ev)
+			}
 		}
 	}
+	store(0, 64)
 	check := func(what string) {
 		heap, est := float64(liveHeap()-before), float64(ix.MemoryBytes())
 		t.Logf("%s: blocks %d nodes %d (%d slab slots): heap %.0f B, estimate %.0f B (%.2f)", what, ix.Blocks(), ix.NodeCount(), ix.NodeSlots(), heap, est, est/heap)
@@ -261,14 +264,7 @@ func TestEvictableMemoryBytesTracksHeap(t *testing.T) {
 	for r := uint64(1); r <= 64; r++ {
 		ix.EvictLeaves(event.Rank{WorkerID: r}, 32*64)
 	}
-	for r := uint64(1); r <= 64; r++ {
-		for round := uint64(64); round < 96; round++ {
-			chainBlocks(blocks, hashes, r, round)
-			blocks[0].TokensHash = r<<40 | round<<8
-			ev := event.Stored(event.Rank{WorkerID: r}, 0, nil, blocks...)
-			ix.Apply(&ev)
-		}
-	}
+	store(64, 96)
 	check("half evicted, refilled")
 	runtime.KeepAlive(ix)
 }

@@ -1,7 +1,5 @@
 package index
 
-import "math/bits"
-
 // hashSet is a set of uint64 keys: an open-addressing table of 8-byte slots with linear probing
 // and backward-shift deletion (no tombstones), at most 4/5 full and grown by half, so it costs
 // 10 to 15 bytes a key (a Go map of uint64 costs about 20). 0 marks an empty slot; the key 0
@@ -12,12 +10,10 @@ type hashSet struct {
 	zero  bool
 }
 
-// home returns key k's home slot in a table of size slots.
-func (s *hashSet) home(k uint64, size int) int {
-	k ^= k >> 31
-	k *= 0x9e3779b97f4a7c15
-	hi, _ := bits.Mul64(k, uint64(size))
-	return int(hi)
+// home returns key k's home slot in a table of size slots (the rank lookup's, slotOf).
+func home(k uint64, size int) int {
+	i, _ := slotOf(k, size)
+	return i
 }
 
 // len returns the number of keys.
@@ -36,7 +32,7 @@ func (s *hashSet) find(k uint64) int {
 	if size == 0 {
 		return -1
 	}
-	for i := s.home(k, size); ; {
+	for i := home(k, size); ; {
 		switch s.slots[i] {
 		case 0:
 			return -1
@@ -83,7 +79,7 @@ func (s *hashSet) add(k uint64) bool {
 // put stores k (absent, not 0) in the table, which has room.
 func (s *hashSet) put(k uint64) {
 	size := len(s.slots)
-	i := s.home(k, size)
+	i := home(k, size)
 	for s.slots[i] != 0 {
 		if i++; i == size {
 			i = 0
@@ -114,7 +110,7 @@ func (s *hashSet) del(k uint64) bool {
 		if o == 0 {
 			break
 		}
-		if cyclicDist(s.home(o, size), j, size) >= cyclicDist(i, j, size) {
+		if cyclicDist(home(o, size), j, size) >= cyclicDist(i, j, size) {
 			s.slots[i] = o
 			i = j
 		}

@@ -454,6 +454,9 @@ func (ix *Index) applyStored(r event.Rank, ev *event.RouterEvent) Result {
 			return Result{Status: StatusInvalidBlock}
 		}
 	}
+	// Inside an epoch from here: a Stored under an evicted parent releases nodes too.
+	g := ix.ep.enter()
+	defer ix.ep.exit(g)
 	rs := ix.rankOf(r)
 	cur := rootRef
 	if ev.HasParent {
@@ -473,11 +476,9 @@ func (ix *Index) applyStored(r event.Rank, ev *event.RouterEvent) Result {
 		rs = ix.register(r)
 	}
 	var d deltas
-	g := ix.ep.enter()
 	for _, b := range ev.Blocks {
 		cur = ix.attach(rs, cur, b, &d)
 	}
-	ix.ep.exit(g)
 	ix.publish(rs, &d)
 	return Result{Status: StatusOK, Blocks: len(ev.Blocks)}
 }

@@ -17,7 +17,8 @@ const (
 // slab is a growable array of T addressed by 32-bit index: fixed-size chunks that never move,
 // listed by a directory that is replaced whole (copy on grow) when a chunk is added. at takes
 // no lock. Fresh indices come from a counter; indices given back are kept by their owner (the
-// shards' pools) and handed out again, so a slab only grows, to the peak count.
+// index's node pool, the shards' holder set pools) and handed out again, so a slab only grows,
+// to the peak count.
 //
 // A chunk of a pointer-free T (node) is a pointer-free allocation: the garbage collector never
 // scans it, however many nodes it holds.
@@ -66,14 +67,6 @@ func (s *slab[T]) freshRun(n uint32) uint32 {
 	return last - (n - 1)
 }
 
-// chunks returns how many chunks the slab holds.
-func (s *slab[T]) chunks() int {
-	if d := s.dir.Load(); d != nil {
-		return len(*d)
-	}
-	return 0
-}
-
 // Reclamation. A node (or holder set slot) that is unlinked may still be read by a query, or
 // by a writer probing a sibling, that reached it just before; its index is reused only once
 // every such reader has finished. Every goroutine that reads nodes it does not hold (a query,
@@ -98,7 +91,7 @@ type epochs struct {
 
 // enter occupies a reader slot with the current epoch and returns it for exit.
 func (e *epochs) enter() int {
-	for tries := 0; ; tries++ {
+	for {
 		i := int(rand.Uint32() % epochSlots)
 		for k := 0; k < epochSlots; k++ {
 			s := &e.slots[i]
@@ -133,8 +126,8 @@ type retired struct {
 	epoch uint64
 }
 
-// limbo keeps the indices a shard gave back until no reader can reach them. Guarded by the
-// shard's lock.
+// limbo keeps indices given back until no reader can reach them, oldest first. Guarded by its
+// owner's lock (nodePool.mu, or the shard's for holder set slots).
 type limbo []retired
 
 // limboBatch is how many indices a limbo keeps before it asks for a safe epoch.
@@ -169,7 +162,7 @@ func (l *limbo) give(e *epochs, i uint32) {
 }
 
 // pool is a shard's holder set slots given back: free ones, and those in limbo. Guarded by the
-// shard's lock. (Free node slots are listed through the nodes themselves: shard.freeNodes.)
+// shard's lock. (Node slots go through nodePool.)
 type pool struct {
 	free  []uint32
 	limbo limbo

@@ -119,8 +119,8 @@ func (n *node) reclaimable() bool { return n.kids.Load() == 0 && n.hold.Load() =
 const numShards = 256
 
 // shard is one stripe of the child table: every node whose (parent, tokens) hashes to it. mu
-// serializes writers on the shard's nodes (table slots, holders, the dead mark, their slots'
-// slots' reuse); readers load tab and its slots with atomics and never take mu.
+// serializes writers on the shard's nodes (table slots, holders, the dead mark, the reuse of
+// holder set slots); readers load tab and its slots with atomics and never take mu.
 type shard struct {
 	mu   sync.Mutex
 	tab  atomic.Pointer[table]
@@ -274,6 +274,11 @@ func (ix *Index) linkNode(s *shard, p nref, pn *node, c nref, h uint64) {
 func (ix *Index) attach(rs *rankState, cur nref, b event.Block, d *deltas) nref {
 	old, had := rs.lookup.get(b.BlockHash)
 	cn := ix.at(cur)
+	if had {
+		if c, _ := ix.child(cur, cn, b.TokensHash); c == old {
+			return c // idempotent re-store, found without a lock: old is held by rs, hence linked
+		}
+	}
 	h := childHash(cur, b.TokensHash)
 	s := ix.shardOf(h)
 	s.mu.Lock()
@@ -290,9 +295,6 @@ func (ix *Index) attach(rs *rankState, cur nref, b event.Block, d *deltas) nref 
 		ix.addHolder(s, child, rs.id)
 		ix.linkNode(s, cur, cn, c, h)
 		d.nodes++
-	case had && c == old:
-		s.mu.Unlock()
-		return c // idempotent re-store: old is held by rs, hence linked
 	case ix.heldBy(child, rs.id):
 		if rs.refs == nil {
 			rs.refs = make(map[nref]uint32)
