@@ -297,7 +297,7 @@ func (ix *Index) link(rs *rankState, cur nref, tok, hash uint64, hold bool, d *d
 	var c nref
 	var child *node
 	if cn.kids.Load() != 0 {
-		c, child = ix.find(s, cur, cn, tok, h)
+		c, child = ix.find(ix.nodes.view(), s, cur, cn, tok, h)
 	}
 	switch {
 	case c == 0:

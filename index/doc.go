@@ -103,14 +103,14 @@
 //	                     child, holder word (inline holder or holder set slot), child count
 //	holder set    4·(holders+1) B rounded up to a size class, and an 8-byte slot, only for 2
 //	              holders or more
-//	child table   one 4-byte slot per node that is not a first child, tables between 3/8 and
-//	              3/4 full
+//	child table   one 8-byte slot (node index, tag) per node that is not a first child, tables
+//	              between 3/8 and 3/4 full
 //	rank lookup   one 6-byte slot (node index, tag) per entry whose block hash is its node's,
 //	              tables at most 4/5 full, grown by half (between 8/15 and 4/5 full; 3/4 for a
 //	              rank of 512 blocks); a Go map entry for any other (rare)
 //
 // A first-child node held by one rank thus costs about 32 + 9 B; shared by k ≥ 2 ranks, its
-// share is about (32 + 8 + 4·(k+1))/k + 9 B; a node in the child table adds about 7 B. Tables do
+// share is about (32 + 8 + 4·(k+1))/k + 9 B; a node in the child table adds about 14 B. Tables do
 // not shrink (a churned shard keeps its peak size until its next rebuild; a cleared rank starts
 // a fresh lookup), and neither does the slab: the slots of unlinked nodes are reused by the
 // next nodes made, so the slab stays at the peak node count.

@@ -69,7 +69,8 @@ func (ix *Index) findMatches(dst []Score, path *[]uint64, localHashes []uint64, 
 	t := ix.table.Load()
 	g := ix.ep.enter()
 	defer ix.ep.exit(g)
-	cur, first := ix.child(rootRef, ix.at(rootRef), localHashes[0])
+	nv := ix.nodes.view() // the walk's nodes, without reloading the directory per node
+	cur, first := ix.child(nv, rootRef, nv.at(rootRef), localHashes[0])
 	if first == nil {
 		return dst
 	}
@@ -94,7 +95,7 @@ func (ix *Index) findMatches(dst []Score, path *[]uint64, localHashes []uint64, 
 			if earlyExit && len(active) == 1 {
 				break
 			}
-			c, child := ix.child(cur, curn, h)
+			c, child := ix.child(nv, cur, curn, h)
 			if child == nil {
 				break
 			}

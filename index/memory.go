@@ -8,7 +8,7 @@ const lookupBytesPerEntry = 9
 
 // MemoryBytes estimates the heap the index holds, cheaply enough for every /metrics scrape:
 // NodeCount × the node's size (exact count, 32 B each; slab slots of unlinked nodes are reused,
-// so they are left out), the child tables' slots × 4 B (exact: the 256 shard tables' sizes are
+// so they are left out), the child tables' slots × 8 B (exact: the 256 shard tables' sizes are
 // read, tombstones and free slots included) and 9 B per (rank, block) entry for the rank
 // lookups (estimated from the entry count at the tables' typical load). Holder sets (4·(k+1) B,
 // rounded up to a size class, and an 8-byte slot, per node held by k ≥ 2 ranks) are estimated

@@ -1,8 +1,10 @@
 package index
 
 import (
+	"math/bits"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -31,6 +33,31 @@ type slab[T any] struct {
 // at returns element i, which was handed out by fresh. Safe without a lock.
 func (s *slab[T]) at(i uint32) *T {
 	return &(*s.dir.Load())[i>>slabShift][i&slabMask]
+}
+
+// view is a slab's directory as loaded once, for a reader that visits many elements (a query
+// walking a path): its at skips reloading the directory and its slice header, and falls back
+// to the slab for an element of a chunk added since.
+type view[T any] struct {
+	dir []*[slabChunk]T
+	s   *slab[T]
+}
+
+// view returns the slab's directory as it is now.
+func (s *slab[T]) view() view[T] {
+	v := view[T]{s: s}
+	if d := s.dir.Load(); d != nil {
+		v.dir = *d
+	}
+	return v
+}
+
+// at returns element i, which was handed out by fresh. Safe without a lock.
+func (v view[T]) at(i uint32) *T {
+	if c := int(i >> slabShift); c < len(v.dir) {
+		return &v.dir[c][i&slabMask]
+	}
+	return v.s.at(i)
 }
 
 // fresh returns an index never handed out before, growing the slab as needed.
@@ -195,17 +222,81 @@ func (p *pool) len() int { return len(p.free) + len(p.limbo) }
 // its own magazine (rankState.mag) and puts those of the nodes it unlinks in its own pending
 // list (rankState.pend), without a lock; a full pending list goes to the index's limbo, an
 // empty magazine is refilled from the index's free slots (its limbo drained first), else with
-// a run of fresh ones. So a chain removed and a chain stored next reuse slots freed together,
-// in the order they were freed, and a rank's new chain lies in consecutive slots: a query
-// walking it touches few cache lines. At most 2·magSize slots wait with a rank; a cleared or
-// removed rank gives them back.
+// a run of fresh ones. At most 2·magSize slots wait with a rank; a cleared or removed rank
+// gives them back.
+//
+// Where a magazine's slots lie is what a query walking a chain pays for: a rank's new chain
+// takes its slots in order, so they should be near each other. Free slots are therefore kept
+// by slab chunk (freeSlots), and a magazine is filled from one chunk, in ascending order, as
+// far as that chunk has free slots: 16 nodes within 32 KiB, however scattered the removals
+// that freed them were. (A plain stack of freed slots handed a chain the slots of removals
+// made anywhere in the slab, and queries 96 blocks deep or more paid for it: 39 % slower than
+// on heap nodes, against 18 % with chunk-ordered reuse, as fast as on never-reused slots.)
 const magSize = 16
 
 // nodePool holds the node slots between ranks: in limbo, then free.
 type nodePool struct {
 	mu    sync.Mutex
-	free  []nref
+	free  freeSlots
 	limbo limbo
+}
+
+// freeSlots is a set of free slab slots grouped by chunk: a bitmap per chunk with free slots
+// and a stack of those chunks. take empties the top chunk first, lowest slots first. Guarded
+// by nodePool.mu.
+type freeSlots struct {
+	chunks  map[uint32]*chunkFree // chunk number → its free slots (chunks with none are left out)
+	partial []uint32              // the chunks in the map, the one to take from last
+	n       int                   // free slots in all
+}
+
+type chunkFree struct {
+	bits [slabChunk / 64]uint64
+	n    int
+}
+
+// put adds slot i.
+func (f *freeSlots) put(i nref) {
+	c := i >> slabShift
+	cf := f.chunks[c]
+	if cf == nil {
+		if f.chunks == nil {
+			f.chunks = make(map[uint32]*chunkFree)
+		}
+		cf = new(chunkFree)
+		f.chunks[c] = cf
+		f.partial = append(f.partial, c)
+	}
+	cf.bits[(i&slabMask)>>6] |= 1 << (i & 63)
+	cf.n++
+	f.n++
+}
+
+// take appends to dst up to n free slots of one chunk, ascending, and removes them.
+func (f *freeSlots) take(dst []nref, n int) []nref {
+	if len(f.partial) == 0 {
+		return dst
+	}
+	c := f.partial[len(f.partial)-1]
+	cf := f.chunks[c]
+	for w := range cf.bits {
+		for b := cf.bits[w]; b != 0 && n > 0; b &= b - 1 {
+			k := uint32(bits.TrailingZeros64(b))
+			cf.bits[w] &^= 1 << k
+			dst = append(dst, c<<slabShift|uint32(w)<<6|k)
+			cf.n--
+			f.n--
+			n--
+		}
+		if n == 0 {
+			break
+		}
+	}
+	if cf.n == 0 {
+		delete(f.chunks, c)
+		f.partial = f.partial[:len(f.partial)-1]
+	}
+	return dst
 }
 
 // takeNode returns a node slot for rank rs's writer: unlinked, out of every reader's reach.
@@ -219,20 +310,19 @@ func (ix *Index) takeNode(rs *rankState) nref {
 	return c
 }
 
-// refill fills rs's empty magazine.
+// refill fills rs's empty magazine: from one chunk's free slots if there are any, else with a
+// run of fresh ones. The magazine is popped from its end, so its slots are laid in descending
+// order: the rank's next nodes take them lowest first.
 func (ix *Index) refill(rs *rankState) {
 	p := &ix.pool
 	p.mu.Lock()
-	if len(p.free) < magSize && len(p.limbo) > 0 {
-		p.limbo.drain(&ix.ep, 1, func(i nref) { p.free = append(p.free, i) })
+	if p.free.n < magSize && len(p.limbo) > 0 {
+		p.limbo.drain(&ix.ep, 1, p.free.put)
 	}
-	if n := min(len(p.free), magSize); n > 0 {
-		rs.mag = append(rs.mag, p.free[len(p.free)-n:]...)
-		p.free = p.free[:len(p.free)-n]
-		if cap(p.free) > 4*len(p.free)+1024 {
-			p.free = append(make([]nref, 0, 2*len(p.free)), p.free...)
-		}
+	if p.free.n > 0 {
+		rs.mag = p.free.take(rs.mag[:0], magSize)
 		p.mu.Unlock()
+		slices.Reverse(rs.mag)
 		return
 	}
 	p.mu.Unlock()
@@ -271,7 +361,9 @@ func (ix *Index) returnNodes(rs *rankState) {
 	if len(rs.mag) > 0 {
 		p := &ix.pool
 		p.mu.Lock()
-		p.free = append(p.free, rs.mag...)
+		for _, n := range rs.mag {
+			p.free.put(n)
+		}
 		p.mu.Unlock()
 		rs.mag = rs.mag[:0]
 	}

@@ -133,10 +133,29 @@ type shard struct {
 // goes 0 → node → tomb (→ node again, reused by an insert) and never back to 0, so a reader's
 // probe sequence is never cut short; growing builds a new table (dropping tombstones) and swaps
 // it in, so a reader on the old table sees the tree as before the swap.
+//
+// A slot is one 64-bit word, loaded and stored whole, so a reader never sees a tag without its
+// node:
+//
+//	 63            32 31             0
+//	┌────────────────┬────────────────┐
+//	│ tag: h bits    │ nref           │   0: empty; nref tomb: unlinked
+//	│ 24..55         │                │
+//	└────────────────┴────────────────┘
+//
+// The tag is taken from bits of the key's hash that pick neither the shard (the top 8) nor,
+// in any table below 2²⁴ slots, the slot, so candidates that only share a probe sequence are
+// passed without loading their nodes.
 type table struct {
 	mask  uint64
-	slots []atomic.Uint32
+	slots []atomic.Uint64
 }
+
+// slotTag returns the tag of a child's key hash h.
+func slotTag(h uint64) uint32 { return uint32(h >> 24) }
+
+// slotWord returns the table slot of node c, whose key hashes to h.
+func slotWord(c nref, h uint64) uint64 { return uint64(slotTag(h))<<32 | uint64(c) }
 
 // childHash hashes a child's key (parent node, tokens hash).
 func childHash(parent nref, tokens uint64) uint64 {
@@ -153,34 +172,47 @@ func (ix *Index) shardOf(h uint64) *shard { return &ix.shards[h>>(64-8)] }
 
 // child returns the linked child of parent p (node pn) with tokens hash tok, or 0. It takes no
 // lock: it may run concurrently with writers (see table), inside an epoch.
-func (ix *Index) child(p nref, pn *node, tok uint64) (nref, *node) {
+func (ix *Index) child(nv view[node], p nref, pn *node, tok uint64) (nref, *node) {
 	if pn.kids.Load() <= 0 {
 		return 0, nil // a leaf (or dead); or a child is being linked: the tree as before
 	}
+	if c := pn.first.Load(); c != 0 {
+		if cn := nv.at(c); cn.tokens == tok {
+			return c, cn // a chain's next block: no hash, no table
+		}
+	}
 	h := childHash(p, tok)
-	return ix.find(ix.shardOf(h), p, pn, tok, h)
+	return ix.probe(nv, ix.shardOf(h), p, tok, h)
 }
 
 // find returns p's child with tokens hash tok (p's first child, or else from s, the shard of
 // hash h of (p, tok)), or 0; p has children or is being given one. Safe without a lock, inside
 // an epoch, or under s's lock.
-func (ix *Index) find(s *shard, p nref, pn *node, tok uint64, h uint64) (nref, *node) {
+func (ix *Index) find(nv view[node], s *shard, p nref, pn *node, tok uint64, h uint64) (nref, *node) {
 	if c := pn.first.Load(); c != 0 {
-		if cn := ix.at(c); cn.tokens == tok {
+		if cn := nv.at(c); cn.tokens == tok {
 			return c, cn
 		}
 	}
+	return ix.probe(nv, s, p, tok, h)
+}
+
+// probe returns p's child with tokens hash tok from s's table (the shard of hash h of (p, tok)),
+// or 0. Safe as find is.
+func (ix *Index) probe(nv view[node], s *shard, p nref, tok uint64, h uint64) (nref, *node) {
 	t := s.tab.Load()
 	if t == nil {
 		return 0, nil
 	}
+	tag := slotTag(h)
 	for i := h & t.mask; ; i = (i + 1) & t.mask {
-		c := t.slots[i].Load()
-		if c == 0 {
+		w := t.slots[i].Load()
+		if w == 0 {
 			return 0, nil
 		}
-		if c != tomb {
-			if cn := ix.at(c); cn.parent == p && cn.tokens == tok {
+		// The tag spares loading the node of every candidate the probe passes.
+		if c := nref(w); c != tomb && uint32(w>>32) == tag {
+			if cn := nv.at(c); cn.parent == p && cn.tokens == tok {
 				return c, cn
 			}
 		}
@@ -195,12 +227,12 @@ func (ix *Index) insert(s *shard, c nref, h uint64) {
 		t = ix.rebuild(s, t)
 	}
 	for i := h & t.mask; ; i = (i + 1) & t.mask {
-		switch v := t.slots[i].Load(); v {
-		case 0:
+		switch v := t.slots[i].Load(); {
+		case v == 0:
 			s.used++
 			fallthrough
-		case tomb:
-			t.slots[i].Store(c)
+		case nref(v) == tomb:
+			t.slots[i].Store(slotWord(c, h))
 			s.live++
 			return
 		}
@@ -214,17 +246,17 @@ func (ix *Index) rebuild(s *shard, old *table) *table {
 	for size < 2*(s.live+1) {
 		size *= 2
 	}
-	t := &table{mask: uint64(size - 1), slots: make([]atomic.Uint32, size)}
+	t := &table{mask: uint64(size - 1), slots: make([]atomic.Uint64, size)}
 	if old != nil {
 		for i := range old.slots {
-			c := old.slots[i].Load()
-			if c == 0 || c == tomb {
+			w := old.slots[i].Load()
+			if c := nref(w); w == 0 || c == tomb {
 				continue
 			}
-			cn := ix.at(c)
+			cn := ix.at(nref(w))
 			for j := childHash(cn.parent, cn.tokens) & t.mask; ; j = (j + 1) & t.mask {
 				if t.slots[j].Load() == 0 {
-					t.slots[j].Store(c)
+					t.slots[j].Store(w)
 					break
 				}
 			}
@@ -239,8 +271,8 @@ func (ix *Index) rebuild(s *shard, old *table) *table {
 func (s *shard) remove(c nref, h uint64) {
 	t := s.tab.Load()
 	for i := h & t.mask; ; i = (i + 1) & t.mask {
-		if t.slots[i].Load() == c {
-			t.slots[i].Store(tomb)
+		if nref(t.slots[i].Load()) == c {
+			t.slots[i].Store(uint64(tomb))
 			s.live--
 			return
 		}
@@ -275,7 +307,7 @@ func (ix *Index) attach(rs *rankState, cur nref, b event.Block, d *deltas) nref 
 	old, had := rs.lookup.get(b.BlockHash)
 	cn := ix.at(cur)
 	if had {
-		if c, _ := ix.child(cur, cn, b.TokensHash); c == old {
+		if c, _ := ix.child(ix.nodes.view(), cur, cn, b.TokensHash); c == old {
 			return c // idempotent re-store, found without a lock: old is held by rs, hence linked
 		}
 	}
@@ -287,7 +319,7 @@ func (ix *Index) attach(rs *rankState, cur nref, b event.Block, d *deltas) nref 
 	var c nref
 	var child *node
 	if cn.kids.Load() != 0 {
-		c, child = ix.find(s, cur, cn, b.TokensHash, h)
+		c, child = ix.find(ix.nodes.view(), s, cur, cn, b.TokensHash, h)
 	}
 	switch {
 	case c == 0:
