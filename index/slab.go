@@ -231,7 +231,8 @@ func (p *pool) len() int { return len(p.free) + len(p.limbo) }
 // far as that chunk has free slots: 16 nodes within 32 KiB, however scattered the removals
 // that freed them were. (A plain stack of freed slots handed a chain the slots of removals
 // made anywhere in the slab, and queries 96 blocks deep or more paid for it: 39 % slower than
-// on heap nodes, against 18 % with chunk-ordered reuse, as fast as on never-reused slots.)
+// on heap nodes, against 18 % with chunk-ordered reuse, as fast as never-reused slots;
+// BenchmarkTraceQueryFloor, docs/BENCHMARKS.md.)
 const magSize = 16
 
 // nodePool holds the node slots between ranks: in limbo, then free.
