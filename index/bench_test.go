@@ -297,6 +297,39 @@ func BenchmarkTrace(b *testing.B) {
 	})
 }
 
+// BenchmarkTraceWriters applies the benchmark trace's stream with 1, 2 and 16 writers, each
+// owning the ranks that hash to it and applying their events in stream order (one op: the whole
+// stream into a fresh index): how apply scales past one core. The in-memory baseline of
+// kvindex bench runs 16.
+//
+//	go test ./index -run '^$' -bench BenchmarkTraceWriters -benchtime 5x
+func BenchmarkTraceWriters(b *testing.B) {
+	wl := traceWorkload(b)
+	for _, writers := range []int{1, 2, 16} {
+		parts := make([][]*event.RouterEvent, writers)
+		for j := range wl.Events {
+			e := &wl.Events[j]
+			k := (uint64(e.WorkerID)*31 + uint64(e.DPRank)) % uint64(writers)
+			parts[k] = append(parts[k], e)
+		}
+		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				ix := index.New(index.Options{})
+				var wg sync.WaitGroup
+				for _, p := range parts {
+					wg.Go(func() {
+						for _, e := range p {
+							ix.Apply(e)
+						}
+					})
+				}
+				wg.Wait()
+			}
+			b.ReportMetric(float64(b.N)*float64(wl.Blocks)/b.Elapsed().Seconds(), "blocks/s")
+		})
+	}
+}
+
 // BenchmarkTraceQueryFloor times every query of the benchmark trace 7 times on the index its
 // stream builds (one op) and keeps each query's fastest call: the noise of a shared machine is
 // in the slower calls, so two builds compare on the floors. It reports their mean, p50 and p99,

@@ -243,12 +243,12 @@ type nodePool struct {
 }
 
 // freeSlots is a set of free slab slots grouped by chunk: a bitmap per chunk with free slots
-// and a stack of those chunks. take empties the top chunk first, lowest slots first. Guarded
+// (8 B of table per chunk of the slab) and a stack of those chunks. take empties the top chunk first, lowest slots first. Guarded
 // by nodePool.mu.
 type freeSlots struct {
-	chunks  map[uint32]*chunkFree // chunk number → its free slots (chunks with none are left out)
-	partial []uint32              // the chunks in the map, the one to take from last
-	n       int                   // free slots in all
+	chunks  []*chunkFree // by chunk number: its free slots, nil for none
+	partial []uint32     // the chunks in the map, the one to take from last
+	n       int          // free slots in all
 }
 
 type chunkFree struct {
@@ -259,11 +259,11 @@ type chunkFree struct {
 // put adds slot i.
 func (f *freeSlots) put(i nref) {
 	c := i >> slabShift
+	if int(c) >= len(f.chunks) {
+		f.chunks = append(f.chunks, make([]*chunkFree, int(c)+1-len(f.chunks))...)
+	}
 	cf := f.chunks[c]
 	if cf == nil {
-		if f.chunks == nil {
-			f.chunks = make(map[uint32]*chunkFree)
-		}
 		cf = new(chunkFree)
 		f.chunks[c] = cf
 		f.partial = append(f.partial, c)
@@ -294,7 +294,7 @@ func (f *freeSlots) take(dst []nref, n int) []nref {
 		}
 	}
 	if cf.n == 0 {
-		delete(f.chunks, c)
+		f.chunks[c] = nil
 		f.partial = f.partial[:len(f.partial)-1]
 	}
 	return dst
