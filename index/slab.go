@@ -247,7 +247,7 @@ type nodePool struct {
 // by nodePool.mu.
 type freeSlots struct {
 	chunks  []*chunkFree // by chunk number: its free slots, nil for none
-	partial []uint32     // the chunks in the map, the one to take from last
+	partial []uint32     // the chunks with free slots, the one to take from last
 	n       int          // free slots in all
 }
 
