@@ -281,13 +281,14 @@ func (s *shard) remove(c nref, h uint64) {
 
 // makeNode returns a fresh node (tokens, hash) under parent p, not yet linked, from rank rs's
 // slots (slab.go). Caller holds the shard lock of (p, tokens).
+//
+// The record is written whole with plain stores: no reader can reach a slot handed out
+// (slab.go), and linking the node publishes it with an atomic store. (Storing its three
+// atomic fields one by one, each a locked instruction on amd64, cost 4 % of a 2-writer apply.)
 func (ix *Index) makeNode(rs *rankState, p nref, tokens, hash uint64) (nref, *node) {
 	c := ix.takeNode(rs)
 	cn := ix.at(c)
-	cn.tokens, cn.hash, cn.parent = tokens, hash, p
-	cn.first.Store(0)
-	cn.hold.Store(0)
-	cn.kids.Store(0)
+	*cn = node{tokens: tokens, hash: hash, parent: p}
 	return c, cn
 }
 
