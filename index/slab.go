@@ -74,8 +74,15 @@ func (s *slab[T]) grow(i uint32) {
 	if int(i>>slabShift) < len(d) {
 		return
 	}
-	nd := make([]*[slabChunk]T, len(d), max(4, int(i>>slabShift)+1, 2*len(d)))
-	copy(nd, d)
+	// Chunks are appended in place while the array has room: a reader's directory is a slice
+	// of it no longer than when loaded, so it never reads the element being written, and
+	// the new directory is published after. Only a full array is copied (doubled): copying on
+	// every chunk cost O(chunks²), 1.5 of a ×80 restart's 7.8 s.
+	nd := d
+	if need := int(i>>slabShift) + 1; need > cap(d) {
+		nd = make([]*[slabChunk]T, len(d), max(4, need, 2*cap(d)))
+		copy(nd, d)
+	}
 	for len(nd) <= int(i>>slabShift) {
 		nd = append(nd, new([slabChunk]T))
 	}
