@@ -77,7 +77,7 @@ func (s *slab[T]) grow(i uint32) {
 	// Chunks are appended in place while the array has room: a reader's directory is a slice
 	// of it no longer than when loaded, so it never reads the element being written, and
 	// the new directory is published after. Only a full array is copied (doubled): copying on
-	// every chunk cost O(chunks²), 1.5 of a ×80 restart's 7.8 s.
+	// every chunk cost O(chunks²): 1.5 s of a ×80 restart's 7.8 s.
 	nd := d
 	if need := int(i>>slabShift) + 1; need > cap(d) {
 		nd = make([]*[slabChunk]T, len(d), max(4, need, 2*cap(d)))
@@ -250,8 +250,8 @@ type nodePool struct {
 }
 
 // freeSlots is a set of free slab slots grouped by chunk: a bitmap per chunk with free slots
-// (8 B of table per chunk of the slab) and a stack of those chunks. take empties the top chunk first, lowest slots first. Guarded
-// by nodePool.mu.
+// (8 B of table per chunk of the slab) and a stack of those chunks. take empties the top chunk
+// first, lowest slots first. Guarded by nodePool.mu.
 type freeSlots struct {
 	chunks  []*chunkFree // by chunk number: its free slots, nil for none
 	partial []uint32     // the chunks with free slots, the one to take from last
