@@ -101,7 +101,7 @@ func (ix *Index) findMatches(dst []Score, path *[]uint64, localHashes []uint64, 
 			}
 			// The ranks that leave here score depth. A conversation's own blocks, below what it
 			// shares, are held by its one rank alone: then nobody leaves, and no set is read.
-			if len(active) != 1 || child.hold.Load() != active[0]+1 {
+			if len(active) != 1 || !heldOnlyBy(child, active[0]) {
 				var next []uint32
 				next, drops = split(buf[:0], drops, active, ix.holderIDs(child, &sc.one))
 				active, buf = next, next

@@ -51,6 +51,10 @@ func (ix *Index) holderIDs(n *node, buf *[1]uint32) []uint32 {
 	return setIDs(ix.sets.at(w &^ setBit).Load())
 }
 
+// heldOnlyBy reports whether rank id is n's one holder: the holder word alone, no set read.
+// Safe without a lock.
+func heldOnlyBy(n *node, id uint32) bool { return n.hold.Load() == id+1 }
+
 // heldBy reports whether rank id holds n. Caller holds n's shard lock.
 func (ix *Index) heldBy(n *node, id uint32) bool {
 	var buf [1]uint32
@@ -176,10 +180,8 @@ func (ix *Index) child(nv view[node], p nref, pn *node, tok uint64) (nref, *node
 	if pn.kids.Load() <= 0 {
 		return 0, nil // a leaf (or dead); or a child is being linked: the tree as before
 	}
-	if c := pn.first.Load(); c != 0 {
-		if cn := nv.at(c); cn.tokens == tok {
-			return c, cn // a chain's next block: no hash, no table
-		}
+	if c, cn := firstChild(nv, pn, tok); cn != nil {
+		return c, cn // a chain's next block: no key hash, no table
 	}
 	h := childHash(p, tok)
 	return ix.probe(nv, ix.shardOf(h), p, tok, h)
@@ -189,12 +191,20 @@ func (ix *Index) child(nv view[node], p nref, pn *node, tok uint64) (nref, *node
 // hash h of (p, tok)), or 0; p has children or is being given one. Safe without a lock, inside
 // an epoch, or under s's lock.
 func (ix *Index) find(nv view[node], s *shard, p nref, pn *node, tok uint64, h uint64) (nref, *node) {
+	if c, cn := firstChild(nv, pn, tok); cn != nil {
+		return c, cn
+	}
+	return ix.probe(nv, s, p, tok, h)
+}
+
+// firstChild returns pn's first child if its tokens hash is tok, else 0.
+func firstChild(nv view[node], pn *node, tok uint64) (nref, *node) {
 	if c := pn.first.Load(); c != 0 {
 		if cn := nv.at(c); cn.tokens == tok {
 			return c, cn
 		}
 	}
-	return ix.probe(nv, s, p, tok, h)
+	return 0, nil
 }
 
 // probe returns p's child with tokens hash tok from s's table (the shard of hash h of (p, tok)),
@@ -250,10 +260,11 @@ func (ix *Index) rebuild(s *shard, old *table) *table {
 	if old != nil {
 		for i := range old.slots {
 			w := old.slots[i].Load()
-			if c := nref(w); w == 0 || c == tomb {
+			c := nref(w)
+			if w == 0 || c == tomb {
 				continue
 			}
-			cn := ix.at(nref(w))
+			cn := ix.at(c)
 			for j := childHash(cn.parent, cn.tokens) & t.mask; ; j = (j + 1) & t.mask {
 				if t.slots[j].Load() == 0 {
 					t.slots[j].Store(w)
