@@ -244,6 +244,8 @@ func (b *RankBuilder) Commit() {
 		clear(pinned)
 		b.need, b.nodes, b.pinned = need, nodes[:0], pinned[:0]
 	}()
+	rs.mag = ix.getMag()
+	defer func() { ix.putMag(rs.mag); rs.mag = nil }()
 	var d deltas
 	for i := 1; i < len(b.pos); i++ {
 		if !need[i] {

@@ -141,9 +141,11 @@ type rankState struct {
 	ord orderState
 	// evictions counts the blocks evicted from the rank; read by anyone.
 	evictions atomic.Uint64
-	// mag holds node slots ready for the rank's next nodes, pend the slots of nodes its writer
-	// unlinked, not yet in the index's limbo (slab.go); writer-owned.
-	mag, pend []nref
+	// mag is the magazine of node slots the rank's writer makes nodes from while it applies a
+	// Stored event or commits a RankBuilder (nil otherwise); pend the slots of nodes its writer
+	// unlinked, not yet in the index's limbo (slab.go). Writer-owned.
+	mag  *magazine
+	pend []nref
 }
 
 // Index is the concurrent radix-tree index. See the package documentation for the concurrency
@@ -156,6 +158,11 @@ type Index struct {
 	sets  slab[atomic.Pointer[uint32]]
 	ep    epochs
 	pool  nodePool
+	// Magazines of node slots for writers (slab.go): the Pool keeps a P's last one; allMags,
+	// guarded by magMu, every one made.
+	mags    sync.Pool
+	magMu   sync.Mutex
+	allMags []*magazine
 
 	// shards is the child table: (parent, tokens hash) → node, for every linked node.
 	shards [numShards]shard
@@ -475,6 +482,8 @@ func (ix *Index) applyStored(r event.Rank, ev *event.RouterEvent) Result {
 	if rs == nil {
 		rs = ix.register(r)
 	}
+	rs.mag = ix.getMag()
+	defer func() { ix.putMag(rs.mag); rs.mag = nil }()
 	var d deltas
 	for _, b := range ev.Blocks {
 		cur = ix.attach(rs, cur, b, &d)

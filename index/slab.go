@@ -225,22 +225,64 @@ func (p *pool) give(e *epochs, i uint32) { p.limbo.give(e, i) }
 // len returns the indices the pool keeps.
 func (p *pool) len() int { return len(p.free) + len(p.limbo) }
 
-// Node slots move in batches of magSize. A rank's writer takes the slots of its new nodes from
-// its own magazine (rankState.mag) and puts those of the nodes it unlinks in its own pending
-// list (rankState.pend), without a lock; a full pending list goes to the index's limbo, an
-// empty magazine is refilled from the index's free slots (its limbo drained first), else with
-// a run of fresh ones. At most 2·magSize slots wait with a rank; a cleared or removed rank
-// gives them back.
+// Node slots for new nodes come in magazines of up to magSize, each used by one writer at a
+// time: a Stored event (or a RankBuilder's commit) takes one from the index's sync.Pool
+// (getMag), makes its nodes from it without a lock, and puts it back; the Pool keeps one per
+// P, so the events that follow one another on a P take consecutive slots, whatever their
+// ranks, as Go's allocator lays out objects. An empty magazine is refilled from the index's
+// free slots (its limbo drained first), else with a run of fresh ones. The slots of the nodes a
+// rank's writer unlinks wait in the rank's pending list (rankState.pend), and a full list goes
+// to the index's limbo; a cleared or removed rank gives its list back.
 //
-// Where a magazine's slots lie is what a query walking a chain pays for: a rank's new chain
-// takes its slots in order, so they should be near each other. Free slots are therefore kept
-// by slab chunk (freeSlots), and a magazine is filled from one chunk, in ascending order, as
-// far as that chunk has free slots: 16 nodes within 32 KiB, however scattered the removals
-// that freed them were. (A plain stack of freed slots handed a chain the slots of removals
-// made anywhere in the slab, and queries 96 blocks deep or more paid for it: 39 % slower than
-// on heap nodes, against 18 % with chunk-ordered reuse, as fast as never-reused slots;
-// BenchmarkTraceQueryFloor, docs/BENCHMARKS.md.)
-const magSize = 16
+// Where a magazine's slots lie is what a query walking a chain pays for: a chain's slots
+// should be near each other. Free slots are therefore kept by slab chunk (freeSlots), and a
+// magazine is filled from one chunk, in ascending order, as far as that chunk has free slots.
+// (A plain stack of freed slots handed a chain the slots of removals made anywhere in the
+// slab, and queries 96 blocks deep or more paid for it: 39 % slower than on heap nodes,
+// against 18 % with chunk-ordered reuse, as fast as never-reused slots. Magazines of 16 slots
+// per rank broke a chain every 16 nodes at most, and an event's nodes came from wherever its
+// rank's last refill was: per-P magazines of 256 made queries 96 blocks deep or more 13–21 %
+// faster on an index built by 16 writers, 7–10 % on average, 4–8 % with one writer, and
+// 16 writers apply 4–26 % more blocks/s; BenchmarkTraceQueryFloor, BenchmarkTraceWriters,
+// docs/BENCHMARKS.md.)
+const magSize = 256
+
+// magazine is a batch of node slots ready for new nodes (popped from the end), held by one
+// writer at a time (inUse).
+type magazine struct {
+	inUse atomic.Bool
+	slots []nref
+}
+
+// getMag returns a magazine for the calling writer's new nodes; putMag gives it back. The Pool
+// only hints which one: its P's last. Every magazine made stays in ix.allMags, so one the Pool
+// drops (at a garbage collection, or at random under the race detector) is taken again by the
+// next writer that finds the Pool empty, slots and all: no slot is stranded, and there are
+// never more magazines than writers making nodes at once.
+func (ix *Index) getMag() *magazine {
+	if m, _ := ix.mags.Get().(*magazine); m != nil && m.inUse.CompareAndSwap(false, true) {
+		return m // (a magazine another P took from allMags meanwhile fails the swap)
+	}
+	ix.magMu.Lock()
+	defer ix.magMu.Unlock()
+	for _, m := range ix.allMags {
+		if m.inUse.CompareAndSwap(false, true) {
+			return m
+		}
+	}
+	m := &magazine{}
+	m.inUse.Store(true)
+	ix.allMags = append(ix.allMags, m)
+	return m
+}
+
+func (ix *Index) putMag(m *magazine) {
+	m.inUse.Store(false)
+	ix.mags.Put(m)
+}
+
+// pendSize is how many unlinked nodes' slots wait with a rank before they go to limbo.
+const pendSize = 16
 
 // nodePool holds the node slots between ranks: in limbo, then free.
 type nodePool struct {
@@ -307,43 +349,45 @@ func (f *freeSlots) take(dst []nref, n int) []nref {
 	return dst
 }
 
-// takeNode returns a node slot for rank rs's writer: unlinked, out of every reader's reach.
+// takeNode returns a node slot for rank rs's writer, from the magazine it holds (rs.mag):
+// unlinked, out of every reader's reach.
 func (ix *Index) takeNode(rs *rankState) nref {
-	if len(rs.mag) == 0 {
-		ix.refill(rs)
+	m := rs.mag
+	if len(m.slots) == 0 {
+		ix.refill(m)
 	}
-	k := len(rs.mag) - 1
-	c := rs.mag[k]
-	rs.mag = rs.mag[:k]
+	k := len(m.slots) - 1
+	c := m.slots[k]
+	m.slots = m.slots[:k]
 	return c
 }
 
-// refill fills rs's empty magazine: from one chunk's free slots if there are any, else with a
+// refill fills an empty magazine: from one chunk's free slots if there are any, else with a
 // run of fresh ones. The magazine is popped from its end, so its slots are laid in descending
-// order: the rank's next nodes take them lowest first.
-func (ix *Index) refill(rs *rankState) {
+// order: the next nodes take them lowest first.
+func (ix *Index) refill(m *magazine) {
 	p := &ix.pool
 	p.mu.Lock()
 	if p.free.n < magSize && len(p.limbo) > 0 {
 		p.limbo.drain(&ix.ep, 1, p.free.put)
 	}
 	if p.free.n > 0 {
-		rs.mag = p.free.take(rs.mag[:0], magSize)
+		m.slots = p.free.take(m.slots[:0], magSize)
 		p.mu.Unlock()
-		slices.Reverse(rs.mag)
+		slices.Reverse(m.slots)
 		return
 	}
 	p.mu.Unlock()
 	first := ix.nodes.freshRun(magSize)
 	for i := nref(magSize); i > 0; i-- {
-		rs.mag = append(rs.mag, first+i-1) // popped from the end: first, first+1, ...
+		m.slots = append(m.slots, first+i-1) // popped from the end: first, first+1, ...
 	}
 }
 
 // giveNode takes back the slot of node n, just unlinked by rank rs's writer.
 func (ix *Index) giveNode(rs *rankState, n nref) {
 	rs.pend = append(rs.pend, n)
-	if len(rs.pend) >= magSize {
+	if len(rs.pend) >= pendSize {
 		ix.flushPend(rs)
 	}
 }
@@ -364,15 +408,4 @@ func (ix *Index) flushPend(rs *rankState) {
 }
 
 // returnNodes gives back every slot waiting with rs (a cleared or removed rank).
-func (ix *Index) returnNodes(rs *rankState) {
-	ix.flushPend(rs)
-	if len(rs.mag) > 0 {
-		p := &ix.pool
-		p.mu.Lock()
-		for _, n := range rs.mag {
-			p.free.put(n)
-		}
-		p.mu.Unlock()
-		rs.mag = rs.mag[:0]
-	}
-}
+func (ix *Index) returnNodes(rs *rankState) { ix.flushPend(rs) }

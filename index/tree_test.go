@@ -1,10 +1,12 @@
 package index
 
 import (
+	"runtime"
 	"slices"
 	"testing"
 	"unsafe"
 
+	"github.com/kvindex/kvindex/event"
 	"pgregory.net/rapid"
 )
 
@@ -25,7 +27,7 @@ func TestHolderTransitions(t *testing.T) {
 		s := &ix.shards[0]
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		_, n := ix.makeNode(&rankState{}, rootRef, 1, 1)
+		_, n := ix.makeNode(&rankState{mag: ix.getMag()}, rootRef, 1, 1)
 		var want []uint32
 		for range rapid.IntRange(1, 100).Draw(rt, "steps") {
 			id := rapid.Uint32Range(0, 5).Draw(rt, "id")
@@ -56,4 +58,38 @@ func TestHolderTransitions(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestDroppedMagazinesAreReused: a magazine the index's Pool drops (unused over two garbage
+// collections) is taken again, unused slots and all, by the next writer that finds the Pool
+// empty: its nodes take no fresh slot, and no second magazine is made.
+func TestDroppedMagazinesAreReused(t *testing.T) {
+	ix := New(Options{})
+	blocks := func(base uint64) []event.Block {
+		bs := make([]event.Block, 10)
+		for i := range bs {
+			bs[i] = event.Block{BlockHash: base + uint64(i), TokensHash: base + uint64(i)}
+		}
+		return bs
+	}
+	ev := event.Stored(event.Rank{WorkerID: 1}, 1, nil, blocks(100)...)
+	ix.Apply(&ev)
+	made := ix.nodes.next.Load()
+	if made != 1+magSize {
+		t.Fatalf("%d slots made for the root and one magazine of %d", made, magSize)
+	}
+	for range 3 {
+		runtime.GC() // the Pool's victim cache goes at the second
+	}
+	if m, _ := ix.mags.Get().(*magazine); m != nil {
+		t.Fatal("the Pool still holds the magazine after three collections")
+	}
+	ev = event.Stored(event.Rank{WorkerID: 2}, 1, nil, blocks(200)...)
+	ix.Apply(&ev)
+	if got := ix.nodes.next.Load(); got != made {
+		t.Fatalf("%d slots made, %d before: the dropped magazine's slots were not used", got, made)
+	}
+	if len(ix.allMags) != 1 {
+		t.Fatalf("%d magazines made for one writer", len(ix.allMags))
+	}
 }
