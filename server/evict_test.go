@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/testutil"
 )
 
 // TestMemoryBoundOverHTTP: a server started with MaxIndexBytes (serve's --max-index-bytes), fed
@@ -24,21 +25,11 @@ func TestMemoryBoundOverHTTP(t *testing.T) {
 	g.open()
 	t.Cleanup(g.close)
 	const part = "?model_name=llama&routing_group=east"
-	path := func(c int) []uint64 {
-		out := make([]uint64, perChain)
-		for j := range out {
-			out[j] = uint64(c)<<16 | uint64(j) + 1
-		}
-		return out
-	}
-	hashOf := func(w uint64, c, j int) uint64 { return w<<40 | uint64(c)<<16 | uint64(j) + 1 }
+	fleet := testutil.ChainFleet{Workers: workers, Chains: chains, PerChain: perChain}
+	path, hashOf := fleet.Path, fleet.Hash
 	for w := uint64(1); w <= workers; w++ {
 		for c := range chains {
-			blocks := make([]event.Block, perChain)
-			for j := range blocks {
-				blocks[j] = event.Block{BlockHash: hashOf(w, c, j), TokensHash: path(c)[j]}
-			}
-			ev := event.Stored(event.Rank{WorkerID: w}, uint64(c+1), nil, blocks...)
+			ev := fleet.Stored(w, c)
 			if code, body := g.do("POST", "/v1/events"+part, eventsJSON(ev)); code != 200 {
 				t.Fatalf("worker %d chain %d: %d %s", w, c, code, body)
 			}

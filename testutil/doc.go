@@ -6,6 +6,7 @@
 //     deliberately naive (maps, linear scans, no concurrency) so it is easy to check by reading.
 //     index, lanes, recovery and end-to-end tests compare their results against it.
 //   - script.go: the compact one-line event notation of the datadriven scripts.
+//   - fleet.go: the memory-bound tests' stream of unshared chains (ChainFleet).
 //   - faults.go: the errorfs WAL-failure file system and the goroutines a fatally failed Pebble
 //     leaves behind (for goleak).
 //

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/testutil"
 )
 
 // TestMemoryBoundEndToEnd checks `serve --max-index-bytes` on the real binary, in a partition
@@ -26,22 +27,12 @@ func TestMemoryBoundEndToEnd(t *testing.T) {
 	p.waitReady()
 	p.part = part
 
-	path := func(c int) []uint64 {
-		out := make([]uint64, perChain)
-		for j := range out {
-			out[j] = uint64(c)<<16 | uint64(j) + 1
-		}
-		return out
-	}
-	hashOf := func(w uint64, c, j int) uint64 { return w<<40 | uint64(c)<<16 | uint64(j) + 1 }
+	fleet := testutil.ChainFleet{Workers: workers, Chains: chains, PerChain: perChain}
+	path, hashOf := fleet.Path, fleet.Hash
 	for w := uint64(1); w <= workers; w++ {
 		var batch []event.RouterEvent
 		for c := range chains {
-			blocks := make([]event.Block, perChain)
-			for j := range blocks {
-				blocks[j] = event.Block{BlockHash: hashOf(w, c, j), TokensHash: path(c)[j]}
-			}
-			batch = append(batch, event.Stored(event.Rank{WorkerID: w}, uint64(c+1), nil, blocks...))
+			batch = append(batch, fleet.Stored(w, c))
 			if len(batch) == 50 {
 				p.mustPost("/v1/events"+part, jsonEvents(batch...))
 				batch = batch[:0]
