@@ -244,8 +244,7 @@ func (b *RankBuilder) Commit() {
 		clear(pinned)
 		b.need, b.nodes, b.pinned = need, nodes[:0], pinned[:0]
 	}()
-	rs.mag = ix.getMag()
-	defer func() { ix.putMag(rs.mag); rs.mag = nil }()
+	defer ix.releaseMag(rs)
 	var d deltas
 	for i := 1; i < len(b.pos); i++ {
 		if !need[i] {

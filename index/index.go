@@ -142,7 +142,7 @@ type rankState struct {
 	// evictions counts the blocks evicted from the rank; read by anyone.
 	evictions atomic.Uint64
 	// mag is the magazine of node slots the rank's writer makes nodes from while it applies a
-	// Stored event or commits a RankBuilder (nil otherwise); pend the slots of nodes its writer
+	// Stored event or commits a RankBuilder (nil otherwise: taken at the first node made); pend the slots of nodes its writer
 	// unlinked, not yet in the index's limbo (slab.go). Writer-owned.
 	mag  *magazine
 	pend []nref
@@ -482,8 +482,7 @@ func (ix *Index) applyStored(r event.Rank, ev *event.RouterEvent) Result {
 	if rs == nil {
 		rs = ix.register(r)
 	}
-	rs.mag = ix.getMag()
-	defer func() { ix.putMag(rs.mag); rs.mag = nil }()
+	defer ix.releaseMag(rs)
 	var d deltas
 	for _, b := range ev.Blocks {
 		cur = ix.attach(rs, cur, b, &d)

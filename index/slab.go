@@ -226,8 +226,9 @@ func (p *pool) give(e *epochs, i uint32) { p.limbo.give(e, i) }
 func (p *pool) len() int { return len(p.free) + len(p.limbo) }
 
 // Node slots for new nodes come in magazines of up to magSize, each used by one writer at a
-// time: a Stored event (or a RankBuilder's commit) takes one from the index's sync.Pool
-// (getMag), makes its nodes from it without a lock, and puts it back; the Pool keeps one per
+// time: a Stored event (or a RankBuilder's commit) that makes a node takes one from the
+// index's sync.Pool (takeNode → getMag), makes its nodes from it without a lock, and puts it
+// back when done (releaseMag); an event that makes none takes none. The Pool keeps one per
 // P, so the events that follow one another on a P take consecutive slots, whatever their
 // ranks, as Go's allocator lays out objects. An empty magazine is refilled from the index's
 // free slots (its limbo drained first), else with a run of fresh ones. The slots of the nodes a
@@ -254,7 +255,7 @@ type magazine struct {
 	slots []nref
 }
 
-// getMag returns a magazine for the calling writer's new nodes; putMag gives it back. The Pool
+// getMag returns a magazine for the calling writer's new nodes; releaseMag gives it back. The Pool
 // only hints which one: its P's last. Every magazine made stays in ix.allMags, so one the Pool
 // drops (at a garbage collection, or at random under the race detector) is taken again by the
 // next writer that finds the Pool empty, slots and all: no slot is stranded, and there are
@@ -276,9 +277,13 @@ func (ix *Index) getMag() *magazine {
 	return m
 }
 
-func (ix *Index) putMag(m *magazine) {
-	m.inUse.Store(false)
-	ix.mags.Put(m)
+// releaseMag gives back the magazine rank rs's writer took for its nodes, if it took one.
+func (ix *Index) releaseMag(rs *rankState) {
+	if m := rs.mag; m != nil {
+		rs.mag = nil
+		m.inUse.Store(false)
+		ix.mags.Put(m)
+	}
 }
 
 // pendSize is how many unlinked nodes' slots wait with a rank before they go to limbo.
@@ -349,10 +354,15 @@ func (f *freeSlots) take(dst []nref, n int) []nref {
 	return dst
 }
 
-// takeNode returns a node slot for rank rs's writer, from the magazine it holds (rs.mag):
-// unlinked, out of every reader's reach.
+// takeNode returns a node slot for rank rs's writer, from the magazine it holds (rs.mag, taken
+// at its event's first node and given back by releaseMag): unlinked, out of every reader's
+// reach.
 func (ix *Index) takeNode(rs *rankState) nref {
 	m := rs.mag
+	if m == nil {
+		m = ix.getMag()
+		rs.mag = m
+	}
 	if len(m.slots) == 0 {
 		ix.refill(m)
 	}

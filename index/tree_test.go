@@ -27,7 +27,7 @@ func TestHolderTransitions(t *testing.T) {
 		s := &ix.shards[0]
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		_, n := ix.makeNode(&rankState{mag: ix.getMag()}, rootRef, 1, 1)
+		_, n := ix.makeNode(&rankState{}, rootRef, 1, 1)
 		var want []uint32
 		for range rapid.IntRange(1, 100).Draw(rt, "steps") {
 			id := rapid.Uint32Range(0, 5).Draw(rt, "id")
@@ -62,7 +62,8 @@ func TestHolderTransitions(t *testing.T) {
 
 // TestDroppedMagazinesAreReused: a magazine the index's Pool drops (unused over two garbage
 // collections) is taken again, unused slots and all, by the next writer that finds the Pool
-// empty: its nodes take no fresh slot, and no second magazine is made.
+// empty: its nodes take no fresh slot, and no second magazine is made. A Stored that makes no
+// node takes no magazine.
 func TestDroppedMagazinesAreReused(t *testing.T) {
 	ix := New(Options{})
 	blocks := func(base uint64) []event.Block {
@@ -83,6 +84,10 @@ func TestDroppedMagazinesAreReused(t *testing.T) {
 	}
 	if m, _ := ix.mags.Get().(*magazine); m != nil {
 		t.Fatal("the Pool still holds the magazine after three collections")
+	}
+	ix.Apply(&ev) // the same blocks again: no node made, no magazine taken
+	if m, _ := ix.mags.Get().(*magazine); m != nil {
+		t.Fatal("a Stored that made no node took a magazine")
 	}
 	ev = event.Stored(event.Rank{WorkerID: 2}, 1, nil, blocks(200)...)
 	ix.Apply(&ev)
