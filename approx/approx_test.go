@@ -282,3 +282,49 @@ func TestUnreachableEntriesAreRemovedAtLoad(t *testing.T) {
 		t.Fatalf("%d records on disk, %d side blocks after the load; want none", n, g.s.Blocks(0))
 	}
 }
+
+// TestMergeTakesTheMaxPerRank (docs/CONTRACT.md §8, the max rule): a rank both the tree and the
+// side index answer gets the higher of its two scores, whichever side holds it, and keeps its
+// tree size; a rank only one side answers is kept as it is; the result is in the answer's order
+// (score desc, worker_id, dp_rank asc).
+func TestMergeTakesTheMaxPerRank(t *testing.T) {
+	s := func(w uint64, dp uint32, score uint32, size uint64) index.Score {
+		return index.Score{WorkerID: w, DPRank: dp, Score: score, TreeSize: size}
+	}
+	for _, c := range []struct {
+		name         string
+		events, side []index.Score
+		want         []index.Score
+	}{
+		{"tree higher: the tree score wins",
+			[]index.Score{s(1, 0, 5, 9)}, []index.Score{s(1, 0, 2, 0)}, []index.Score{s(1, 0, 5, 9)}},
+		{"decision higher: the decision score wins, the tree size stays",
+			[]index.Score{s(1, 0, 2, 9)}, []index.Score{s(1, 0, 4, 0)}, []index.Score{s(1, 0, 4, 9)}},
+		{"equal scores",
+			[]index.Score{s(1, 0, 3, 9)}, []index.Score{s(1, 0, 3, 0)}, []index.Score{s(1, 0, 3, 9)}},
+		{"a lower decision does not reorder a higher tree score",
+			[]index.Score{s(1, 0, 6, 6), s(2, 0, 5, 5)}, []index.Score{s(2, 0, 1, 0), s(1, 0, 2, 0)},
+			[]index.Score{s(1, 0, 6, 6), s(2, 0, 5, 5)}},
+		{"a higher decision reorders",
+			[]index.Score{s(1, 0, 6, 6), s(2, 0, 5, 5)}, []index.Score{s(2, 0, 7, 0)},
+			[]index.Score{s(2, 0, 7, 5), s(1, 0, 6, 6)}},
+		{"same worker, other dp_rank: two ranks",
+			[]index.Score{s(1, 0, 5, 5)}, []index.Score{s(1, 1, 2, 0)}, []index.Score{s(1, 0, 5, 5), s(1, 1, 2, 0)}},
+		{"decision-only and tree-only ranks are kept, ties by worker_id",
+			[]index.Score{s(3, 0, 2, 2)}, []index.Score{s(1, 0, 2, 0), s(3, 0, 1, 0)},
+			[]index.Score{s(1, 0, 2, 0), s(3, 0, 2, 2)}},
+		{"no decisions", []index.Score{s(1, 0, 5, 5)}, nil, []index.Score{s(1, 0, 5, 5)}},
+		{"no events", nil, []index.Score{s(1, 0, 2, 0)}, []index.Score{s(1, 0, 2, 0)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			events := slices.Clone(c.events)
+			got := Merge(nil, events, c.side)
+			if !slices.Equal(got, c.want) {
+				t.Fatalf("Merge(events %+v, side %+v) = %+v, want %+v", c.events, c.side, got, c.want)
+			}
+			if !slices.Equal(events, c.events) {
+				t.Fatalf("Merge changed its events input: %+v", events)
+			}
+		})
+	}
+}
