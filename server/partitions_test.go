@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/partition"
+	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/wal"
 )
 
@@ -75,6 +76,21 @@ func (g *partitionRig) doType(method, path, ctype, body string) (int, string) {
 	return resp.StatusCode, strings.TrimSpace(string(b))
 }
 
+// rangeAnswer GETs a rank's range and describes the answer (describe), or its status and body
+// when it is not a 200 range answer.
+func (g *partitionRig) rangeAnswer(path string) string {
+	g.t.Helper()
+	code, body := g.do("GET", path, "")
+	if code != http.StatusOK {
+		return fmt.Sprintf("%d %s", code, body)
+	}
+	a, err := recovery.DecodeAnswer([]byte(body))
+	if err != nil {
+		return fmt.Sprintf("%v in %s", err, body)
+	}
+	return describe(a)
+}
+
 func eventsJSON(evs ...event.RouterEvent) string {
 	var b bytes.Buffer
 	b.WriteByte('[')
@@ -126,6 +142,22 @@ func TestPartitionsNeverSeeEachOther(t *testing.T) {
 		if _, only := g.do("GET", "/v1/ranks?model_name=llama", ""); !strings.Contains(only, `"worker_id":1`) || strings.Contains(only, `"worker_id":2`) {
 			t.Errorf("%s: /v1/ranks?model_name=llama %s", when, only)
 		}
+		// A rank's range: in the partition the query names (the worker's own, or none: an
+		// unknown rank's empty dump), else in the worker's own.
+		for _, tc := range []struct{ path, want string }{
+			{"/v1/ranks/1/0/events?start=1", "Events[1] last=1"},
+			{"/v1/ranks/1/0/events", "TreeDump blocks=2 last=1"},
+			{"/v1/ranks/1/0/events?start=1&model_name=llama", "Events[1] last=1"},
+			{"/v1/ranks/1/0/events?start=1&model_name=qwen&routing_group=lora-a", "TreeDump blocks=0 last=0"},
+			{"/v1/ranks/1/0/events?model_name=nope", "TreeDump blocks=0 last=0"},
+			{"/v1/ranks/2/0/events?start=1&model_name=qwen&routing_group=lora-a", "Events[1] last=1"},
+			{"/v1/ranks/2/0/events?start=1&model_name=qwen", "TreeDump blocks=0 last=0"},
+			{"/v1/ranks/2/0/events?start=1&model_name=llama", "TreeDump blocks=0 last=0"},
+		} {
+			if got := g.rangeAnswer(tc.path); got != tc.want {
+				t.Errorf("%s: GET %s = %s, want %s", when, tc.path, got, tc.want)
+			}
+		}
 	}
 	check("before restart")
 	g.close()
@@ -146,7 +178,9 @@ func TestPartitionsNeverSeeEachOther(t *testing.T) {
 	g.do("POST", "/v1/find_matches?model_name=nope", `{"block_hashes":[1]}`)
 	g.do("GET", "/v1/ranks?model_name=nope", "")
 	g.do("GET", "/v1/dump?model_name=nope", "")
-	g.do("GET", "/v1/ranks/1/0/events?model_name=nope", "")
+	if got := g.rangeAnswer("/v1/ranks/1/0/events?model_name=nope"); got != "TreeDump blocks=0 last=0" {
+		t.Errorf("range of an unknown partition: %s, want an empty TreeDump", got)
+	}
 	if got := len(g.s.e.Partitions().All()); got != n {
 		t.Errorf("reads created %d partitions", got-n)
 	}
