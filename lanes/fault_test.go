@@ -2,6 +2,7 @@ package lanes
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -45,12 +46,21 @@ func TestCommitFailureAppliesNothing(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(time.Duration(10+rand.New(rand.NewPCG(seed, 99)).IntN(40)) * time.Millisecond)
+	// Fail once every producer has a seeded number of acknowledged submits (a sleep alone may
+	// fail the WAL before anything was acknowledged on a busy machine).
+	n := 1 + rand.New(rand.NewPCG(seed, 99)).IntN(10)
+	for _, c := range chains {
+		waitFor(t, 30*time.Second, fmt.Sprintf("producer of rank %v acknowledged %d submits", c.rk, n), func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(acked[c.rk]) >= 3*n // 3 events a submit
+		})
+	}
 	if err := f.p.Failure(); err != nil {
 		t.Fatalf("Failure before any failed commit: %v", err)
 	}
 	on.Store(true)
-	wg.Wait()
+	waitGroup(t, &wg, 30*time.Second, "producers submitting after the WAL started failing (a failed commit did not fail their submits)")
 	for g, err := range failed {
 		if err == nil {
 			t.Fatalf("producer %d stopped without an error", g)
@@ -76,17 +86,9 @@ func TestCommitFailureAppliesNothing(t *testing.T) {
 		if evs := acked[c.rk]; len(evs) > 0 {
 			want = evs[len(evs)-1].EventID
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			st, _ := f.p.RankStatus(c.rk)
-			if st.Last == want {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("rank %v lists id %d, last acknowledged %d", c.rk, st.Last, want)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		waitFor(t, 5*time.Second, fmt.Sprintf("rank %v rolled back to its last acknowledged id %d", c.rk, want),
+			func() bool { st, _ := f.p.RankStatus(c.rk); return st.Last == want },
+			func() string { st, _ := f.p.RankStatus(c.rk); return fmt.Sprintf("it lists id %d", st.Last) })
 	}
 	for _, c := range chains {
 		if got, want := f.ix.RankBlocks(c.rk), uint64(model.Held(c.rk)); got != want {

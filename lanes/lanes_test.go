@@ -135,10 +135,13 @@ func TestFullLanePushesBack(t *testing.T) {
 	go func() { _ = f.p.Do(context.Background(), r, func() { close(entered); <-release }) }()
 	<-entered
 	// One request fits the queue; the next waits and gives up with ErrBusy.
+	queued := make(chan error, 1)
 	go func() {
-		_, _ = f.p.Submit(context.Background(), []event.RouterEvent{event.Stored(r, 2, ptr(1), blk(2))})
+		_, err := f.p.Submit(context.Background(), []event.RouterEvent{event.Stored(r, 2, ptr(1), blk(2))})
+		queued <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	waitFor(t, 5*time.Second, "the first submit waits in the lane's queue", func() bool { return f.p.QueueDepth()[0] == 1 },
+		func() string { return fmt.Sprintf("queue depths %v", f.p.QueueDepth()) })
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	_, err := f.p.Submit(ctx, []event.RouterEvent{event.Stored(r, 3, ptr(2), blk(3))})
@@ -146,6 +149,14 @@ func TestFullLanePushesBack(t *testing.T) {
 		t.Fatalf("want ErrBusy, got %v", err)
 	}
 	close(release)
+	select {
+	case err := <-queued:
+		if err != nil {
+			t.Fatalf("the queued submit, once the lane is free: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the queued submit did not return within 5 s of the lane being freed")
+	}
 	if err := f.p.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}

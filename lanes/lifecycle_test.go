@@ -273,11 +273,7 @@ func TestLifecycle(t *testing.T) {
 				}
 				before := g.takenOf(rank)
 				req.answer <- a
-				for deadline := time.Now().Add(5 * time.Second); g.takenOf(rank) == before; time.Sleep(time.Millisecond) {
-					if time.Now().After(deadline) {
-						t.Fatalf("the answer for %v was not taken", rank)
-					}
-				}
+				waitFor(t, 5*time.Second, fmt.Sprintf("the lane took the answer for %v", rank), func() bool { return g.takenOf(rank) != before })
 			case "set-source", "remove-source":
 				g.srcMu.Lock()
 				if td.Cmd == "set-source" {
@@ -310,7 +306,7 @@ func TestLifecycle(t *testing.T) {
 			g.settle()
 			// A fetch the step started is registered by its goroutine: wait for it briefly so the
 			// listing is stable.
-			waitFetchesSettled(g)
+			waitFetchesSettled(t, g)
 			out.WriteString(g.describe())
 			return out.String()
 		})
@@ -318,21 +314,25 @@ func TestLifecycle(t *testing.T) {
 }
 
 // waitFetchesSettled waits until every recovering rank's fetch reached the fake source and
-// the fetches of ranks no longer recovering (removed: their context is cancelled) have ended.
-func waitFetchesSettled(g *lifecycleRig) {
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
-		recovering := 0
+// the fetches of ranks no longer recovering (removed: their context is cancelled) have ended;
+// it fails the script after 5 s, saying how many fetches are outstanding for how many
+// recovering ranks.
+func waitFetchesSettled(t *testing.T, g *lifecycleRig) {
+	t.Helper()
+	recovering := func() int {
+		n := 0
 		for _, s := range g.p.Status() {
 			if s.State == recovery.StateRecovering {
-				recovering++
+				n++
 			}
 		}
-		if len(g.fetcher.outstanding()) == recovering { // a cancelled fetch (a removed rank) ends too
-			return
-		}
-		time.Sleep(time.Millisecond)
+		return n
 	}
+	waitFor(t, 5*time.Second, "every recovering rank has one fetch at the source, and no other fetch is left",
+		func() bool { return len(g.fetcher.outstanding()) == recovering() }, // a cancelled fetch (a removed rank) ends too
+		func() string {
+			return fmt.Sprintf("%d fetches outstanding, %d ranks recovering", len(g.fetcher.outstanding()), recovering())
+		})
 }
 
 func parseLifecycleEvents(t *testing.T, r event.Rank, input string) []event.RouterEvent {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -172,7 +173,9 @@ func (f *stubbornFetcher) Fetch(_ context.Context, _ string, _ event.Rank, _ *ui
 // removal instead of starting again at 1).
 func TestRule4LateAnswerOfARemovedIncarnationIsDiscarded(t *testing.T) {
 	f0 := &stubbornFetcher{calls: make(chan chan recovery.Answer, 4), stop: make(chan struct{})}
-	f := open(t, vfs.NewMem(), Options{Lanes: 1, Fetcher: f0, Source: func(uint64) string { return "http://upstream" }})
+	outcomes := make(chan string, 4) // the lane's word on each fetch answer it took (Listener.Fetch)
+	f := open(t, vfs.NewMem(), Options{Lanes: 1, Fetcher: f0, Source: func(uint64) string { return "http://upstream" },
+		Listener: Listener{Fetch: func(_ event.Rank, _ bool, _ time.Duration, outcome string) { outcomes <- outcome }}})
 	defer f.close()
 	defer close(f0.stop) // runs first: no fetch holds Close up
 	r := event.Rank{WorkerID: 7}
@@ -184,12 +187,14 @@ func TestRule4LateAnswerOfARemovedIncarnationIsDiscarded(t *testing.T) {
 	f.submit(event.Stored(r, 20, nil, blk(20)))
 	fresh := <-f0.calls
 	old <- recovery.Answer{Kind: recovery.AnswerTreeDump, LastEventID: 19, Events: []event.RouterEvent{event.Stored(r, 0, nil, blk(666))}}
-	if err := f.p.Flush(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond) // the late answer reaches the lane
-	if err := f.p.Flush(context.Background()); err != nil {
-		t.Fatal(err)
+	// The late answer reaches the lane, which must discard it (not end the new restore with it).
+	select {
+	case got := <-outcomes:
+		if got != "discarded" {
+			t.Fatalf("the lane took the old incarnation's late answer as %q, want it discarded", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the old incarnation's late answer did not reach the lane within 5 s")
 	}
 	if st, _ := f.p.RankStatus(r); st.State != recovery.StateRecovering {
 		t.Fatalf("the old incarnation's answer ended the new restore: %+v", st)
@@ -199,16 +204,11 @@ func TestRule4LateAnswerOfARemovedIncarnationIsDiscarded(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the new restore's fetch is no longer waiting for its answer")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		st, _ := f.p.RankStatus(r)
-		if st.State == recovery.StateLive && st.Last == 20 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the new restore was not applied: %+v", st)
-		}
-		time.Sleep(5 * time.Millisecond)
+	waitFor(t, 5*time.Second, "the new restore is applied (rank live at 20)",
+		func() bool { st, _ := f.p.RankStatus(r); return st.State == recovery.StateLive && st.Last == 20 },
+		func() string { st, _ := f.p.RankStatus(r); return fmt.Sprintf("status %+v", st) })
+	if got := <-outcomes; got != "treedump" {
+		t.Fatalf("the new restore's answer was taken as %q, want treedump", got)
 	}
 	_ = f.p.Flush(context.Background())
 	var got []uint64
