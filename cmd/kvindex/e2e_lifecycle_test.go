@@ -294,7 +294,6 @@ func TestE2ERule4RemovalWins(t *testing.T) {
 			// The first event started a full restore: wait until the upstream holds it.
 			eventually(t, 5*time.Second, func() bool { return up.started.Load() >= 1 },
 				func() string { return fmt.Sprintf("no restore reached the upstream: ranks %+v", p.ranks()) })
-			sent := time.Now()
 			if row, ok := p.rankOf(rk); !ok || row.State != "recovering" {
 				t.Fatalf("before the removal: %+v (listed %v), want recovering", row, ok)
 			}
@@ -306,10 +305,15 @@ func TestE2ERule4RemovalWins(t *testing.T) {
 			if code != 200 || string(bytes.TrimSpace(body)) != `{"removed_ranks":1}` {
 				t.Fatalf("DELETE %s during the restore: %d %s, want {\"removed_ranks\":1}", path, code, body)
 			}
-			// Let the upstream's answer come (or its request be cancelled), then some more.
+			// Let the upstream's answer come (or its request be cancelled), and the lane discard
+			// it: the removal made it late.
 			eventually(t, 5*time.Second, func() bool { return up.answered.Load() >= up.started.Load() },
 				func() string { return "the upstream never finished its answer" })
-			time.Sleep(time.Until(sent.Add(delay + 300*time.Millisecond)))
+			discarded := `kvindex_recovery_fetches_total{kind="full",result="discarded"}`
+			eventually(t, delay+5*time.Second, func() bool { return p.metricValue(discarded) == "1" },
+				func() string {
+					return fmt.Sprintf("%s %q, want 1 (the removed rank's late answer discarded)", discarded, p.metricValue(discarded))
+				})
 			p.mustPost("/v1/flush", "")
 			check := func() {
 				t.Helper()
@@ -324,8 +328,9 @@ func TestE2ERule4RemovalWins(t *testing.T) {
 				}
 			}
 			check()
-			time.Sleep(300 * time.Millisecond)
-			check()
+			if n := up.started.Load(); n != 1 {
+				t.Fatalf("%d restores reached the upstream, want the removed rank's one only", n)
+			}
 			// A new event brings the rank back: a new restore, which this time is applied (the
 			// upstream's answer is a good one; only the removal made it late).
 			p.mustAccept(rootStored(rk, 11, 800))
