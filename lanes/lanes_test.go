@@ -114,6 +114,10 @@ func TestFlushIsABarrier(t *testing.T) {
 	<-entered
 	flushed := make(chan error, 1)
 	go func() { flushed <- f.p.Flush(context.Background()) }()
+	// The flush's barrier waits in the busy lane's queue: the flush cannot be over.
+	lane, _ := f.p.LaneOf(r)
+	waitFor(t, 5*time.Second, "the flush's barrier is queued behind the busy lane", func() bool { return f.p.QueueDepth()[lane] == 1 },
+		func() string { return fmt.Sprintf("queue depths %v", f.p.QueueDepth()) })
 	select {
 	case err := <-flushed:
 		t.Fatalf("flush returned while a lane was busy: %v", err)
