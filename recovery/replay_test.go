@@ -80,7 +80,8 @@ func replayed(t *testing.T, l *wal.Log, upTo uint64) (string, error) {
 		ts.TierBlocks(cutRank)[event.TierDevice], max, rep.Events, rep.LogBlocks), nil
 }
 
-// logState describes what the log keeps of cutRank: its snapshot id, its cut and its first
+// logState describes what the log keeps of cutRank: its snapshot (id, blocks, events: a fold
+// writes one dump event, a checkpoint one event per event it covers), its cut and its first
 // retained event.
 func logState(t *testing.T, l *wal.Log) string {
 	t.Helper()
@@ -103,7 +104,7 @@ func logState(t *testing.T, l *wal.Log) string {
 	if !ok {
 		return fmt.Sprintf("no snapshot, first=%d", first)
 	}
-	return fmt.Sprintf("snapshot=%d (%d blocks) cut=%d first=%d", m.SnapshotID, blocks, m.Cut, first)
+	return fmt.Sprintf("snapshot=%d (%d blocks in %d events) cut=%d first=%d", m.SnapshotID, blocks, len(snap.Events), m.Cut, first)
 }
 
 // TestReplayUpToTheCut: ReplayRank up to an id applies every event up to it, that one included,
@@ -152,7 +153,8 @@ func TestReplayUpToTheCut(t *testing.T) {
 
 // TestFoldUpToTheCut: Fold up to an id writes the state after that event (that one included) as
 // the snapshot and deletes the log up to it, keeping the events after it; a rank whose snapshot
-// is already at the id or later only trims its log (a snapshot never moves backwards). Either
+// is already at the id or later only trims its log (the snapshot is neither rewritten nor moved
+// backwards). Either
 // way a replay still rebuilds every event.
 func TestFoldUpToTheCut(t *testing.T) {
 	for _, c := range []struct {
@@ -161,16 +163,16 @@ func TestFoldUpToTheCut(t *testing.T) {
 		upTo uint64
 		want string
 	}{
-		{"log only, fold cut-1", nil, cutAt - 1, "snapshot=2 (2 blocks) cut=3 first=3"},
-		{"log only, fold the cut", nil, cutAt, "snapshot=3 (3 blocks) cut=4 first=4"},
-		{"log only, fold cut+1", nil, cutAt + 1, "snapshot=4 (4 blocks) cut=5 first=5"},
-		{"log only, fold the newest", nil, cutEvents, "snapshot=6 (6 blocks) cut=7 first=0"},
-		{"folded at the cut, fold cut-1", foldAt(cutAt), cutAt - 1, "snapshot=3 (3 blocks) cut=4 first=4"},
-		{"folded at the cut, fold the cut", foldAt(cutAt), cutAt, "snapshot=3 (3 blocks) cut=4 first=4"},
-		{"folded at the cut, fold cut+1", foldAt(cutAt), cutAt + 1, "snapshot=4 (4 blocks) cut=5 first=5"},
-		{"checkpoint at the cut, fold cut-1", checkpointAt(cutAt), cutAt - 1, "snapshot=3 (3 blocks) cut=3 first=3"},
-		{"checkpoint at the cut, fold the cut", checkpointAt(cutAt), cutAt, "snapshot=3 (3 blocks) cut=4 first=4"},
-		{"checkpoint at the cut, fold cut+1", checkpointAt(cutAt), cutAt + 1, "snapshot=4 (4 blocks) cut=5 first=5"},
+		{"log only, fold cut-1", nil, cutAt - 1, "snapshot=2 (2 blocks in 1 events) cut=3 first=3"},
+		{"log only, fold the cut", nil, cutAt, "snapshot=3 (3 blocks in 1 events) cut=4 first=4"},
+		{"log only, fold cut+1", nil, cutAt + 1, "snapshot=4 (4 blocks in 1 events) cut=5 first=5"},
+		{"log only, fold the newest", nil, cutEvents, "snapshot=6 (6 blocks in 1 events) cut=7 first=0"},
+		{"folded at the cut, fold cut-1", foldAt(cutAt), cutAt - 1, "snapshot=3 (3 blocks in 1 events) cut=4 first=4"},
+		{"folded at the cut, fold the cut", foldAt(cutAt), cutAt, "snapshot=3 (3 blocks in 1 events) cut=4 first=4"},
+		{"folded at the cut, fold cut+1", foldAt(cutAt), cutAt + 1, "snapshot=4 (4 blocks in 1 events) cut=5 first=5"},
+		{"checkpoint at the cut, fold cut-1", checkpointAt(cutAt), cutAt - 1, "snapshot=3 (3 blocks in 3 events) cut=3 first=3"},
+		{"checkpoint at the cut, fold the cut", checkpointAt(cutAt), cutAt, "snapshot=3 (3 blocks in 3 events) cut=4 first=4"}, // trimmed, not rewritten
+		{"checkpoint at the cut, fold cut+1", checkpointAt(cutAt), cutAt + 1, "snapshot=4 (4 blocks in 1 events) cut=5 first=5"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			l := cutLog(t)
