@@ -154,8 +154,7 @@ func TestReplayUpToTheCut(t *testing.T) {
 // TestFoldUpToTheCut: Fold up to an id writes the state after that event (that one included) as
 // the snapshot and deletes the log up to it, keeping the events after it; a rank whose snapshot
 // is already at the id or later only trims its log (the snapshot is neither rewritten nor moved
-// backwards). Either
-// way a replay still rebuilds every event.
+// backwards). Either way a replay still rebuilds every event.
 func TestFoldUpToTheCut(t *testing.T) {
 	for _, c := range []struct {
 		name string
