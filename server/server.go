@@ -287,10 +287,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	s.logSettings(ln.Addr().String(), tlsCfg != nil)
+	// TLS outermost, so that net/http sees a *tls.Conn: it then does the handshake itself and
+	// answers a plain-HTTP request 400 instead of closing the connection without a word.
+	ln = s.limitConns(ln)
 	if tlsCfg != nil {
 		ln = tls.NewListener(ln, tlsCfg)
 	}
-	ln = s.limitConns(ln)
 	srv := s.httpServer()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
