@@ -169,6 +169,11 @@ func newMetrics(s *Server) *metrics {
 	f(&accuracyCollector{s: s})
 	f(&memoryCollector{s: s})
 	f(&s.conns)
+	// Only the HTTP door's events are keyed objects checked for unknown fields (body.go); the
+	// label leaves room for the others.
+	f(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvindex_unknown_event_fields_total",
+		Help:        "Fields kvindex does not know in posted events, ignored (each occurrence counts; logged once per name; --strict refuses them instead), by door.",
+		ConstLabels: prometheus.Labels{"door": "http"}}, func() float64 { return float64(s.unknownFields.Load()) }))
 	return m
 }
 
