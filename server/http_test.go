@@ -91,6 +91,9 @@ func TestPostBodiesAlike(t *testing.T) {
 				if code >= 400 && !strings.Contains(resp, `"error"`) {
 					t.Fatalf("error answer without {\"error\"}: %s", resp)
 				}
+				if code == http.StatusRequestEntityTooLarge && !strings.Contains(resp, "limit of 4096 bytes (decoded, when gzip-encoded) set by --max-body-bytes") {
+					t.Fatalf("413 %s, want it to name the limit and --max-body-bytes", resp)
+				}
 			})
 		}
 	}
