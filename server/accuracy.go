@@ -211,31 +211,34 @@ func (c *accuracyCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.s.e == nil {
 		return
 	}
-	accs := c.s.e.Accuracies()
-	// Every partition's series exist from the start, at 0 and without a source (source=""), so
-	// rules over them (alerts.yml) select something before the first outcome; the default
-	// partition's even before any write. Once a partition has outcomes its series are per source.
+	// A partition's series are per source kind of its ranks' workers, and exist at 0 from the
+	// worker's first event, before its first outcome: rate() then sees that outcome (a series
+	// born at 1 would hide it). No series carries an empty source.
 	type row struct {
 		key partition.Key
 		src string
 		engine.AccuracyCounts
 	}
+	type keySrc struct {
+		key partition.Key
+		src engine.Source
+	}
 	var rows []row
-	seen := map[partition.Key]bool{}
-	for _, a := range accs {
-		seen[a.Key] = true
+	seen := map[keySrc]bool{}
+	for _, a := range c.s.e.Accuracies() {
 		for _, sa := range a.BySource {
+			seen[keySrc{a.Key, sa.Source}] = true
 			rows = append(rows, row{a.Key, string(sa.Source), sa.AccuracyCounts})
 		}
 	}
-	keys := []partition.Key{partition.Default}
-	for _, p := range c.s.parts.All() {
-		keys = append(keys, p.Key)
-	}
-	for _, k := range keys {
-		if !seen[k] {
-			seen[k] = true
-			rows = append(rows, row{k, "", engine.AccuracyCounts{Histogram: make([]uint64, len(engine.ErrorBounds)+1)}})
+	for _, st := range c.s.e.Status() {
+		p := c.s.parts.Get(st.Rank.Partition)
+		if p == nil {
+			continue
+		}
+		if ks := (keySrc{p.Key, c.s.e.SourceOf(st.Rank.WorkerID)}); !seen[ks] {
+			seen[ks] = true
+			rows = append(rows, row{ks.key, string(ks.src), engine.AccuracyCounts{Histogram: make([]uint64, len(engine.ErrorBounds)+1)}})
 		}
 	}
 	for _, a := range rows {
