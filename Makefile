@@ -3,7 +3,7 @@ GO ?= go
 BIN := bin/kvindex
 DATA_DIR ?= ./kvindex-data
 
-.PHONY: build test run bench lint fuzz clean
+.PHONY: build test run bench lint fuzz clean status-png
 
 build:
 	$(GO) build -o $(BIN) ./cmd/kvindex
@@ -22,6 +22,13 @@ BENCH_MD ?= bin/BENCHMARKS.md
 bench: build
 	$(BIN) bench --trace testdata/conversation_trace.jsonl --scale 8 --markdown $(BENCH_MD)
 	@echo "the table: $(BENCH_MD)"
+
+# docs/status-page.png is the screenshot of the browser test (server/status_test.go), which fills
+# every section of the page; this refreshes it (needs Chromium: apt-get install chromium).
+status-png:
+	KVINDEX_REQUIRE_BROWSER=1 KVINDEX_STATUS_PNG=$(CURDIR)/docs/status-page.png \
+		$(GO) test ./server -run '^TestStatusPageInBrowser$$' -count=1
+	@echo "refreshed: docs/status-page.png"
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)

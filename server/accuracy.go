@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
@@ -211,31 +212,34 @@ func (c *accuracyCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.s.e == nil {
 		return
 	}
-	accs := c.s.e.Accuracies()
-	// Every partition's series exist from the start, at 0 and without a source (source=""), so
-	// rules over them (alerts.yml) select something before the first outcome; the default
-	// partition's even before any write. Once a partition has outcomes its series are per source.
+	// A partition's series are per source kind of its ranks' workers, and exist at 0 from the
+	// worker's first event, before its first outcome: rate() then sees that outcome (a series
+	// born at 1 would hide it). No series carries an empty source.
 	type row struct {
 		key partition.Key
 		src string
 		engine.AccuracyCounts
 	}
+	type keySrc struct {
+		key partition.Key
+		src engine.Source
+	}
 	var rows []row
-	seen := map[partition.Key]bool{}
-	for _, a := range accs {
-		seen[a.Key] = true
+	seen := map[keySrc]bool{}
+	for _, a := range c.s.e.Accuracies() {
 		for _, sa := range a.BySource {
+			seen[keySrc{a.Key, sa.Source}] = true
 			rows = append(rows, row{a.Key, string(sa.Source), sa.AccuracyCounts})
 		}
 	}
-	keys := []partition.Key{partition.Default}
-	for _, p := range c.s.parts.All() {
-		keys = append(keys, p.Key)
-	}
-	for _, k := range keys {
-		if !seen[k] {
-			seen[k] = true
-			rows = append(rows, row{k, "", engine.AccuracyCounts{Histogram: make([]uint64, len(engine.ErrorBounds)+1)}})
+	for _, st := range c.s.e.Status() {
+		p := c.s.parts.Get(st.Rank.Partition)
+		if p == nil {
+			continue
+		}
+		if ks := (keySrc{p.Key, c.s.e.SourceOf(st.Rank.WorkerID)}); !seen[ks] {
+			seen[ks] = true
+			rows = append(rows, row{ks.key, string(ks.src), engine.AccuracyCounts{Histogram: make([]uint64, len(engine.ErrorBounds)+1)}})
 		}
 	}
 	for _, a := range rows {
@@ -258,16 +262,46 @@ func (c *accuracyCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // accuracyView is a status page row: a partition's accuracy (Source "all"), or that of its
-// workers of one source kind, with its histogram as a sparkline (one block character per
+// workers of one source kind, with its histogram as labelled bars (one block character per
 // bucket, scaled to the fullest bucket).
 type accuracyView struct {
 	ModelName, RoutingGroup, Source string
 	countsJSON
 	ExactPercent string
-	Sparkline    string
+	Buckets      []histBucket
+}
+
+// histBucket is one bar of the page's error histogram.
+type histBucket struct {
+	Label string // the bucket's upper bound ("≤−64", "0", ">64")
+	Range string // what it counts, in words (the bar's title)
+	Bar   string // a block character, " " when empty
+	Count uint64
 }
 
 var sparks = []rune("▁▂▃▄▅▆▇█")
+
+// histLabels are the buckets' labels and ranges over engine.ErrorBounds: bucket i counts
+// bounds[i-1] < d ≤ bounds[i] (whole blocks), the last those above the last bound.
+var histLabels = func() (out []histBucket) {
+	b := engine.ErrorBounds
+	num := func(v int64) string { return strings.Replace(strconv.FormatInt(v, 10), "-", "−", 1) }
+	for i := range len(b) + 1 {
+		var h histBucket
+		switch {
+		case i == 0:
+			h.Label, h.Range = "≤"+num(b[0]), "predicted "+num(-b[0])+" or more blocks below realized"
+		case i == len(b):
+			h.Label, h.Range = ">"+num(b[i-1]), "more than "+num(b[i-1])+" blocks over"
+		case b[i]-b[i-1] == 1:
+			h.Label, h.Range = num(b[i]), "predicted − realized = "+num(b[i])
+		default:
+			h.Label, h.Range = num(b[i]), "predicted − realized from "+num(b[i-1]+1)+" to "+num(b[i])
+		}
+		out = append(out, h)
+	}
+	return out
+}()
 
 func (s *Server) accuracyViews() []accuracyView {
 	var out []accuracyView
@@ -288,13 +322,14 @@ func accuracyViewOf(row accuracyJSON, src string, c countsJSON) accuracyView {
 	for _, n := range c.Histogram.Counts {
 		top = max(top, n)
 	}
-	sl := make([]rune, len(c.Histogram.Counts))
+	v.Buckets = make([]histBucket, len(c.Histogram.Counts))
 	for i, n := range c.Histogram.Counts {
-		sl[i] = ' '
+		b := histLabels[i]
+		b.Bar, b.Count = " ", n
 		if n > 0 {
-			sl[i] = sparks[(n*uint64(len(sparks)-1)+top-1)/top]
+			b.Bar = string(sparks[(n*uint64(len(sparks)-1)+top-1)/top])
 		}
+		v.Buckets[i] = b
 	}
-	v.Sparkline = string(sl)
 	return v
 }

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -254,14 +255,16 @@ func runServer(t *testing.T, cfg Config) {
 	})
 }
 
-// TestTLSServe checks the rule "with a certificate and key, Run serves HTTPS (and nothing over
-// plain HTTP), auth included".
+// TestTLSServe checks the rules "with a certificate and key, Run serves HTTPS (and nothing over
+// plain HTTP), auth included" and "a plain-HTTP request to the HTTPS port is answered 400 as
+// Go's own server answers it, and logged as a warning naming the fix (once a minute at most)".
 func TestTLSServe(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile, pool := selfSigned(t, dir)
 	addr := freeAddr(t)
+	var logs syncBuf
 	runServer(t, Config{DataDir: filepath.Join(dir, "data"), Listen: addr, TLSCertFile: certFile, TLSKeyFile: keyFile,
-		AuthToken: testToken, Durability: wal.NoSync, Lanes: 1, Logger: slog.New(slog.DiscardHandler)})
+		AuthToken: testToken, Durability: wal.NoSync, Lanes: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
@@ -282,8 +285,23 @@ func TestTLSServe(t *testing.T) {
 	if code, _, body := doReq(t, c, "POST", "https://"+addr+"/v1/flush", "", "Bearer "+testToken); code != http.StatusOK {
 		t.Fatalf("flush over HTTPS with the token: %d %s, want 200", code, body)
 	}
-	if code, _, err := doReqNoFatal(http.DefaultClient, "GET", "http://"+addr+"/healthz"); code == http.StatusOK {
-		t.Fatalf("plain HTTP answered 200 on the HTTPS port (%v)", err)
+	for i := 0; i < 3; i++ {
+		code, body, err := doReqNoFatal(http.DefaultClient, "GET", "http://"+addr+"/healthz")
+		if err != nil || code != http.StatusBadRequest || !strings.Contains(body, "Client sent an HTTP request to an HTTPS server") {
+			t.Fatalf("plain HTTP to the HTTPS port: %d %q %v, want 400 \"Client sent an HTTP request to an HTTPS server\"", code, body, err)
+		}
+	}
+	// net/http logs the 400 after writing it: wait for the line.
+	warn := regexp.MustCompile(`level=WARN msg="a client sent plain HTTP to this HTTPS port \(--tls-cert\): answered 400; the client must use https:// URLs" remote_addr=127\.0\.0\.1:\d+ requests_not_logged=0`)
+	deadline = time.Now().Add(10 * time.Second)
+	for !warn.MatchString(logs.String()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning for the plain-HTTP requests in:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := strings.Count(logs.String(), "plain HTTP"); n != 1 {
+		t.Errorf("%d warnings for three plain-HTTP requests within a minute, want 1:\n%s", n, logs.String())
 	}
 }
 

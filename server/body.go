@@ -182,7 +182,7 @@ func (s *Server) bodyError(w http.ResponseWriter, err error) {
 		s.conns.slow.Add(1)
 		writeError(w, http.StatusRequestTimeout, fmt.Sprintf("the body arrived slower than %d KiB per %v (--body-timeout)", BodyChunk>>10, s.cfg.Conns.BodyTimeout))
 	case errors.As(err, &mbe):
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds the limit of %d bytes", s.cfg.MaxBodyBytes))
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body exceeds the limit of %d bytes (decoded, when gzip-encoded) set by --max-body-bytes: post smaller batches, or raise --max-body-bytes", s.cfg.MaxBodyBytes))
 	case errors.Is(err, gzip.ErrHeader), errors.Is(err, gzip.ErrChecksum), errors.Is(err, io.ErrUnexpectedEOF):
 		writeError(w, http.StatusBadRequest, "the body is not complete, valid gzip: "+strings.TrimPrefix(err.Error(), "gzip: "))
 	default:

@@ -3,10 +3,11 @@ package server
 import (
 	"errors"
 	"io"
-	"log/slog"
+	"log"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,10 +75,43 @@ func (c *connStats) Collect(ch chan<- prometheus.Metric) {
 
 // httpServer is Run's http.Server: header, body (readBody) and idle bounds.
 func (s *Server) httpServer() *http.Server {
-	// The HTTP server's own complaints (TLS handshakes, broken clients) are debug lines.
 	return &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: s.cfg.Conns.IdleTimeout,
-		ErrorLog: slog.NewLogLogger(s.lg.Handler(), slog.LevelDebug)}
+		ErrorLog: log.New(&httpErrorLog{s: s}, "", 0)}
 }
+
+// plainHTTPOnTLS is how net/http's ErrorLog line ends when a client sent plain HTTP to the
+// HTTPS port (it answered 400 "Client sent an HTTP request to an HTTPS server.").
+const plainHTTPOnTLS = "client sent an HTTP request to an HTTPS server"
+
+// httpErrorLog is the http.Server's ErrorLog: its own complaints (failed TLS handshakes, broken
+// clients) are debug lines, except a plain-HTTP request to the HTTPS port, a client set up with
+// http:// instead of https://, which is a warning naming the fix (at most one a minute, saying
+// how many were not logged).
+type httpErrorLog struct {
+	s      *Server
+	mu     sync.Mutex // guards report
+	report retry.Reporter
+}
+
+func (l *httpErrorLog) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	if !strings.HasSuffix(msg, plainHTTPOnTLS) {
+		l.s.lg.Debug(msg)
+		return len(p), nil
+	}
+	// "http: TLS handshake error from 127.0.0.1:51234: client sent …"
+	remote, _, _ := strings.Cut(strings.TrimPrefix(msg, "http: TLS handshake error from "), ": ")
+	l.mu.Lock()
+	ok, notLogged := l.report.Report(time.Now(), errPlainHTTP)
+	l.mu.Unlock()
+	if ok {
+		l.s.lg.Warn("a client sent plain HTTP to this HTTPS port (--tls-cert): answered 400; the client must use https:// URLs",
+			"remote_addr", remote, "requests_not_logged", notLogged)
+	}
+	return len(p), nil
+}
+
+var errPlainHTTP = errors.New(plainHTTPOnTLS)
 
 // limitConns caps the connections ln hands out at Conns.MaxConns.
 func (s *Server) limitConns(ln net.Listener) net.Listener {

@@ -681,11 +681,16 @@ func (s *Server) postQuery(w http.ResponseWriter, r *http.Request) {
 }
 
 // parseI64Hashes reads Dynamo's i64 block hashes: a negative value is the two's complement of a
-// u64 hash; values above 2^63-1 (kvindex's own u64 spelling) are taken as they are.
-func parseI64Hashes(raw []json.Number) ([]uint64, error) {
+// u64 hash; values above 2^63-1 (kvindex's own u64 spelling) are taken as they are. A number in
+// a JSON string ("42") is read as the number.
+func parseI64Hashes(raw []json.RawMessage) ([]uint64, error) {
 	out := make([]uint64, len(raw))
 	for i, n := range raw {
 		v := string(n)
+		var quoted string
+		if len(n) > 0 && n[0] == '"' && json.Unmarshal(n, &quoted) == nil {
+			v = quoted
+		}
 		if strings.HasPrefix(v, "-") {
 			x, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
@@ -705,8 +710,8 @@ func parseI64Hashes(raw []json.Number) ([]uint64, error) {
 
 func (s *Server) postQueryByHash(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		BlockHashes *[]json.Number  `json:"block_hashes"`
-		CacheSalt   json.RawMessage `json:"cache_salt"`
+		BlockHashes *[]json.RawMessage `json:"block_hashes"`
+		CacheSalt   json.RawMessage    `json:"cache_salt"`
 		partitionNames
 	}
 	if !s.decodeDynamo(w, r, &req) {

@@ -227,14 +227,16 @@ func TestInstancesSummaryIsCumulative(t *testing.T) {
 // TestI64Hashes checks the rule "a negative i64 block hash is the two's complement of a u64 hash;
 // u64 spellings above 2^63-1 are taken as they are".
 func TestI64Hashes(t *testing.T) {
-	got, err := parseI64Hashes([]json.Number{"-1", "0", "9223372036854775807", "-9223372036854775808", "18446744073709551615"})
-	want := []uint64{1<<64 - 1, 0, 1<<63 - 1, 1 << 63, 1<<64 - 1}
+	got, err := parseI64Hashes([]json.RawMessage{json.RawMessage("-1"), json.RawMessage("0"), json.RawMessage("9223372036854775807"),
+		json.RawMessage("-9223372036854775808"), json.RawMessage("18446744073709551615"), json.RawMessage(`"42"`)})
+	want := []uint64{1<<64 - 1, 0, 1<<63 - 1, 1 << 63, 1<<64 - 1, 42}
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("%v %v, want %v", got, err, want)
 	}
-	for _, bad := range []json.Number{"1.5", "18446744073709551616", "-9223372036854775809"} {
-		if _, err := parseI64Hashes([]json.Number{bad}); err == nil {
-			t.Errorf("%s accepted", bad)
+	for _, bad := range []string{"1.5", "18446744073709551616", "-9223372036854775809", `"x"`, "{}", "null", "true"} {
+		_, err := parseI64Hashes([]json.RawMessage{json.RawMessage(bad)})
+		if err == nil || !strings.Contains(err.Error(), "field block_hashes[0]: ") || !strings.Contains(err.Error(), "is not a 64-bit integer") {
+			t.Errorf("%s: %v, want an error naming block_hashes[0]", bad, err)
 		}
 	}
 }

@@ -91,6 +91,9 @@ func TestPostBodiesAlike(t *testing.T) {
 				if code >= 400 && !strings.Contains(resp, `"error"`) {
 					t.Fatalf("error answer without {\"error\"}: %s", resp)
 				}
+				if code == http.StatusRequestEntityTooLarge && !strings.Contains(resp, "limit of 4096 bytes (decoded, when gzip-encoded) set by --max-body-bytes") {
+					t.Fatalf("413 %s, want it to name the limit and --max-body-bytes", resp)
+				}
 			})
 		}
 	}
@@ -121,7 +124,7 @@ func TestMethodNotAllowedHasAllow(t *testing.T) {
 }
 
 // TestUnknownFieldsAndDuplicateKeys checks the rules "an unknown field in an event is counted
-// (Server.UnknownFields) and logged once per field name, and the event accepted; with --strict
+// (kvindex_unknown_event_fields_total, Server.UnknownFields) and logged once per field name, and the event accepted; with --strict
 // it is a 400 naming the field; a duplicate key is a 400 either way".
 func TestUnknownFieldsAndDuplicateKeys(t *testing.T) {
 	var logs bytes.Buffer
@@ -136,8 +139,9 @@ func TestUnknownFieldsAndDuplicateKeys(t *testing.T) {
 			t.Fatalf("unknown fields, not strict: %d %s", code, body)
 		}
 	}
-	if got := s.UnknownFields(); got != 6 {
-		t.Errorf("UnknownFields = %d, want 6 (3 per event)", got)
+	unknownSeries := `kvindex_unknown_event_fields_total{door="http"}`
+	if got := scrapeValue(t, url, unknownSeries); got != 6 {
+		t.Errorf("%s = %v, want 6 (3 per event)", unknownSeries, got)
 	}
 	for _, name := range []string{"field=extra", "field=event.data.stored.blocks[].mm_extra_info"} {
 		if n := strings.Count(logs.String(), name+" "); n != 1 {
@@ -167,12 +171,14 @@ func TestUnknownFieldsAndDuplicateKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := s.UnknownFields()
 	if code, _, body := send(t, "POST", url+"/v1/events", string(mp), "Content-Type: application/msgpack"); code != 200 {
 		t.Fatalf("msgpack with an unknown field, not strict: %d %s", code, body)
 	}
-	if got := s.UnknownFields() - before; got != 1 {
-		t.Errorf("msgpack: UnknownFields grew by %d, want 1", got)
+	if got := scrapeValue(t, url, unknownSeries); got != 7 {
+		t.Errorf("msgpack: %s = %v, want 7 (one more)", unknownSeries, got)
+	}
+	if got := s.UnknownFields(); got != 7 {
+		t.Errorf("UnknownFields() = %d, want the metric's 7", got)
 	}
 	code, _, body = send(t, "POST", strictURL+"/v1/events", string(mp), "Content-Type: application/msgpack")
 	if code != 400 || !strings.Contains(body, "field extra: unknown field") {

@@ -182,15 +182,19 @@ func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descLeaseRanks, prometheus.CounterValue, float64(cs.RemovedRanks))
 }
 
-// leaseRows are the status page's leases (stale first, then by worker id).
+// leaseRows are the status page's leases (stale first, then by worker id), their times as the
+// page writes them (pageTime).
 func (s *Server) leaseRows() []leaseJSON {
 	var live, stale []leaseJSON
 	for _, l := range s.e.Leases() {
-		switch _, st := s.e.LeaseOf(l.WorkerID); st {
+		_, st := s.e.LeaseOf(l.WorkerID)
+		row := leaseRow(l, st)
+		row.ExpiresAt, row.RemoveAt = pageTime(l.Deadline), pageTime(l.RemoveAt)
+		switch st {
 		case engine.LeaseStale:
-			stale = append(stale, leaseRow(l, st))
+			stale = append(stale, row)
 		case engine.LeaseLive:
-			live = append(live, leaseRow(l, st))
+			live = append(live, row)
 		}
 	}
 	return append(stale, live...)

@@ -104,7 +104,7 @@ func newMetrics(s *Server) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	f := m.register
 	m.appendSec = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvindex_log_append_seconds",
-		Help: "Latency of one lane's log commit (durable under the configured durability).", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)})
+		Help: "Latency of one lane's log commit (durable under the configured durability).", Buckets: exponentialBuckets(50e-6, 2, 16)})
 	m.commits = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_log_commits_total",
 		Help: "Log commits by mode (sync = fsynced; concurrent synced commits share fsyncs) and result."}, []string{"mode", "result"})
 	m.logged = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvindex_events_logged_total", Help: "Events appended to the log."})
@@ -135,7 +135,7 @@ func newMetrics(s *Server) *metrics {
 	}
 	m.checkpoints.WithLabelValues("skipped")
 	m.findSec = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvindex_find_matches_seconds",
-		Help: "find_matches latency inside the index (excluding HTTP).", Buckets: prometheus.ExponentialBuckets(250e-9, 2, 18)})
+		Help: "find_matches latency inside the index (excluding HTTP).", Buckets: exponentialBuckets(250e-9, 2, 18)})
 	m.httpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_http_requests_total", Help: "HTTP requests by route and status code."}, []string{"route", "code"})
 	m.replayRanks = prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvindex_replay_ranks_done", Help: "Ranks rebuilt by the restart replay."})
 	m.replayTotal = prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvindex_replay_ranks", Help: "Ranks the restart replay has to rebuild."})
@@ -144,13 +144,13 @@ func newMetrics(s *Server) *metrics {
 	m.panics = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvindex_http_panics_total", Help: "Panics recovered in request handlers."})
 	m.httpSec = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvindex_http_request_duration_seconds",
 		Help:    "HTTP request latency by route pattern and status code (route \"unmatched\" for 404/405 answers no route matched).",
-		Buckets: prometheus.ExponentialBuckets(100e-6, 3, 12)}, []string{"route", "code"})
+		Buckets: exponentialBuckets(100e-6, 3, 12)}, []string{"route", "code"})
 	m.buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvindex_build_info", Help: "Always 1; the labels name the build."}, []string{"version", "go"})
 	m.buildInfo.WithLabelValues(BuildVersion(), runtime.Version()).Set(1)
 	m.dynRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dynamo_kvindexer_requests_total",
 		Help: "Requests to Dynamo's standalone-indexer routes by endpoint and method (Dynamo's family)."}, []string{"endpoint", "method"})
 	m.dynSec = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "dynamo_kvindexer_request_duration_seconds",
-		Help: "Latency of Dynamo's standalone-indexer routes by endpoint (Dynamo's family and buckets).", Buckets: prometheus.ExponentialBuckets(1e-4, 2, 20)}, []string{"endpoint"})
+		Help: "Latency of Dynamo's standalone-indexer routes by endpoint (Dynamo's family and buckets).", Buckets: exponentialBuckets(1e-4, 2, 20)}, []string{"endpoint"})
 	m.dynErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dynamo_kvindexer_errors_total",
 		Help: "4xx and 5xx answers of Dynamo's standalone-indexer routes by endpoint and status class (Dynamo's family)."}, []string{"endpoint", "status_class"})
 	f(m.dynRequests)
@@ -169,7 +169,23 @@ func newMetrics(s *Server) *metrics {
 	f(&accuracyCollector{s: s})
 	f(&memoryCollector{s: s})
 	f(&s.conns)
+	// Only the HTTP door's events are keyed objects checked for unknown fields (body.go); the
+	// label leaves room for the others.
+	f(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvindex_unknown_event_fields_total",
+		Help:        "Fields kvindex does not know in posted events, ignored (each occurrence counts; logged once per name; --strict refuses them instead), by door.",
+		ConstLabels: prometheus.Labels{"door": "http"}}, func() float64 { return float64(s.unknownFields.Load()) }))
 	return m
+}
+
+// exponentialBuckets is prometheus.ExponentialBuckets with each bound rounded to 6 significant
+// digits, so that a bucket's le label reads 0.0003, not 0.00030000000000000003 (the float product
+// of 100e-6 and 3). No bound of this package needs more digits.
+func exponentialBuckets(start, factor float64, n int) []float64 {
+	bs := prometheus.ExponentialBuckets(start, factor, n)
+	for i, b := range bs {
+		bs[i], _ = strconv.ParseFloat(strconv.FormatFloat(b, 'g', 6, 64), 64)
+	}
+	return bs
 }
 
 // registerEngine adds the engine's own collectors (its TreeDump cache).

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/testutil"
 )
 
@@ -134,5 +135,55 @@ func TestStatusPageRefreshParam(t *testing.T) {
 	}
 	if code, _ := call(t, "GET", url+"/?refresh=soon", ""); code != 400 {
 		t.Fatalf("refresh=soon: %d, want 400", code)
+	}
+}
+
+// TestMetricsReadClean checks the rules "a bucket bound prints as written (le=\"0.0003\", never
+// a float product's 0.00030000000000000003)" and "no series carries an empty label value" on a
+// fresh server's /metrics (scraped twice, so the HTTP histograms have a series), and "a
+// partition's accuracy series exist at 0 per source kind of its workers from their first event,
+// before any outcome".
+func TestMetricsReadClean(t *testing.T) {
+	_, url := rangeServer(t, Config{}, engine.DumpCacheOptions{})
+	call(t, "GET", url+"/metrics", "")
+	_, scrape := call(t, "GET", url+"/metrics", "")
+	le := regexp.MustCompile(`le="([^"]*)"`)
+	buckets := 0
+	for _, line := range strings.Split(scrape, "\n") {
+		if strings.HasPrefix(line, "#") || line == "" {
+			continue
+		}
+		if strings.Contains(line, `=""`) {
+			t.Errorf("a series with an empty label: %s", line)
+		}
+		m := le.FindStringSubmatch(line)
+		if m == nil || m[1] == "+Inf" {
+			continue
+		}
+		buckets++
+		v, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			t.Fatalf("le %q: %v", m[1], err)
+		}
+		if short := strconv.FormatFloat(v, 'g', 6, 64); short != strconv.FormatFloat(v, 'g', -1, 64) {
+			t.Errorf("bucket bound le=%q, want it written in at most 6 digits (%s): %s", m[1], short, line)
+		}
+	}
+	for _, h := range []string{"kvindex_log_append_seconds_bucket", "kvindex_find_matches_seconds_bucket",
+		`kvindex_http_request_duration_seconds_bucket{code="200",route="GET /metrics",le="0.0003"}`,
+		`dynamo_kvindexer_request_duration_seconds_bucket{endpoint="/metrics",le="0.0001"}`} {
+		if !strings.Contains(scrape, h) {
+			t.Errorf("the scrape lacks %s", h)
+		}
+	}
+	if buckets < 50 {
+		t.Fatalf("%d bucket bounds checked, want the histograms' (50 or more)", buckets)
+	}
+
+	if code, body := call(t, "POST", url+"/v1/events", oneEvent); code != 200 {
+		t.Fatalf("POST /v1/events: %d %s", code, body)
+	}
+	if got := scrapeValue(t, url, `kvindex_outcomes_total{model="default",routing_group="default",source="http"}`); got != 0 {
+		t.Errorf("outcomes of the http-fed default partition before any: %v, want a series at 0", got)
 	}
 }

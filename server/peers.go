@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"sort"
 	"strings"
@@ -27,10 +29,19 @@ import (
 // here is created with the dump's block size; a local partition with another block size, or
 // events of a worker that belongs to another partition here, are skipped and logged. An empty
 // dump is a valid answer; when no peer answers, the failure is logged and the partitions start
-// empty.
+// empty. A peer that answers 503 is starting itself (replaying, or bootstrapping from its own
+// peers, as two replicas that name each other do on their first start): that is logged as
+// information, not as a failure, and so is a start where every peer is starting; a peer that
+// cannot be reached is a warning; one that answers anything else (401, 404, a malformed dump) is
+// an error, a misconfiguration to fix.
 
-// ErrBootstrap wraps a failed peer dump fetch.
-var ErrBootstrap = errors.New("peer bootstrap")
+// Errors of the peer bootstrap. Check them with errors.Is.
+var (
+	// ErrBootstrap wraps a failed peer dump fetch.
+	ErrBootstrap = errors.New("peer bootstrap")
+	// ErrPeerStarting: the peer answered 503, it is not ready itself (wrapped in ErrBootstrap).
+	ErrPeerStarting = errors.New("the peer is starting itself (503 not ready)")
+)
 
 // peerDumpTimeout bounds one peer's GET /dump (Dynamo's standalone indexer waits 10 s).
 const peerDumpTimeout = 10 * time.Second
@@ -75,6 +86,9 @@ func fetchDump(ctx context.Context, base string) (map[string]peerDumpPartition, 
 		return nil, fmt.Errorf("%w: GET %s/dump: %w", ErrBootstrap, base, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusServiceUnavailable {
+		return nil, fmt.Errorf("%w: GET %s/dump: %w", ErrBootstrap, base, ErrPeerStarting)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%w: GET %s/dump: status %s", ErrBootstrap, base, resp.Status)
 	}
@@ -111,17 +125,41 @@ func (s *Server) bootstrapFromPeers(ctx context.Context) {
 		return
 	}
 	s.status.Store("bootstrapping from peers")
+	worst := slog.LevelInfo // of the peers' failures
 	for _, u := range peers {
 		s.lg.Info("peer bootstrap: asking for a dump", "peer", u)
 		dump, err := fetchDump(ctx, u)
 		if err != nil {
-			s.lg.Warn("peer bootstrap: peer did not answer; trying the next", "peer", u, "err", err)
+			lvl := peerFailureLevel(err)
+			worst = max(worst, lvl)
+			s.lg.Log(ctx, lvl, "peer bootstrap: no dump from this peer; trying the next", "peer", u, "err", err)
 			continue
 		}
 		s.applyDump(ctx, u, dump)
 		return
 	}
-	s.lg.Error("peer bootstrap failed: no peer answered; empty partitions start empty", "peers", strings.Join(peers, ","))
+	const next = "empty partitions start empty and fill from their event sources as events arrive (a JetStream source catches up from its stream)"
+	switch worst {
+	case slog.LevelInfo:
+		s.lg.Info("peer bootstrap: every peer is starting itself (as replicas that name each other do on a first start); "+next, "peers", strings.Join(peers, ","))
+	case slog.LevelWarn:
+		s.lg.Warn("peer bootstrap: no peer could be reached or was ready; "+next+"; check that --peers names running kvindex replicas", "peers", strings.Join(peers, ","))
+	default:
+		s.lg.Error("peer bootstrap failed: a peer answered with an error (see the lines above); "+next+"; fix --peers or the peer", "peers", strings.Join(peers, ","))
+	}
+}
+
+// peerFailureLevel is how loud a peer's failed dump is: a peer starting itself is information, an
+// unreachable one (down, or not listening yet) a warning, any other answer an error.
+func peerFailureLevel(err error) slog.Level {
+	var oe *net.OpError // refused, reset, no route: the connection failed
+	switch {
+	case errors.Is(err, ErrPeerStarting):
+		return slog.LevelInfo
+	case errors.As(err, &oe):
+		return slog.LevelWarn
+	}
+	return slog.LevelError
 }
 
 // bootstrapPeers is the --peers flag's URLs in order, then the registered ones.

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -107,24 +109,16 @@ func TestPeersBootstrapFromDynamoBeforeReady(t *testing.T) {
 		 "broken:default":{"error":"dump failed"}}`)
 	}))
 	defer dynamo.Close()
-	s, err := Open(quietConfig(t.TempDir(), dynamo.URL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s.Handler())
-	defer func() {
-		ts.Close()
-		_ = s.Close()
-	}()
+	s, tsURL := serveUnrecovered(t, quietConfig(t.TempDir(), dynamo.URL))
 	done := make(chan error, 1)
 	go func() { done <- s.Recover(context.Background()) }()
 	waitStatus := func(want string) {
 		t.Helper()
-		waitBody(t, "GET", ts.URL+"/metrics", "", want)
+		waitBody(t, "GET", tsURL+"/metrics", "", want)
 	}
 	waitStatus("kvindex_ready 0")
 	for _, p := range []string{"/readyz", "/health"} { // Dynamo's clients wait for /health (docs/CONTRACT.md §9)
-		if code, body := call(t, "GET", ts.URL+p, ""); code != http.StatusServiceUnavailable || !strings.Contains(body, "bootstrapping from peers") {
+		if code, body := call(t, "GET", tsURL+p, ""); code != http.StatusServiceUnavailable || !strings.Contains(body, "bootstrapping from peers") {
 			t.Fatalf("%s while the peer's dump is pending: %d %s, want 503 bootstrapping", p, code, body)
 		}
 	}
@@ -132,10 +126,10 @@ func TestPeersBootstrapFromDynamoBeforeReady(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if code, body := call(t, "GET", ts.URL+"/health", ""); code != http.StatusOK {
+	if code, body := call(t, "GET", tsURL+"/health", ""); code != http.StatusOK {
 		t.Fatalf("/health once ready: %d %s", code, body)
 	}
-	waitBody(t, "POST", ts.URL+"/query", `{"token_ids":[1,2,3,4,5,6,7,8],"model_name":"llama"}`, `"scores":{"7":{"0":8}}`)
+	waitBody(t, "POST", tsURL+"/query", `{"token_ids":[1,2,3,4,5,6,7,8],"model_name":"llama"}`, `"scores":{"7":{"0":8}}`)
 
 	// A peer that fails: ready, empty.
 	_, c, stopC := serveConfig(t, quietConfig(t.TempDir(), "http://127.0.0.1:1"))
@@ -143,6 +137,22 @@ func TestPeersBootstrapFromDynamoBeforeReady(t *testing.T) {
 	if code, body := call(t, "GET", c+"/dump", ""); code != 200 || strings.TrimSpace(body) != "{}" {
 		t.Errorf("C /dump: %d %s, want {}", code, body)
 	}
+}
+
+// serveUnrecovered opens a server and serves its API before its Recover (answering 503 where
+// readiness is needed), closing both at cleanup.
+func serveUnrecovered(t *testing.T, cfg Config) (*Server, string) {
+	t.Helper()
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(func() {
+		ts.Close()
+		_ = s.Close()
+	})
+	return s, ts.URL
 }
 
 // TestSplitDumpKey checks the rule "a peer dump key \"model:group\" splits at the first ':', as
@@ -194,4 +204,81 @@ func TestPeersBootstrapFromADynamoShapedDump(t *testing.T) {
 	if code, body := call(t, "POST", url+"/query", `{"token_ids":[1,2,3,4],"model_name":"broken"}`); code != 404 {
 		t.Errorf("/query of the peer's {\"error\"} partition: %d %s, want 404", code, body)
 	}
+}
+
+// TestPeersBootstrapLogLevels checks the rule "a peer that is starting itself (503, as two
+// replicas that name each other answer on a first start) is no failure: logged as information
+// with what happens next; a peer that cannot be reached is a warning; a peer that answers
+// anything else is an error" — and, the README's pair, that two replicas started as each other's
+// peers log no error.
+func TestPeersBootstrapLogLevels(t *testing.T) {
+	// A kvindex that is itself starting: served, not yet recovered, so /dump answers 503.
+	_, startingURL := serveUnrecovered(t, quietConfig(t.TempDir()))
+	unauthorized := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+	}))
+	defer unauthorized.Close()
+	unreachable := "http://127.0.0.1:1"
+
+	for _, tc := range []struct {
+		name  string
+		peers []string
+		lines []string // regexps, in order
+	}{
+		{"starting", []string{startingURL},
+			[]string{`level=INFO msg="peer bootstrap: no dump from this peer; trying the next" .*starting itself \(503 not ready\)`,
+				`level=INFO msg="peer bootstrap: every peer is starting itself .*; empty partitions start empty and fill from their event sources`}},
+		{"unreachable and starting", []string{unreachable, startingURL},
+			[]string{`level=WARN msg="peer bootstrap: no dump from this peer; trying the next" peer=http://127.0.0.1:1 .*connection refused`,
+				`level=INFO msg="peer bootstrap: no dump from this peer; trying the next"`,
+				`level=WARN msg="peer bootstrap: no peer could be reached or was ready; empty partitions start empty .*check that --peers names running kvindex replicas"`}},
+		{"an error answer", []string{startingURL, unauthorized.URL},
+			[]string{`level=INFO msg="peer bootstrap: no dump from this peer; trying the next"`,
+				`level=ERROR msg="peer bootstrap: no dump from this peer; trying the next" .*401 Unauthorized`,
+				`level=ERROR msg="peer bootstrap failed: a peer answered with an error .*fix --peers or the peer"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs syncBuf
+			cfg := quietConfig(t.TempDir(), tc.peers...)
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			_, _, stop := serveConfig(t, cfg)
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, line := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(line, "peer bootstrap") && !strings.Contains(line, "asking for a dump") {
+					got = append(got, line)
+				}
+			}
+			if len(got) != len(tc.lines) {
+				t.Fatalf("bootstrap lines:\n%s\nwant %d matching %q", strings.Join(got, "\n"), len(tc.lines), tc.lines)
+			}
+			for i, re := range tc.lines {
+				if !regexp.MustCompile(re).MatchString(got[i]) {
+					t.Errorf("line %d: %s\nwant it to match %s", i, got[i], re)
+				}
+			}
+		})
+	}
+
+	// The README's pair: each names the other, both start at once; neither logs an error.
+	t.Run("pair", func(t *testing.T) {
+		addrs := [2]string{freeAddr(t), freeAddr(t)}
+		var logs [2]syncBuf
+		for i := range addrs {
+			cfg := quietConfig(filepath.Join(t.TempDir(), "data"), "http://"+addrs[1-i])
+			cfg.Listen, cfg.Logger = addrs[i], slog.New(slog.NewTextHandler(&logs[i], nil))
+			runServer(t, cfg)
+		}
+		for i, a := range addrs {
+			waitFor(t, "replica "+a+" ready", func() bool {
+				code, _, _ := doReqNoFatal(http.DefaultClient, "GET", "http://"+a+"/readyz")
+				return code == http.StatusOK
+			})
+			if out := logs[i].String(); strings.Contains(out, "level=ERROR") {
+				t.Errorf("replica %d logged an error on a first start:\n%s", i, out)
+			}
+		}
+	})
 }

@@ -219,10 +219,7 @@ func (s *Server) Recover(ctx context.Context) error {
 	s.status.Store("replaying the log")
 	last := time.Now()
 	err := s.e.Recover(ctx, func(done, total int, events uint64) {
-		s.m.replayRanks.Set(float64(done))
-		s.m.replayTotal.Set(float64(total))
-		s.m.replayEvents.Set(float64(events))
-		s.status.Store(fmt.Sprintf("replaying: %d of %d ranks, %d events", done, total, events))
+		s.replayProgress(done, total, events)
 		if time.Since(last) > time.Second || done == total {
 			last = time.Now()
 			s.lg.Info("replay progress", "ranks_done", done, "ranks", total, "events", events)
@@ -251,6 +248,17 @@ func (s *Server) Recover(ctx context.Context) error {
 	}
 	s.lg.Info("ready", "ranks", len(s.e.Status()), "partitions", len(s.parts.All()), "blocks", blocks, "replay_ms", took.Milliseconds())
 	return nil
+}
+
+// replayingPrefix starts the status (/readyz) while the restart replay runs; its counts follow.
+const replayingPrefix = "replaying: "
+
+// replayProgress publishes the restart replay's progress (metrics, status).
+func (s *Server) replayProgress(done, total int, events uint64) {
+	s.m.replayRanks.Set(float64(done))
+	s.m.replayTotal.Set(float64(total))
+	s.m.replayEvents.Set(float64(events))
+	s.status.Store(fmt.Sprintf("%s%d of %d ranks, %d events", replayingPrefix, done, total, events))
 }
 
 // Close stops the sources, drains the lanes and closes the data dir cleanly.
@@ -287,10 +295,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	s.logSettings(ln.Addr().String(), tlsCfg != nil)
+	// TLS outermost, so that net/http sees a *tls.Conn: it then does the handshake itself and
+	// answers a plain-HTTP request 400 instead of closing the connection without a word.
+	ln = s.limitConns(ln)
 	if tlsCfg != nil {
 		ln = tls.NewListener(ln, tlsCfg)
 	}
-	ln = s.limitConns(ln)
 	srv := s.httpServer()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

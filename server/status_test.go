@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,10 +40,21 @@ func browserPath(t *testing.T) string {
 	return ""
 }
 
+// statusPNGEnv names the file TestStatusPageInBrowser's screenshot also goes to when it passes:
+// `make status-png` points it at docs/status-page.png, the page the README shows.
+const statusPNGEnv = "KVINDEX_STATUS_PNG"
+
 // keepScreenshot writes png where it survives the test: $KVINDEX_ARTIFACTS when set, else
 // t.ArtifactDir() (kept with `go test -artifacts`); when that is a temporary dir and the test
 // failed, a copy goes to a new dir under os.TempDir() that nothing removes.
 func keepScreenshot(t *testing.T, png []byte) {
+	if doc := os.Getenv(statusPNGEnv); doc != "" && t.Name() == "TestStatusPageInBrowser" && !t.Failed() {
+		if err := os.WriteFile(doc, png, 0o644); err != nil {
+			t.Errorf("writing $%s: %v", statusPNGEnv, err)
+		} else {
+			t.Logf("the documented screenshot: %s", doc)
+		}
+	}
 	dir := os.Getenv("KVINDEX_ARTIFACTS")
 	if dir == "" {
 		dir = t.ArtifactDir()
@@ -141,11 +153,13 @@ const pageViewJS = `(() => {
 
 // TestStatusPageInBrowser (issue 16 item 1): the status page, loaded in a real
 // headless Chromium, shows the version, one "default" partition with the rank counts by state,
-// every rank under its state with its gap ledger (live, degraded after a lost gap, recovering
-// while its upstream restore hangs), the ZMQ source with the seconds since its last event and
-// the age of its batch at apply, the upstream recovery source with its ranks, readiness and the
-// store size; and it reloads itself: a rank posted after the load appears without navigation.
-// A screenshot is kept as an artifact.
+// every rank under its state with its gap ledger (live, degraded after a lost gap — with what
+// to do about it —, recovering while its upstream restore hangs), the ZMQ source with the
+// seconds since its last event and the age of its batch at apply, the upstream recovery source
+// with its ranks, a hybrid model's KV-cache groups, a lease, the accuracy of two outcomes,
+// readiness and the store size, its text columns left-aligned; and it reloads itself: a rank
+// posted after the load appears without navigation. A screenshot is kept as an artifact; with
+// $KVINDEX_STATUS_PNG (make status-png) it is docs/status-page.png, every section filled.
 func TestStatusPageInBrowser(t *testing.T) {
 	exe := browserPath(t)
 
@@ -199,6 +213,18 @@ func TestStatusPageInBrowser(t *testing.T) {
 		_, body := call(t, "GET", url+"/v1/ranks", "")
 		return strings.Contains(body, `"worker_id":30,"dp_rank":0`) && strings.Contains(body, `"state":"recovering"`)
 	})
+	// A hybrid model's rank: a full-attention group (indexed) and a sliding-window one (not).
+	post(`[{"worker_id":50,"event":{"event_id":1,"group":{"group_idx":0,"kind":"full_attention","block_size":4},"data":{"stored":{"blocks":[{"block_hash":501,"tokens_hash":501}]}}}},
+	 {"worker_id":50,"event":{"event_id":2,"group":{"group_idx":1,"kind":"sliding_window","sliding_window":128,"block_size":4},"data":{"stored":{"blocks":[{"block_hash":511,"tokens_hash":511}]}}}}]`)
+	for _, req := range []struct{ method, path, body string }{
+		{"PUT", "/v1/workers/7/lease", `{"ttl_ms":600000}`},
+		// 7 holds 101, 102 and reused both: exact; 8 lost 201 in its reset and reused 2: under by 2.
+		{"POST", "/v1/outcomes", `[{"worker_id":7,"block_hashes":[101,102],"cached_tokens":8},{"worker_id":8,"block_hashes":[201,202],"cached_tokens":8}]`},
+	} {
+		if code, resp := call(t, req.method, url+req.path, req.body); code != 200 {
+			t.Fatalf("%s %s: %d %s", req.method, req.path, code, resp)
+		}
+	}
 
 	// A vLLM publisher for worker 20 whose batch is stamped 2 s before it is sent; its configured
 	// model_name wins over the topic's model m.
@@ -243,12 +269,12 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if n, err := strconv.ParseUint(v.StoreB, 10, 64); err != nil || n == 0 || n > s.e.DiskBytes() || n < s.e.DiskBytes()/2 {
 		t.Errorf("store bytes %q, want the data dir's size on disk (%d now)", v.StoreB, s.e.DiskBytes())
 	}
-	if want := map[string]string{"live": "4", "recovering": "1", "degraded": "1"}; fmt.Sprint(v.Counts) != fmt.Sprint(want) {
+	if want := map[string]string{"live": "5", "recovering": "1", "degraded": "1"}; fmt.Sprint(v.Counts) != fmt.Sprint(want) {
 		t.Errorf("counts by state %v, want %v", v.Counts, want)
 	}
 	// partition, ranks, live, recovering, degraded, blocks, nodes, recovered, lost, ...
-	if got := strings.Join(v.Partition[:5], " "); got != "default:default 6 4 1 1" {
-		t.Errorf("partition row %v, want default with 6 ranks: 4 live, 1 recovering, 1 degraded", v.Partition)
+	if got := strings.Join(v.Partition[:5], " "); got != "default:default 7 5 1 1" {
+		t.Errorf("partition row %v, want default with 7 ranks: 5 live, 1 recovering, 1 degraded", v.Partition)
 	}
 	// Rank rows: partition, worker, dp, lane, mode, blocks, approx blocks, last id, gaps
 	// recovered, gaps lost (degraded first).
@@ -259,6 +285,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		{"7/1", "live", "events", "1", "0", "1", "0", "0"},
 		{"20/0", "live", "events", "1", "0", "1", "0", "0"},
 		{"40/0", "live", "approximate", "0", "3", "—", "0", "0"},
+		{"50/0", "live", "events", "1", "0", "2", "0", "0"},
 	}
 	if len(v.Ranks) != len(want) {
 		t.Fatalf("rank rows %+v, want %d", v.Ranks, len(want))
@@ -287,6 +314,33 @@ func TestStatusPageInBrowser(t *testing.T) {
 	// Recovery row: worker, url, ranks, recovering, degraded, ...
 	if r := v.Recovery["30"]; len(r) < 5 || r[1] != upstream.URL || r[2] != "1" || r[3] != "1" {
 		t.Errorf("recovery source row %v", r)
+	}
+	// What the layout shows: text columns left, numbers right; the sections of the hybrid
+	// model, the lease and the accuracy filled; what to do about the degraded rank.
+	layout, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]string](`(() => {
+	  const align = sel => getComputedStyle(document.querySelector(sel)).textAlign;
+	  const text = sel => { const e = document.querySelector(sel); return !e ? '' : e.cells ? Array.from(e.cells).map(c => c.textContent.trim()).join(' ') : e.textContent.replace(/\s+/g, ' ').trim(); };
+	  return {
+	    rankPartition: align('tr[data-rank] td:nth-child(1)'), rankWorker: align('tr[data-rank] td:nth-child(2)'),
+	    group: text('tr[data-group="50/0/1"]'), lease: text('tr[data-lease="7"]'),
+	    accuracy: text('tr[data-accuracy="default:default"] tr.bounds'), hint: text('#degraded-hint'),
+	  };
+	})()`))
+	if err != nil {
+		t.Fatalf("reading the layout: %v", err)
+	}
+	for k, want := range map[string]string{"rankPartition": "left", "rankWorker": "right",
+		"group":    "default:default 50 0 full_attention mla_attention sink_full_attention 1 sliding_window no 4 128 1 1",
+		"accuracy": "≤−64 −16 −8 −4 −2 −1 0 1 2 4 8 16 64 >64"} {
+		if layout[k] != want {
+			t.Errorf("%s: %q, want %q", k, layout[k], want)
+		}
+	}
+	if !regexp.MustCompile(`^7 live 600000 \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \d{4}-`).MatchString(layout["lease"]) {
+		t.Errorf("lease row %q, want worker 7 live, 600000 ms, times in RFC 3339 with milliseconds", layout["lease"])
+	}
+	if h := layout["hint"]; !strings.Contains(h, "--upstream URL") || !strings.Contains(h, "DELETE /v1/workers/{id}") {
+		t.Errorf("degraded hint %q, want it to name --upstream and DELETE /v1/workers/{id}", h)
 	}
 
 	// The page reloads itself (meta refresh 1 s): a rank posted now shows without navigation.

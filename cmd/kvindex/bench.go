@@ -86,9 +86,9 @@ func benchCommand() *cli.Command {
 			if (c.String("trace") == "") == (c.String("workload") == "") {
 				return usagef("give exactly one of --trace FILE or --workload DIR")
 			}
-			dur, err := wal.ParseDurability(c.String("durability"))
+			dur, err := durabilityFlag(c)
 			if err != nil {
-				return usageError{err}
+				return err
 			}
 			for _, name := range []string{"scale", "workers", "cache-blocks", "producers", "batch"} {
 				if c.Int(name) <= 0 {

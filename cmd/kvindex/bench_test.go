@@ -89,7 +89,7 @@ func TestBenchAndLoadgenUsage(t *testing.T) {
 	}{
 		{"no trace", []string{"bench"}, "exactly one of --trace"},
 		{"both inputs", []string{"bench", "--trace", "a", "--workload", "b"}, "exactly one of --trace"},
-		{"bad durability", []string{"bench", "--trace", "a", "--durability", "maybe"}, "durability"},
+		{"bad durability", []string{"bench", "--trace", "a", "--durability", "maybe"}, `--durability "maybe": want sync`},
 		{"zero batch", []string{"bench", "--trace", "a", "--batch", "0"}, "--batch must be > 0"},
 		{"remote target", []string{"loadgen", "--trace", "a", "--target", "http://10.9.8.7:7070"}, "not a loopback address"},
 		{"loadgen without trace", []string{"loadgen", "--target", "http://127.0.0.1:1"}, "--trace FILE is required"},

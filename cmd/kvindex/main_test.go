@@ -30,7 +30,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"kvindex"}, 0, "", [2]string{}},
 		{[]string{"kvindex", "nosuchcmd"}, 2, `unknown command "nosuchcmd"`, [2]string{}},
 		{[]string{"kvindex", "serve", "--bogus"}, 2, "flag provided but not defined", [2]string{}},
-		{[]string{"kvindex", "serve", "--durability", "maybe"}, 2, "unknown durability", [2]string{}},
+		{[]string{"kvindex", "serve", "--durability", "maybe"}, 2, `--durability "maybe": want sync (acknowledge after fsync; the default) or none`, [2]string{}},
 		{[]string{"kvindex", "serve", "--block-size", "0"}, 2, "--block-size", [2]string{}},
 		{[]string{"kvindex", "serve", "extra"}, 2, "no arguments", [2]string{}},
 		{[]string{"kvindex", "--log-level", "loud", "serve"}, 2, "--log-level", [2]string{}},

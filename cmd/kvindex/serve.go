@@ -117,9 +117,9 @@ func serveCommand() *cli.Command {
 			if c.NArg() > 0 {
 				return usagef("serve takes no arguments, got %q", c.Args().Slice())
 			}
-			dur, err := wal.ParseDurability(c.String("durability"))
+			dur, err := durabilityFlag(c)
 			if err != nil {
-				return usageError{err}
+				return err
 			}
 			if c.Int("block-size") <= 0 {
 				return usagef("--block-size must be > 0")
@@ -214,4 +214,14 @@ func serveCommand() *cli.Command {
 			return err
 		},
 	}
+}
+
+// durabilityFlag reads --durability (serve, bench); a value that is neither is a usage error
+// naming the flag and its values.
+func durabilityFlag(c *cli.Context) (wal.Durability, error) {
+	d, err := wal.ParseDurability(c.String("durability"))
+	if err != nil {
+		return d, usagef("--durability %q: want sync (acknowledge after fsync; the default) or none (acknowledge after the memtable write)", c.String("durability"))
+	}
+	return d, nil
 }
