@@ -53,15 +53,15 @@ type CompactResult struct {
 // replay) and returns ctx's error; what was folded stays folded and the dir stays consistent.
 func Compact(ctx context.Context, w io.Writer, opts CompactOptions) (res CompactResult, err error) {
 	opts.defaults()
+	// Never let a read-write open initialise a store where there was none.
+	if err := store.CheckStore(opts.FS, opts.DataDir); err != nil {
+		return res, err
+	}
 	before, err := diskUsage(opts.FS, opts.DataDir)
 	if err != nil {
 		return res, err
 	}
 	res.BytesBefore = before.Bytes
-	if n, _ := opts.FS.List(opts.DataDir); len(n) == 0 {
-		// Never let a read-write open initialise a store where there was none.
-		return res, fmt.Errorf("compact %s: %w", opts.DataDir, store.ErrNoData)
-	}
 	st, l, err := opts.open(true)
 	if err != nil {
 		return res, err

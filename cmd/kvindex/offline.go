@@ -59,8 +59,11 @@ func offlineErr(cmd string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, store.ErrLocked) {
-		return fmt.Errorf("%s: refusing while a server holds the data dir (stop it first): %w", cmd, err)
+	switch {
+	case errors.Is(err, store.ErrLocked):
+		return fmt.Errorf("%s: refusing while a server holds the data dir (stop it first, or run %s on a copy): %w", cmd, cmd, err)
+	case errors.Is(err, store.ErrNoData), errors.Is(err, store.ErrNotDataDir):
+		return fmt.Errorf("%s: %w; give --data-dir a dir kvindex serve wrote", cmd, err)
 	}
 	return fmt.Errorf("%s: %w", cmd, err)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/server"
+	"github.com/kvindex/kvindex/store"
 	"github.com/kvindex/kvindex/wal"
 	"github.com/urfave/cli/v2"
 )
@@ -210,6 +212,9 @@ func serveCommand() *cli.Command {
 			})
 			if errors.Is(err, server.ErrTLSConfig) {
 				return usageError{err}
+			}
+			if errors.Is(err, store.ErrNotDataDir) {
+				return fmt.Errorf("%w, or pass --force to use it anyway", err)
 			}
 			return err
 		},
