@@ -27,14 +27,16 @@ func offlineDataDirFlag(cmd string) cli.Flag {
 		Usage: "the data dir of a stopped kvindex serve (must exist)"}
 }
 
-// authTokenFlag is --auth-token-file, of serve and loadgen.
-func authTokenFlag(cmd string, env []string) cli.Flag {
-	usage := "require Authorization: Bearer <token> on every mutating route (events, deletes, sources, a worker's source, flush, routing decisions, Dynamo's /register, /unregister, /register_peer, /deregister_peer) and /debug/pprof; the token is the file's content, trimmed; also sent to --upstream"
-	if cmd == "loadgen" {
-		usage = "send Authorization: Bearer <token> (the file's content, trimmed), for a server started with --auth-token-file"
-	}
+// authTokenFlag is --auth-token-file, of serve and loadgen (each with its usage).
+func authTokenFlag(usage string, env []string) cli.Flag {
 	return &cli.StringFlag{Name: "auth-token-file", Usage: usage, EnvVars: env}
 }
+
+// The usages of --auth-token-file.
+const (
+	serveAuthUsage   = "require Authorization: Bearer <token> on every mutating route (events, deletes, sources, a worker's source, flush, routing decisions, Dynamo's /register, /unregister, /register_peer, /deregister_peer) and /debug/pprof; the token is the file's content, trimmed; also sent to --upstream"
+	loadgenAuthUsage = "send Authorization: Bearer <token> (the file's content, trimmed), for a server started with --auth-token-file"
+)
 
 // readToken reads --auth-token-file when given ("" when not).
 func readToken(c *cli.Context) (string, error) {
@@ -105,7 +107,7 @@ func serveCommand() *cli.Command {
 			&cli.DurationFlag{Name: "body-timeout", Value: 10 * time.Second, Usage: "a request body must arrive at 64 KiB per this long at least (the whole body when smaller), else it is answered 408 and its connection closed", EnvVars: serveEnv("body-timeout")},
 			&cli.IntFlag{Name: "max-conns", Value: 4096, Usage: "open HTTP connections at most; at the cap new ones wait in the listen backlog (logged, kvindex_http_conn_cap_waits_total); 0 = no cap", EnvVars: serveEnv("max-conns")},
 			&cli.DurationFlag{Name: "idle-timeout", Value: 2 * time.Minute, Usage: "close a keep-alive HTTP connection idle this long", EnvVars: serveEnv("idle-timeout")},
-			authTokenFlag("serve", serveEnv("auth-token-file")),
+			authTokenFlag(serveAuthUsage, serveEnv("auth-token-file")),
 			&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS with this PEM certificate (with --tls-key)", EnvVars: serveEnv("tls-cert")},
 			&cli.StringFlag{Name: "tls-key", Usage: "the PEM private key of --tls-cert", EnvVars: serveEnv("tls-key")},
 			&cli.BoolFlag{Name: "pprof", Usage: "serve Go's profiles under /debug/pprof/ (behind --auth-token-file like the writes)", EnvVars: serveEnv("pprof")},
