@@ -24,7 +24,7 @@ func dataDirFlag() cli.Flag {
 // KVINDEX_DATA_DIR as serve's.
 func offlineDataDirFlag(cmd string) cli.Flag {
 	return &cli.StringFlag{Name: "data-dir", Value: "./kvindex-data", EnvVars: env(cmd, "data-dir", envName("data-dir")),
-		Usage: "the data dir of a stopped kvindex serve (must exist)"}
+		Usage: "the data dir of a stopped kvindex serve, or a copy of it (must exist; read-only commands write nothing into it)"}
 }
 
 // authTokenFlag is --auth-token-file, of serve and loadgen (each with its usage).
