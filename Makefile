@@ -11,6 +11,8 @@ build:
 test:
 	$(GO) vet ./...
 	$(GO) test -race -timeout 8m ./...
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null || \
+		echo "NOTE: no chromium, chromium-browser or google-chrome on PATH: the status page browser test (server TestStatusPageInBrowser) was skipped (apt-get install chromium)"
 
 run: build
 	$(BIN) serve --data-dir $(DATA_DIR)

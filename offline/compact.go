@@ -53,15 +53,15 @@ type CompactResult struct {
 // replay) and returns ctx's error; what was folded stays folded and the dir stays consistent.
 func Compact(ctx context.Context, w io.Writer, opts CompactOptions) (res CompactResult, err error) {
 	opts.defaults()
+	// Never let a read-write open initialise a store where there was none.
+	if err := store.CheckStore(opts.FS, opts.DataDir); err != nil {
+		return res, err
+	}
 	before, err := diskUsage(opts.FS, opts.DataDir)
 	if err != nil {
 		return res, err
 	}
 	res.BytesBefore = before.Bytes
-	if n, _ := opts.FS.List(opts.DataDir); len(n) == 0 {
-		// Never let a read-write open initialise a store where there was none.
-		return res, fmt.Errorf("compact %s: %w", opts.DataDir, store.ErrNoData)
-	}
 	st, l, err := opts.open(true)
 	if err != nil {
 		return res, err
@@ -73,83 +73,16 @@ func Compact(ctx context.Context, w io.Writer, opts CompactOptions) (res Compact
 		}
 	}()
 
-	ranks, err := rankList(l)
+	c, err := newCompaction(ctx, w, &opts, st, l, &res)
 	if err != nil {
 		return res, err
 	}
-	res.Ranks = len(ranks)
-	parts, err := partition.Open(l, 0, index.Options{})
-	if err != nil {
+	fmt.Fprintf(w, "compact %s: %s, %s\n", opts.DataDir, plural(uint64(len(c.ranks)), "rank"), plural(uint64(len(c.parts.All())), "partition"))
+	if err := c.foldAll(); err != nil {
 		return res, err
 	}
-	kinds, err := opts.groupKinds(l, parts)
-	if err != nil {
+	if err := c.compactPebble(); err != nil {
 		return res, err
-	}
-	var bad []string
-	for _, r := range ranks {
-		if _, _, err := l.ReadSnapshot(r); err != nil {
-			if !errors.Is(err, wal.ErrCorruption) {
-				return res, err
-			}
-			bad = append(bad, err.Error())
-		}
-	}
-	if len(bad) > 0 {
-		return res, fmt.Errorf("compact refuses to fold over corrupt snapshots (run kvindex verify; kvindex serve drops them and rebuilds from the log): %w: %s",
-			wal.ErrCorruption, strings.Join(bad, "; "))
-	}
-
-	fmt.Fprintf(w, "compact %s: %s, %s\n", opts.DataDir, plural(uint64(len(ranks)), "rank"), plural(uint64(len(parts.All())), "partition"))
-	pb := newBar(opts.Progress, int64(len(ranks)), "folding")
-	for _, r := range ranks {
-		if err := ctx.Err(); err != nil {
-			return res, fmt.Errorf("compact: %w", err)
-		}
-		n, first, last, err := logSpan(st.DB(), r)
-		if err != nil {
-			return res, err
-		}
-		meta, err := l.RankMeta(r)
-		if err != nil {
-			return res, err
-		}
-		// A snapshot at or past the newest event (an online checkpoint) over a retained log:
-		// Fold only trims the log.
-		if n == 0 {
-			fmt.Fprintf(w, "rank %s: nothing to fold (%s)\n", rankName(parts, r), snapshotWords(meta.SnapshotID))
-			pb.add(1)
-			continue
-		}
-		if err := lanes.Fold(ctx, l, r, last, kinds(r)); err != nil { // keeps KV-cache groups (lanes/groups.go)
-			var nf *recovery.NotFoldableError
-			if !errors.As(err, &nf) {
-				return res, fmt.Errorf("compact: rank %s: %w", rankName(parts, r), err)
-			}
-			fmt.Fprintf(w, "rank %s: kept its log: it holds %d blocks, only %d reachable from the root (stranded under a removed block), which a snapshot cannot express\n", rankName(parts, r), nf.Held, nf.Reachable)
-			pb.add(1)
-			continue
-		}
-		res.Folded++
-		res.EventsFolded += n
-		fmt.Fprintf(w, "rank %s: folded %s (ids %d-%d) into a snapshot at %d\n", rankName(parts, r), plural(n, "event"), first, last, last)
-		if f := opts.Listener.Folded; f != nil {
-			f(r, last, n)
-		}
-		pb.add(1)
-	}
-	pb.finish()
-	if err := ctx.Err(); err != nil {
-		return res, fmt.Errorf("compact: before the Pebble compaction: %w", err)
-	}
-	if f := opts.Listener.Compacting; f != nil {
-		f()
-	}
-	if err := st.DB().Flush(); err != nil {
-		return res, store.MapError("compact: flush", err)
-	}
-	if err := st.DB().Compact(ctx, []byte{0x00}, []byte{0xff}, true); err != nil {
-		return res, store.MapError("compact: pebble compaction", err)
 	}
 	closed = true
 	if err := st.Close(); err != nil {
@@ -160,13 +93,129 @@ func Compact(ctx context.Context, w io.Writer, opts CompactOptions) (res Compact
 		return res, err
 	}
 	res.BytesAfter = after.Bytes
+	res.write(w)
+	return res, nil
+}
+
+// compaction is one Compact run over an open store.
+type compaction struct {
+	ctx   context.Context
+	w     io.Writer
+	opts  *CompactOptions
+	st    *store.Store
+	l     *wal.Log
+	res   *CompactResult
+	ranks []event.Rank
+	parts *partition.Set
+	kinds func(event.Rank) event.GroupKinds
+}
+
+// newCompaction lists the ranks and partitions and checks every snapshot before anything changes:
+// a corrupt one makes Compact refuse (wal.ErrCorruption).
+func newCompaction(ctx context.Context, w io.Writer, opts *CompactOptions, st *store.Store, l *wal.Log, res *CompactResult) (*compaction, error) {
+	c := &compaction{ctx: ctx, w: w, opts: opts, st: st, l: l, res: res}
+	var err error
+	if c.ranks, err = rankList(l); err != nil {
+		return nil, err
+	}
+	res.Ranks = len(c.ranks)
+	if c.parts, err = partition.Open(l, 0, index.Options{}); err != nil {
+		return nil, err
+	}
+	if c.kinds, err = opts.groupKinds(l, c.parts); err != nil {
+		return nil, err
+	}
+	var bad []string
+	for _, r := range c.ranks {
+		if _, _, err := l.ReadSnapshot(r); err != nil {
+			if !errors.Is(err, wal.ErrCorruption) {
+				return nil, err
+			}
+			bad = append(bad, err.Error())
+		}
+	}
+	if len(bad) > 0 {
+		return nil, fmt.Errorf("compact refuses to fold over corrupt snapshots (run kvindex verify; kvindex serve drops them and rebuilds from the log): %w: %s",
+			wal.ErrCorruption, strings.Join(bad, "; "))
+	}
+	return c, nil
+}
+
+// foldAll folds every rank, one line each; cancelled, it stops between ranks.
+func (c *compaction) foldAll() error {
+	pb := newBar(c.opts.Progress, int64(len(c.ranks)), "folding")
+	for _, r := range c.ranks {
+		if err := c.ctx.Err(); err != nil {
+			return fmt.Errorf("compact: %w", err)
+		}
+		if err := c.fold(r); err != nil {
+			return err
+		}
+		pb.add(1)
+	}
+	pb.finish()
+	return nil
+}
+
+// fold folds rank r's log into a snapshot at its newest event (or says why it does not).
+func (c *compaction) fold(r event.Rank) error {
+	name := rankName(c.parts, r)
+	n, first, last, err := logSpan(c.st.DB(), r)
+	if err != nil {
+		return err
+	}
+	meta, err := c.l.RankMeta(r)
+	if err != nil {
+		return err
+	}
+	// A snapshot at or past the newest event (an online checkpoint) over a retained log: Fold
+	// only trims the log.
+	if n == 0 {
+		fmt.Fprintf(c.w, "rank %s: nothing to fold (%s)\n", name, snapshotWords(meta.SnapshotID))
+		return nil
+	}
+	if err := lanes.Fold(c.ctx, c.l, r, last, c.kinds(r)); err != nil { // keeps KV-cache groups (lanes/groups.go)
+		var nf *recovery.NotFoldableError
+		if !errors.As(err, &nf) {
+			return fmt.Errorf("compact: rank %s: %w", name, err)
+		}
+		fmt.Fprintf(c.w, "rank %s: kept its log: it holds %d blocks, only %d reachable from the root (stranded under a removed block), which a snapshot cannot express\n", name, nf.Held, nf.Reachable)
+		return nil
+	}
+	c.res.Folded++
+	c.res.EventsFolded += n
+	fmt.Fprintf(c.w, "rank %s: folded %s (ids %d-%d) into a snapshot at %d\n", name, plural(n, "event"), first, last, last)
+	if f := c.opts.Listener.Folded; f != nil {
+		f(r, last, n)
+	}
+	return nil
+}
+
+// compactPebble flushes and compacts the whole keyspace, so the deleted records leave the disk.
+func (c *compaction) compactPebble() error {
+	if err := c.ctx.Err(); err != nil {
+		return fmt.Errorf("compact: before the Pebble compaction: %w", err)
+	}
+	if f := c.opts.Listener.Compacting; f != nil {
+		f()
+	}
+	if err := c.st.DB().Flush(); err != nil {
+		return store.MapError("compact: flush", err)
+	}
+	if err := c.st.DB().Compact(c.ctx, []byte{0x00}, []byte{0xff}, true); err != nil {
+		return store.MapError("compact: pebble compaction", err)
+	}
+	return nil
+}
+
+// write writes the summary: ranks and events folded, the size before and after.
+func (res CompactResult) write(w io.Writer) {
 	fmt.Fprintf(w, "folded %d of %d ranks, %d events\n", res.Folded, res.Ranks, res.EventsFolded)
 	fmt.Fprintf(w, "size: %d bytes on disk (du) before, %d bytes after\n", res.BytesBefore, res.BytesAfter)
 	if res.BytesAfter > res.BytesBefore {
 		// A small dir grows: the new WAL files are allocated whole, not written.
 		fmt.Fprintf(w, "(larger after: Pebble preallocates each new WAL file to the memtable size, which du counts as used while ls -l shows a few KB; it is reused, not grown, by the next writes)\n")
 	}
-	return res, nil
 }
 
 func snapshotWords(id uint64) string {

@@ -7,12 +7,16 @@
 // Every function takes a context (cancellation stops it between ranks or every few thousand
 // records; a cancelled compact leaves the dir consistent), an io.Writer for its output and an
 // options struct. None of them runs while a server holds the data dir: store.Open takes the dir
-// lock in every mode, so each returns an error wrapping store.ErrLocked instead.
+// lock in every mode (shared when read-only), so each returns an error wrapping store.ErrLocked
+// instead.
 //
 // # Invariants
 //
 //   - export, inspect and verify open the store read-only (store.Options.ReadOnly): they never
-//     write, not even to drop a corrupt snapshot (the server does that on its next start).
+//     write, not even to drop a corrupt snapshot (the server does that on its next start), nor a
+//     lock file: they read a read-only copy, and leave a missing, empty or foreign dir as it was
+//     (store.ErrNoData, store.ErrNotDataDir). compact checks the same (store.CheckStore) before
+//     its read-write open, so it never initialises a store where there was none.
 //   - compact only writes through recovery.Fold (one synced, atomic Pebble batch per rank: the new
 //     snapshot, its id, the log cut and the DeleteRange of the folded prefix; or, under a newer
 //     checkpoint, the cut and the DeleteRange alone) and Pebble's own

@@ -25,7 +25,10 @@ type InspectOptions struct {
 
 // Report is what Inspect found. Its JSON form is stable (snake_case, like the HTTP API).
 type Report struct {
-	DataDir       string            `json:"data_dir"`
+	DataDir string `json:"data_dir"`
+	// Lock says whether another process holds the dir (never: Inspect then fails with
+	// store.ErrLocked) and how this read holds it (store.LockState).
+	Lock          string            `json:"lock"`
 	FormatVersion uint32            `json:"format_version"`
 	PebbleFormat  uint64            `json:"pebble_format"`
 	Partitions    []PartitionReport `json:"partitions"`
@@ -133,7 +136,7 @@ func Inspect(ctx context.Context, w io.Writer, opts InspectOptions) (rep Report,
 		return rep, err
 	}
 	defer closeStore(st, &err)
-	rep = Report{DataDir: opts.DataDir, FormatVersion: st.Version(), PebbleFormat: uint64(st.DB().FormatMajorVersion()),
+	rep = Report{DataDir: opts.DataDir, Lock: st.LockState().String(), FormatVersion: st.Version(), PebbleFormat: uint64(st.DB().FormatMajorVersion()),
 		TornWALTails: len(st.TornTails()), Ranks: []RankReport{}}
 	ranks, err := l.Ranks()
 	if err != nil {
@@ -297,6 +300,7 @@ func diskReport(st *store.Store, o Options, rep *Report) error {
 func (rep Report) Text() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "data dir: %s\n", rep.DataDir)
+	fmt.Fprintf(&b, "lock: %s\n", rep.Lock)
 	fmt.Fprintf(&b, "format version: %d (pebble format %d)\n", rep.FormatVersion, rep.PebbleFormat)
 	fmt.Fprintf(&b, "ranks: %d (removed: %d)\n", len(rep.Ranks), rep.RemovedRanks)
 	if rep.TornWALTails > 0 {

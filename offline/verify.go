@@ -243,123 +243,172 @@ func (v *rankVerifier) checkSnapshot(snap wal.Snapshot, meta wal.RankMeta) {
 // replayLog decodes every log record of the rank, applies the good ones to ix and checks ids.
 // It returns the newest logged id.
 func (v *rankVerifier) replayLog(ix recovery.Tree, snap wal.Snapshot, hasSnap bool, meta wal.RankMeta) (uint64, error) {
+	p := newLogReplay(v, ix, snap, hasSnap, meta)
+	if err := v.scanLog(p); err != nil {
+		return 0, err
+	}
+	p.reportBelowCut()
+	if hasSnap && meta.Cut == 0 {
+		if err := v.checkCheckpoint(p.under, snap); err != nil {
+			return 0, err
+		}
+	}
+	p.reportHole()
+	return p.last, nil
+}
+
+// logReplay is replayLog's state while it walks one rank's log in id order.
+type logReplay struct {
+	v       *rankVerifier
+	ix      recovery.Tree // the rank rebuilt: the snapshot, then the log after it
+	snap    wal.Snapshot
+	hasSnap bool
+	meta    wal.RankMeta
+	// under is the log up to the snapshot, replayed when the log was never cut (a checkpoint),
+	// to compare with the snapshot; underG applies to it by KV-cache group.
+	under  *tier.Tiers
+	underG recovery.Tree
+
+	prev, last       uint64 // the previous and the last record's id
+	havePrev         bool
+	prevCorrupt      bool   // the previous record failed its checksum: its kind is unknown
+	below            int    // records below the cut (which should have been deleted)
+	belowLo, belowHi uint64 // their ids
+	hole             bool   // the first unexplained id jump, holeFrom → holeTo
+	holeFrom, holeTo uint64
+}
+
+func newLogReplay(v *rankVerifier, ix recovery.Tree, snap wal.Snapshot, hasSnap bool, meta wal.RankMeta) *logReplay {
+	p := &logReplay{v: v, ix: ix, snap: snap, hasSnap: hasSnap, meta: meta}
+	if hasSnap && meta.Cut > 0 {
+		p.prev, p.havePrev = snap.LastEventID, true
+	}
+	p.under = tier.New(index.New(index.Options{RankCapacity: 1}))
+	p.underG = lanes.GroupTree(p.under, v.r, v.kinds)
+	return p
+}
+
+// apply takes one decoded event of the log.
+func (p *logReplay) apply(ev *event.RouterEvent) error {
+	id := ev.EventID
+	p.v.records++
+	p.last = id
+	if id < p.meta.Cut {
+		if p.below == 0 {
+			p.belowLo = id
+		}
+		p.below++
+		p.belowHi = id
+		return nil
+	}
+	if p.hasSnap && id <= p.snap.LastEventID {
+		// Retained under an online checkpoint: replayed into under when the log was never cut,
+		// to compare with the checkpoint; the snapshot stands for it in ix.
+		if p.meta.Cut == 0 {
+			p.underG.Apply(ev)
+		}
+		p.prev, p.havePrev, p.prevCorrupt = id, true, false
+		return nil
+	}
+	// A hole before a record is fine when the record is a Cleared (a barrier may jump ids), or
+	// when the gap ledger accounts for it. A corrupt previous record hides the kind.
+	if p.havePrev && id > p.prev+1 && ev.Kind != event.KindCleared && !p.prevCorrupt && !covered(p.meta.Gaps, p.prev+1, id-1) {
+		if !p.hole {
+			p.holeFrom, p.holeTo, p.hole = p.prev, id, true
+		}
+	}
+	p.prev, p.havePrev, p.prevCorrupt = id, true, false
+	p.ix.Apply(ev)
+	return nil
+}
+
+// corrupt records a log record (ids first-id) that failed its checksum: a problem, counted as
+// read, and the previous record for the hole rule.
+func (p *logReplay) corrupt(first, id uint64, err error) {
+	if first < id {
+		p.v.problem("log record %d-%d: %v", first, id, err)
+	} else {
+		p.v.problem("log record %d: %v", id, err)
+	}
+	p.v.records += id - first + 1 // counted as read, as the good ones
+	p.last = id
+	p.prevCorrupt = true
+	p.prev, p.havePrev = id, true
+}
+
+func (p *logReplay) reportBelowCut() {
+	if p.below > 0 {
+		p.v.problem("%d log records (ids %d-%d) below the log cut %d: they should have been deleted when it was cut", p.below, p.belowLo, p.belowHi, p.meta.Cut)
+	}
+}
+
+func (p *logReplay) reportHole() {
+	if p.hole {
+		p.v.problem("log ids jump from %d to %d: events %d-%d are missing and no Cleared or gap ledger entry explains it", p.holeFrom, p.holeTo, p.holeFrom+1, p.holeTo-1)
+	}
+}
+
+// scanLog decodes the rank's log records in id order into p; a record that fails its checksum
+// is a problem (p.corrupt), any other error ends the scan.
+func (v *rankVerifier) scanLog(p *logReplay) error {
 	lo, hi := store.RankLogBounds(v.r)
 	it, err := v.st.DB().NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi, KeyTypes: pebble.IterKeyTypePointsOnly})
 	if err != nil {
-		return 0, store.MapError("log", err)
+		return store.MapError("log", err)
 	}
-	var (
-		ev                event.RouterEvent
-		prev, last        uint64
-		havePrev          bool
-		below             int
-		belowLo, belowHi  uint64
-		holeFrom, holeTo  uint64
-		hole, prevCorrupt bool
-		decodeErr         error
-	)
-	if hasSnap && meta.Cut > 0 {
-		prev, havePrev = snap.LastEventID, true
-	}
-	under := tier.New(index.New(index.Options{RankCapacity: 1})) // the log up to the snapshot
-	underG := lanes.GroupTree(under, v.r, v.kinds)
-	apply := func(ev *event.RouterEvent) error {
-		id := ev.EventID
-		v.records++
-		last = id
-		if id < meta.Cut {
-			if below == 0 {
-				belowLo = id
-			}
-			below++
-			belowHi = id
-			return nil
-		}
-		if hasSnap && id <= snap.LastEventID {
-			// Retained under an online checkpoint: replayed into under when the log was never
-			// cut, to compare with the checkpoint; the snapshot stands for it in ix.
-			if meta.Cut == 0 {
-				underG.Apply(ev)
-			}
-			prev, havePrev, prevCorrupt = id, true, false
-			return nil
-		}
-		// A hole before a record is fine when the record is a Cleared (a barrier may jump ids),
-		// or when the gap ledger accounts for it. A corrupt previous record hides the kind.
-		if havePrev && id > prev+1 && ev.Kind != event.KindCleared && !prevCorrupt && !covered(meta.Gaps, prev+1, id-1) {
-			if !hole {
-				holeFrom, holeTo, hole = prev, id, true
-			}
-		}
-		prev, havePrev, prevCorrupt = id, true, false
-		ix.Apply(ev)
-		return nil
-	}
+	var ev event.RouterEvent
+	var scanErr error
 	for valid := it.First(); valid; valid = it.Next() {
-		if v.ctx.Err() != nil {
-			_ = it.Close()
-			return 0, v.ctx.Err()
+		if err := v.ctx.Err(); err != nil {
+			scanErr = err
+			break
 		}
 		_, id, _ := store.ParseLogKey(it.Key())
 		val, err := it.ValueAndErr()
 		if err == nil {
-			err = wal.DecodeRecords(&ev, it.Key(), val, 0, apply)
+			err = wal.DecodeRecords(&ev, it.Key(), val, 0, p.apply)
 		} else {
 			err = store.MapError(fmt.Sprintf("event %d", id), err)
 		}
-		if err != nil {
-			if !errors.Is(err, wal.ErrCorruption) {
-				decodeErr = err
-				break
-			}
-			first, _, _ := wal.RecordIDs(it.Key(), val) // id itself when the header is damaged
-			if first < id {
-				v.problem("log record %d-%d: %v", first, id, err)
-			} else {
-				v.problem("log record %d: %v", id, err)
-			}
-			v.records += id - first + 1 // counted as read, as the good ones
-			last = id
-			prevCorrupt = true
-			prev, havePrev = id, true
+		if err == nil {
 			continue
 		}
-	}
-	if err := it.Close(); err != nil && decodeErr == nil {
-		decodeErr = store.MapError("log", err)
-	}
-	if decodeErr != nil {
-		return 0, decodeErr
-	}
-	if below > 0 {
-		v.problem("%d log records (ids %d-%d) below the log cut %d: they should have been deleted when it was cut", below, belowLo, belowHi, meta.Cut)
-	}
-	if hasSnap && meta.Cut == 0 {
-		// A checkpoint over a log never cut: the snapshot must be the log's state at its id.
-		want, err := dumpOf(under, v.r)
-		if err != nil {
-			return 0, err
+		if !errors.Is(err, wal.ErrCorruption) {
+			scanErr = err
+			break
 		}
-		got := snap.Events
-		if lanes.GroupSnapshot(got) {
-			// Each group's blocks: compare the trees they rebuild.
-			st := tier.New(index.New(index.Options{RankCapacity: 1}))
-			gs := lanes.GroupTree(st, v.r, v.kinds)
-			for i := range got {
-				gs.Apply(&got[i])
-			}
-			if got, err = dumpOf(st, v.r); err != nil {
-				return 0, err
-			}
+		first, _, _ := wal.RecordIDs(it.Key(), val) // id itself when the header is damaged
+		p.corrupt(first, id, err)
+	}
+	if err := it.Close(); err != nil && scanErr == nil {
+		scanErr = store.MapError("log", err)
+	}
+	return scanErr
+}
+
+// checkCheckpoint checks a checkpoint over a log never cut: the snapshot must be the log's state
+// at its id (under: the log replayed up to it).
+func (v *rankVerifier) checkCheckpoint(under *tier.Tiers, snap wal.Snapshot) error {
+	want, err := dumpOf(under, v.r)
+	if err != nil {
+		return err
+	}
+	got := snap.Events
+	if lanes.GroupSnapshot(got) {
+		// Each group's blocks: compare the trees they rebuild.
+		st := tier.New(index.New(index.Options{RankCapacity: 1}))
+		gs := lanes.GroupTree(st, v.r, v.kinds)
+		for i := range got {
+			gs.Apply(&got[i])
 		}
-		if i, same := sameDump(want, got); !same {
-			v.problem("snapshot at %d is not the replay of the log up to it: they differ at event %d (%d events, snapshot has %d)", snap.LastEventID, i, len(want), len(snap.Events))
+		if got, err = dumpOf(st, v.r); err != nil {
+			return err
 		}
 	}
-	if hole {
-		v.problem("log ids jump from %d to %d: events %d-%d are missing and no Cleared or gap ledger entry explains it", holeFrom, holeTo, holeFrom+1, holeTo-1)
+	if i, same := sameDump(want, got); !same {
+		v.problem("snapshot at %d is not the replay of the log up to it: they differ at event %d (%d events, snapshot has %d)", snap.LastEventID, i, len(want), len(snap.Events))
 	}
-	return last, nil
+	return nil
 }
 
 func covered(gaps []wal.Gap, from, to uint64) bool {

@@ -5,10 +5,15 @@
 //
 // # Invariants
 //
-//   - One process owns a data dir. Open takes an exclusive lock on DIR/kvindex.lock (through the
-//     vfs, so it works on the in-memory FS of the crash tests) in both read-write and read-only
-//     mode; a second Open, in this process or another, fails with ErrLocked. Pebble's own LOCK
-//     file is taken as well in read-write mode.
+//   - One process owns a data dir. A read-write Open takes an exclusive lock on DIR/kvindex.lock
+//     (through the vfs, so it works on the in-memory FS of the crash tests) and Pebble's own LOCK;
+//     a second Open, in this process or another, fails with ErrLocked.
+//   - A read-only Open writes nothing into the dir (no kvindex.lock, kvindex.pid or LOCK), so it
+//     reads a read-only copy: it refuses a missing or empty dir (ErrNoData) or one without a
+//     Pebble store (ErrNotDataDir) before touching it, and takes a shared lock on each lock file
+//     that exists (Linux open-file-description read locks; the vfs's lock elsewhere). Readers
+//     share a dir; a server holding it makes a reader fail with ErrLocked and a reader makes a
+//     server's Open fail so. LockState says which case held.
 //   - A read-write Open of an empty dir writes the format version record; every Open refuses a
 //     dir written with a newer format (ErrFormatTooNew) or an unknown older one
 //     (ErrFormatUnsupported). A format-1 dir opens read-write only (to be upgraded). A read-only Open of a dir that holds no kvindex data fails with

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -60,8 +59,9 @@ var (
 	ErrFormatUnsupported = errors.New("data dir format is not supported")
 	// ErrNoData: a read-only Open found no kvindex data in the dir.
 	ErrNoData = errors.New("no kvindex data in dir")
-	// ErrNotDataDir: the dir holds files but is not a kvindex data dir (no kvindex.lock); Open
-	// refuses it unless Options.Force, so a mistyped --data-dir does not fill an unrelated dir.
+	// ErrNotDataDir: the dir holds files but is not a kvindex data dir (read-write: no
+	// kvindex.lock; read-only: no Pebble store); a read-write Open refuses it unless
+	// Options.Force, so a mistyped --data-dir does not fill an unrelated dir.
 	ErrNotDataDir = errors.New("not a kvindex data dir")
 	// ErrPermission: the dir (or its lock file) cannot be created or written by this user. It
 	// also matches fs.ErrPermission.
@@ -78,8 +78,10 @@ var (
 type Options struct {
 	// FS is the filesystem; default vfs.Default. Tests pass vfs.NewCrashableMem() or an errorfs.
 	FS vfs.FS
-	// ReadOnly opens for offline inspection: no writes, no compactions. The dir must hold
-	// kvindex data (else ErrNoData) and the lock is still taken.
+	// ReadOnly opens for offline inspection: it writes nothing into the dir (no lock, pid or
+	// Pebble file), so it reads a read-only copy. The dir must hold a kvindex store (else
+	// ErrNoData, or ErrNotDataDir for a dir of other files). It takes a shared lock on the dir's
+	// lock files: another process holding the dir makes it fail with ErrLocked (LockState).
 	ReadOnly bool
 	// Logger receives Pebble's log lines and events; default slog.Default().
 	Logger *slog.Logger
@@ -127,9 +129,11 @@ type Store struct {
 	lock     io.Closer
 	cache    interface{ Unref() }
 	readOnly bool
-	version  uint32
-	torn     []TornTail
-	fatal    *atomic.Bool // set by the Pebble logger's Fatalf
+	// lockState is how the dir is held (LockOwned read-write; read-only: LockShared or LockNoFile).
+	lockState LockState
+	version   uint32
+	torn      []TornTail
+	fatal     *atomic.Bool // set by the Pebble logger's Fatalf
 	// memLimit and cacheSize are the memory bounds of the open DB (MemoryLimits).
 	memLimit, cacheSize int64
 }
@@ -151,8 +155,8 @@ func Open(dir string, opts Options) (*Store, error) {
 	s := &Store{dir: dir, fs: opts.FS, log: opts.Logger, readOnly: opts.ReadOnly, fatal: new(atomic.Bool)}
 
 	if opts.ReadOnly {
-		if _, err := opts.FS.Stat(dir); err != nil {
-			return nil, fmt.Errorf("open %s: %w: %w", dir, ErrNoData, err)
+		if err := CheckStore(opts.FS, dir); err != nil {
+			return nil, err
 		}
 	} else {
 		if !opts.Force {
@@ -164,7 +168,11 @@ func Open(dir string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("open %s: create dir: %w", dir, permErr(err))
 		}
 	}
-	if err := s.takeLock(); err != nil {
+	lock := s.takeLock
+	if opts.ReadOnly {
+		lock = s.takeSharedLock
+	}
+	if err := lock(); err != nil {
 		return nil, err
 	}
 	ok := false
@@ -192,8 +200,12 @@ func Open(dir string, opts Options) (*Store, error) {
 	cache := pebble.NewCache(opts.CacheSize)
 	s.cache = cache
 	defer cache.Unref() // the DB holds its own reference
+	pebbleFS := opts.FS
+	if opts.ReadOnly {
+		pebbleFS = noLockFS{opts.FS}
+	}
 	po := &pebble.Options{
-		FS:                    opts.FS,
+		FS:                    pebbleFS,
 		ReadOnly:              opts.ReadOnly,
 		ErrorIfNotExists:      opts.ReadOnly,
 		FormatMajorVersion:    PebbleFormat,
@@ -245,13 +257,11 @@ func (s *Store) takeLock() error {
 			// fcntl): the dir is not writable, not locked.
 			return fmt.Errorf("open %s: creating the lock file: %w", s.dir, permErr(err))
 		}
-		pid := "?"
-		if b, rerr := readSmallFile(s.fs, pidPath); rerr == nil && strings.TrimSpace(string(b)) != "" {
-			pid = strings.TrimSpace(string(b)) + "?"
-		}
-		return fmt.Errorf("%w: data dir %s is in use by another kvindex process (pid %s): %v", ErrLocked, s.dir, pid, err)
+		return s.lockedErr(err)
 	}
 	s.lock = l
+	s.lockState = LockOwned
+	rwHeld.Store(keyOf(s.fs, s.dir), struct{}{})
 	// Best effort: the pid only serves the ErrLocked message of a contender.
 	if f, err := s.fs.Create(pidPath, vfs.WriteCategoryUnspecified); err == nil {
 		_, _ = f.Write([]byte(strconv.Itoa(os.Getpid()) + "\n"))
@@ -275,8 +285,9 @@ func checkDataDir(f vfs.FS, dir string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("open %s: %w: it holds %d other files (e.g. %s); pick an empty or new dir, or pass --force to use it anyway",
-		dir, ErrNotDataDir, len(names), names[0])
+	// The caller names its own way past this (serve's --force, Options.Force).
+	return fmt.Errorf("open %s: %w: it holds %s (e.g. %s) and no kvindex.lock; pick an empty or new dir",
+		dir, ErrNotDataDir, files(len(names)), names[0])
 }
 
 // permErr marks a permission failure with ErrPermission (the OS error stays wrapped).
@@ -469,8 +480,12 @@ func (s *Store) Close() (err error) {
 }
 
 // unlock removes the pid file (it names the owner only while the lock is held) and releases the
-// lock.
+// lock; a read-only store only releases its shared locks.
 func (s *Store) unlock() error {
+	if s.readOnly {
+		return s.lock.Close() // the pid file is the owner's, if any
+	}
+	rwHeld.Delete(keyOf(s.fs, s.dir))
 	if err := s.fs.Remove(s.fs.PathJoin(s.dir, PIDFileName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.log.Warn("store: removing the pid file", "dir", s.dir, "err", err)
 	}

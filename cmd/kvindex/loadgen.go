@@ -31,7 +31,7 @@ func loadgenCommand() *cli.Command {
 		&cli.Float64Flag{Name: "query-rate", Usage: "find_matches per second while the events are posted (0 = one after the other, as fast as answered)", EnvVars: env("loadgen", "query-rate")},
 		&cli.IntFlag{Name: "top-k", Usage: "ask find_matches for the best N ranks only (0 = all)", EnvVars: env("loadgen", "top-k")},
 		&cli.StringFlag{Name: "markdown", Usage: "also write the results table into this markdown file (its section for this configuration is replaced)", EnvVars: env("loadgen", "markdown")},
-		authTokenFlag("loadgen", env("loadgen", "auth-token-file")),
+		authTokenFlag(loadgenAuthUsage, env("loadgen", "auth-token-file")),
 	)
 	return &cli.Command{
 		Name:  "loadgen",

@@ -24,20 +24,6 @@ func offlineOptions(c *cli.Context) (offline.Options, error) {
 		return offline.Options{}, usagef("%s takes no arguments, got %q", c.Command.Name, c.Args().Slice())
 	}
 	o := offline.Options{DataDir: c.String("data-dir"), Logger: slog.Default()}
-	if v := c.StringSlice("indexed-group-kinds"); len(v) > 0 {
-		k, err := event.ParseGroupKinds(v)
-		if err != nil {
-			return o, usagef("--indexed-group-kinds: %v", err)
-		}
-		o.IndexedGroupKinds = k
-	}
-	if v := c.StringSlice("partition-group-kinds"); len(v) > 0 {
-		m, err := server.ParsePartitionGroupKinds(v)
-		if err != nil {
-			return o, usagef("--partition-group-kinds: %v", err)
-		}
-		o.PartitionGroupKinds = m
-	}
 	if f, ok := c.App.ErrWriter.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		o.Progress = f
 	}
@@ -54,13 +40,39 @@ func groupKindsFlags(cmd string) []cli.Flag {
 	}
 }
 
+// rebuildOptions is offlineOptions plus groupKindsFlags, for the commands that rebuild trees.
+func rebuildOptions(c *cli.Context) (offline.Options, error) {
+	o, err := offlineOptions(c)
+	if err != nil {
+		return o, err
+	}
+	if v := c.StringSlice("indexed-group-kinds"); len(v) > 0 {
+		k, err := event.ParseGroupKinds(v)
+		if err != nil {
+			return o, usagef("--indexed-group-kinds: %v", err)
+		}
+		o.IndexedGroupKinds = k
+	}
+	if v := c.StringSlice("partition-group-kinds"); len(v) > 0 {
+		m, err := server.ParsePartitionGroupKinds(v)
+		if err != nil {
+			return o, usagef("--partition-group-kinds: %v", err)
+		}
+		o.PartitionGroupKinds = m
+	}
+	return o, nil
+}
+
 // offlineErr turns a library error into the CLI's: a clear line for a locked dir.
 func offlineErr(cmd string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, store.ErrLocked) {
-		return fmt.Errorf("%s: refusing while a server holds the data dir (stop it first): %w", cmd, err)
+	switch {
+	case errors.Is(err, store.ErrLocked):
+		return fmt.Errorf("%s: refusing while a server holds the data dir (stop it first, or run %s on a copy): %w", cmd, cmd, err)
+	case errors.Is(err, store.ErrNoData), errors.Is(err, store.ErrNotDataDir):
+		return fmt.Errorf("%s: %w; give --data-dir a dir kvindex serve wrote", cmd, err)
 	}
 	return fmt.Errorf("%s: %w", cmd, err)
 }
@@ -71,7 +83,7 @@ func compactCommand() *cli.Command {
 		Usage: "offline: fold each rank's log into a snapshot at its newest event, delete the folded log, compact Pebble",
 		Flags: append([]cli.Flag{offlineDataDirFlag("compact")}, groupKindsFlags("compact")...),
 		Action: func(c *cli.Context) error {
-			o, err := offlineOptions(c)
+			o, err := rebuildOptions(c)
 			if err != nil {
 				return err
 			}
@@ -97,7 +109,7 @@ func exportCommand() *cli.Command {
 			&cli.StringFlag{Name: "out", Usage: "write to this file (replaced atomically when done) instead of stdout", EnvVars: env("export", "out")},
 		}, groupKindsFlags("export")...),
 		Action: func(c *cli.Context) error {
-			o, err := offlineOptions(c)
+			o, err := rebuildOptions(c)
 			if err != nil {
 				return err
 			}
@@ -195,7 +207,7 @@ func verifyCommand() *cli.Command {
 		Usage: "offline, read-only: rebuild every rank from snapshot + log and check checksums, ids and tree invariants; exit 1 listing each problem",
 		Flags: append([]cli.Flag{offlineDataDirFlag("verify")}, groupKindsFlags("verify")...),
 		Action: func(c *cli.Context) error {
-			o, err := offlineOptions(c)
+			o, err := rebuildOptions(c)
 			if err != nil {
 				return err
 			}

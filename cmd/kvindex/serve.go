@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/server"
+	"github.com/kvindex/kvindex/store"
 	"github.com/kvindex/kvindex/wal"
 	"github.com/urfave/cli/v2"
 )
@@ -22,17 +24,19 @@ func dataDirFlag() cli.Flag {
 // KVINDEX_DATA_DIR as serve's.
 func offlineDataDirFlag(cmd string) cli.Flag {
 	return &cli.StringFlag{Name: "data-dir", Value: "./kvindex-data", EnvVars: env(cmd, "data-dir", envName("data-dir")),
-		Usage: "the data dir of a stopped kvindex serve (must exist)"}
+		Usage: "the data dir of a stopped kvindex serve, or a copy of it (must exist; read-only commands write nothing into it)"}
 }
 
-// authTokenFlag is --auth-token-file, of serve and loadgen.
-func authTokenFlag(cmd string, env []string) cli.Flag {
-	usage := "require Authorization: Bearer <token> on every mutating route (events, deletes, sources, a worker's source, flush, routing decisions, Dynamo's /register, /unregister, /register_peer, /deregister_peer) and /debug/pprof; the token is the file's content, trimmed; also sent to --upstream"
-	if cmd == "loadgen" {
-		usage = "send Authorization: Bearer <token> (the file's content, trimmed), for a server started with --auth-token-file"
-	}
+// authTokenFlag is --auth-token-file, of serve and loadgen (each with its usage).
+func authTokenFlag(usage string, env []string) cli.Flag {
 	return &cli.StringFlag{Name: "auth-token-file", Usage: usage, EnvVars: env}
 }
+
+// The usages of --auth-token-file.
+const (
+	serveAuthUsage   = "require Authorization: Bearer <token> on every mutating route (events, deletes, sources, a worker's source, flush, routing decisions, Dynamo's /register, /unregister, /register_peer, /deregister_peer) and /debug/pprof; the token is the file's content, trimmed; also sent to --upstream"
+	loadgenAuthUsage = "send Authorization: Bearer <token> (the file's content, trimmed), for a server started with --auth-token-file"
+)
 
 // readToken reads --auth-token-file when given ("" when not).
 func readToken(c *cli.Context) (string, error) {
@@ -103,7 +107,7 @@ func serveCommand() *cli.Command {
 			&cli.DurationFlag{Name: "body-timeout", Value: 10 * time.Second, Usage: "a request body must arrive at 64 KiB per this long at least (the whole body when smaller), else it is answered 408 and its connection closed", EnvVars: serveEnv("body-timeout")},
 			&cli.IntFlag{Name: "max-conns", Value: 4096, Usage: "open HTTP connections at most; at the cap new ones wait in the listen backlog (logged, kvindex_http_conn_cap_waits_total); 0 = no cap", EnvVars: serveEnv("max-conns")},
 			&cli.DurationFlag{Name: "idle-timeout", Value: 2 * time.Minute, Usage: "close a keep-alive HTTP connection idle this long", EnvVars: serveEnv("idle-timeout")},
-			authTokenFlag("serve", serveEnv("auth-token-file")),
+			authTokenFlag(serveAuthUsage, serveEnv("auth-token-file")),
 			&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS with this PEM certificate (with --tls-key)", EnvVars: serveEnv("tls-cert")},
 			&cli.StringFlag{Name: "tls-key", Usage: "the PEM private key of --tls-cert", EnvVars: serveEnv("tls-key")},
 			&cli.BoolFlag{Name: "pprof", Usage: "serve Go's profiles under /debug/pprof/ (behind --auth-token-file like the writes)", EnvVars: serveEnv("pprof")},
@@ -210,6 +214,9 @@ func serveCommand() *cli.Command {
 			})
 			if errors.Is(err, server.ErrTLSConfig) {
 				return usageError{err}
+			}
+			if errors.Is(err, store.ErrNotDataDir) {
+				return fmt.Errorf("%w, or pass --force to use it anyway", err)
 			}
 			return err
 		},
