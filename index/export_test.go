@@ -107,6 +107,9 @@ func (r *RunTree) Audit() error {
 		return fmt.Errorf("%d positions, counted %d", positions, t.positions)
 	}
 	for _, rs := range t.byID {
+		if rs == nil {
+			continue
+		}
 		n := len(rs.lk.other)
 		for _, s := range rs.lk.slots {
 			if s == 0 {

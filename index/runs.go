@@ -73,8 +73,11 @@ type runTree struct {
 	kids      map[kidKey]uint32
 	sets      setInterner
 	ranks     map[event.Rank]*runRank
-	byID      []*runRank
+	byID      []*runRank // by id (nil for ids of other layouts' ranks)
 	positions int
+	// newID names a new rank: Index's registration in its rank table (Options.Runs), or the
+	// next id when nil.
+	newID func(event.Rank) uint32
 }
 
 type runRank struct {
@@ -487,9 +490,16 @@ func (t *runTree) unref(rs *runRank, p rpos, buf *[]uint32) {
 func (t *runTree) rankOf(r event.Rank, make bool) *runRank {
 	rs := t.ranks[r]
 	if rs == nil && make {
-		rs = &runRank{id: uint32(len(t.byID)), rank: r}
+		id := uint32(len(t.byID))
+		if t.newID != nil {
+			id = t.newID(r)
+		}
+		rs = &runRank{id: id, rank: r}
 		t.ranks[r] = rs
-		t.byID = append(t.byID, rs)
+		for len(t.byID) <= int(id) {
+			t.byID = append(t.byID, nil)
+		}
+		t.byID[id] = rs
 	}
 	return rs
 }
@@ -613,6 +623,18 @@ type runScratch struct {
 
 // match appends to dst the ranks holding a prefix of q with its length, deepest first.
 func (t *runTree) match(dst []runScore, q []uint64, sc *runScratch) []runScore {
+	t.walk(q, sc)
+	for i := len(sc.drops) - 1; i >= 0; i-- {
+		if sc.drops[i].score > 0 {
+			dst = append(dst, sc.drops[i])
+		}
+	}
+	return dst
+}
+
+// walk leaves in sc.drops every rank holding the query's first position with its score,
+// shallowest first; the ranks of one score are contiguous and ascending by id.
+func (t *runTree) walk(q []uint64, sc *runScratch) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	active := sc.active[:0]
@@ -661,14 +683,7 @@ func (t *runTree) match(dst []runScore, q []uint64, sc *runScratch) []runScore {
 		d += int(m - n)
 		cur = mkpos(r, m-1)
 	}
-	active = dropAll(&sc.drops, active, uint32(d))
-	sc.active = active
-	for i := len(sc.drops) - 1; i >= 0; i-- {
-		if sc.drops[i].score > 0 {
-			dst = append(dst, sc.drops[i])
-		}
-	}
-	return dst
+	sc.active = dropAll(&sc.drops, active, uint32(d))
 }
 
 func dropAll(drops *[]runScore, active []uint32, score uint32) []uint32 {
@@ -704,7 +719,9 @@ func (t *runTree) memoryBytes() uint64 {
 		b += uint64(unsafe.Sizeof(*c)) + 16*uint64(cap(c.pairs)) + 12*uint64(cap(c.spans)) + 4*uint64(cap(c.kidOffs))
 	}
 	for _, rs := range t.byID {
-		b += 8 * uint64(len(rs.lk.slots))
+		if rs != nil {
+			b += 8 * uint64(len(rs.lk.slots))
+		}
 	}
 	return b
 }

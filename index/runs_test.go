@@ -209,3 +209,42 @@ func equalScores(a, b map[event.Rank]uint32) bool {
 	}
 	return true
 }
+
+// TestRunsIndexAgainstModel drives an Index with Options.Runs and the model with Stored,
+// Removed and Cleared events: the answers of FindMatches (scores, tree sizes, order) and the
+// rank table's counts are the slab's, checked by the same helpers as TestPropertyAgainstModel.
+func TestRunsIndexAgainstModel(t *testing.T) {
+	defer index.SetTailFrom(0)()
+	rapid.Check(t, func(rt *rapid.T) {
+		ix := index.New(index.Options{Runs: true})
+		m := testutil.NewModel()
+		rankGen := rapid.Custom(func(t *rapid.T) event.Rank {
+			return event.Rank{WorkerID: rapid.Uint64Range(1, 2).Draw(t, "worker"), DPRank: rapid.Uint32Range(0, 2).Draw(t, "dp")}
+		})
+		for step := 0; step < propSteps; step++ {
+			r := rankGen.Draw(rt, "rank")
+			var ev event.RouterEvent
+			switch op := rapid.IntRange(0, 19).Draw(rt, "op"); {
+			case op < 6:
+				ev = drawStored(rt, m, r)
+			case op < 12:
+				ev = drawChain(rt, m, r)
+			case op < 19:
+				ev = drawRemoved(rt, m, r)
+			default:
+				ev = event.Cleared(r, 0)
+			}
+			res, want := ix.Apply(&ev), m.Apply(&ev)
+			if res.Status.String() != want.Status || res.Blocks != want.Blocks || res.NotFound != want.NotFound {
+				rt.Fatalf("step %d %+v: index %+v, model %+v", step, ev, res, want)
+			}
+			checkState(rt, ix, m)
+			q := rapid.SliceOfN(rapid.Uint64Range(100, 103), 0, 8).Draw(rt, "query")
+			checkScores(rt, m, q, false, ix.FindMatches(q, false))
+			if held := m.HeldBlocks(r); len(held) > 0 {
+				b, _ := m.Block(r, rapid.SampledFrom(held).Draw(rt, "path of"))
+				checkScores(rt, m, b.Path, false, ix.FindMatches(b.Path, false))
+			}
+		}
+	})
+}
