@@ -2,6 +2,7 @@ package index
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/kvindex/kvindex/event"
 )
@@ -42,7 +43,7 @@ func (r *RunTree) Scores(q []uint64) map[event.Rank]uint32 {
 	r.t.mu.RLock()
 	defer r.t.mu.RUnlock()
 	for _, s := range ans {
-		out[r.t.byID[s.id].rank] = s.score
+		out[r.t.byID[s.ID].rank] = s.Score
 	}
 	return out
 }
@@ -125,4 +126,11 @@ func (r *RunTree) Audit() error {
 		}
 	}
 	return nil
+}
+
+// Intersect is the run walk's intersection: the kept ids, and the dropped ones with score.
+func Intersect(active, set []uint32, score uint32) (kept []uint32, dropped []RunScore) {
+	var buf []uint32
+	kept = intersect(&dropped, slices.Clone(active), set, score, &buf)
+	return kept, dropped
 }

@@ -298,16 +298,21 @@ func (t *runTree) lkDel(m *runLookup, h uint64) (rpos, bool) {
 func (t *runTree) step(p rpos, tok uint64) (rpos, bool) {
 	r, o := posRun(p), posOff(p)
 	if r != 0 {
-		if pr := t.runs[r].pairs; int(o)+1 < len(pr) && pr[o+1].tok == tok {
+		c := &t.runs[r]
+		if int(o)+1 < len(c.pairs) && c.pairs[o+1].tok == tok {
 			return p + 1, true
+		}
+		if !slices.Contains(c.kidOffs, o) {
+			return 0, false // no fork there: the child map is not probed
 		}
 	}
 	c, ok := t.kids[kidKey{p, tok}]
 	return mkpos(c, 0), ok
 }
 
-// make returns the position under p for (tok, hash), made if missing.
-func (t *runTree) make(p rpos, tok, hash uint64) rpos {
+// make returns the position under p for (tok, hash), made if missing; a new run has room for
+// hint positions.
+func (t *runTree) make(p rpos, tok, hash uint64, hint int) rpos {
 	if q, ok := t.step(p, tok); ok {
 		return q
 	}
@@ -332,7 +337,7 @@ func (t *runTree) make(p rpos, tok, hash uint64) rpos {
 		}
 		t.runs = append(t.runs, runChain{})
 	}
-	t.runs[id] = runChain{pairs: append(make([]runPair, 0, 8), runPair{tok, hash}), parent: p}
+	t.runs[id] = runChain{pairs: append(make([]runPair, 0, max(1, hint)), runPair{tok, hash}), parent: p}
 	t.kids[kidKey{p, tok}] = id
 	t.runs[r].kidOffs = append(t.runs[r].kidOffs, o)
 	t.positions++
@@ -536,8 +541,8 @@ func (t *runTree) apply(ev *event.RouterEvent) Result {
 			pa, pb = 0, 0
 		}
 		var moved []rpos
-		for _, b := range ev.Blocks {
-			next := t.make(cur, b.TokensHash, b.BlockHash)
+		for i, b := range ev.Blocks {
+			next := t.make(cur, b.TokensHash, b.BlockHash, len(ev.Blocks)-i)
 			old, had := t.lkGet(&rs.lk, b.BlockHash)
 			if had && old == next {
 				cur = next
@@ -613,7 +618,7 @@ func (t *runTree) apply(ev *event.RouterEvent) Result {
 }
 
 // runScore is one rank's score.
-type runScore struct{ id, score uint32 }
+type runScore struct{ ID, Score uint32 }
 
 // runScratch is a query's reusable memory.
 type runScratch struct {
@@ -625,7 +630,7 @@ type runScratch struct {
 func (t *runTree) match(dst []runScore, q []uint64, sc *runScratch) []runScore {
 	t.walk(q, sc)
 	for i := len(sc.drops) - 1; i >= 0; i-- {
-		if sc.drops[i].score > 0 {
+		if sc.drops[i].Score > 0 {
 			dst = append(dst, sc.drops[i])
 		}
 	}
@@ -693,9 +698,30 @@ func dropAll(drops *[]runScore, active []uint32, score uint32) []uint32 {
 	return active[:0]
 }
 
-// intersect keeps in active the ids in set; the others leave with score.
+// intersect keeps in active the ids in set; the others leave with score. A set much smaller
+// than active (a conversation's holders meeting the first block's) is searched for in active,
+// and the ids between its hits leave as whole runs.
 func intersect(drops *[]runScore, active, set []uint32, score uint32, buf *[]uint32) []uint32 {
 	out := (*buf)[:0]
+	if len(set)*8 < len(active) {
+		lo := 0
+		for _, id := range set {
+			k, ok := slices.BinarySearch(active[lo:], id)
+			for _, d := range active[lo : lo+k] {
+				*drops = append(*drops, runScore{d, score})
+			}
+			lo += k
+			if ok {
+				out = append(out, id)
+				lo++
+			}
+		}
+		for _, d := range active[lo:] {
+			*drops = append(*drops, runScore{d, score})
+		}
+		*buf = active
+		return out
+	}
 	j := 0
 	for _, id := range active {
 		for j < len(set) && set[j] < id {

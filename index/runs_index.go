@@ -30,16 +30,16 @@ func (ix *Index) findMatchesRuns(dst []Score, q []uint64) []Score {
 	ix.runs.walk(q, &sc.runs)
 	drops := sc.runs.drops
 	for hi := len(drops); hi > 0; {
-		s := drops[hi-1].score
+		s := drops[hi-1].Score
 		lo := hi - 1
-		for lo > 0 && drops[lo-1].score == s {
+		for lo > 0 && drops[lo-1].Score == s {
 			lo--
 		}
 		if s > 0 {
 			ids := sc.drops[:0]
 			for _, d := range drops[lo:hi] {
-				if t.knows(d.id) {
-					ids = append(ids, d.id)
+				if t.knows(d.ID) {
+					ids = append(ids, d.ID)
 				}
 			}
 			dst = t.appendRun(dst, ids, s, sc)

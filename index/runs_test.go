@@ -2,6 +2,7 @@ package index_test
 
 import (
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -245,6 +246,30 @@ func TestRunsIndexAgainstModel(t *testing.T) {
 				b, _ := m.Block(r, rapid.SampledFrom(held).Draw(rt, "path of"))
 				checkScores(rt, m, b.Path, false, ix.FindMatches(b.Path, false))
 			}
+		}
+	})
+}
+
+// TestRunsIntersect checks both ways of intersecting (a merge, and searching a small set in a
+// large active set) against a plain membership test.
+func TestRunsIntersect(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		active := rapid.SliceOfNDistinct(rapid.Uint32Range(0, 300), 0, 200, rapid.ID).Draw(rt, "active")
+		set := rapid.SliceOfNDistinct(rapid.Uint32Range(0, 300), 0, 40, rapid.ID).Draw(rt, "set")
+		slices.Sort(active)
+		slices.Sort(set)
+		kept, dropped := index.Intersect(active, set, 7)
+		var wantKept []uint32
+		var wantDropped []index.RunScore
+		for _, id := range active {
+			if _, ok := slices.BinarySearch(set, id); ok {
+				wantKept = append(wantKept, id)
+			} else {
+				wantDropped = append(wantDropped, index.RunScore{ID: id, Score: 7})
+			}
+		}
+		if !slices.Equal(kept, wantKept) || !slices.Equal(dropped, wantDropped) {
+			rt.Fatalf("active %v set %v: kept %v dropped %v, want %v %v", active, set, kept, dropped, wantKept, wantDropped)
 		}
 	})
 }
