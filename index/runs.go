@@ -185,8 +185,8 @@ func (s *setInterner) without(set, r uint32, buf *[]uint32) uint32 {
 // ---- per-rank lookup ----
 
 // runLookup maps block hash → position in slots tag(24) | run(24) | off(16), 0 empty: linear
-// probing from the home tag·size/2^24, so that growing reads no column; at most 4/5 full, grown
-// by half (between 8/15 and 4/5 full). other holds the hashes that are not their position's
+// probing from the home tag·size/2^24, so that growing reads no column; at most 4/5 full, then
+// grown to 3/2 of its entries (between 2/3 and 4/5 full). other holds the hashes that are not their position's
 // column.
 type runLookup struct {
 	slots []uint64
@@ -243,7 +243,7 @@ func (t *runTree) lkPut(m *runLookup, h uint64, p rpos) {
 		return
 	}
 	if (m.n+1)*5 > len(m.slots)*4 {
-		m.grow()
+		m.grow(max(16, (m.n+1)*3/2))
 	}
 	m.insert(lkTag(h)<<40 | p)
 	m.n++
@@ -257,9 +257,10 @@ func (m *runLookup) insert(s uint64) {
 	m.slots[i] = s
 }
 
-func (m *runLookup) grow() {
+// grow rehashes into size slots (from the tags: no column is read).
+func (m *runLookup) grow(size int) {
 	old := m.slots
-	m.slots = make([]uint64, max(16, len(old)+len(old)/2))
+	m.slots = make([]uint64, size)
 	for _, s := range old {
 		if s != 0 {
 			m.insert(s)
