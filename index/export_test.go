@@ -131,6 +131,12 @@ func (r *RunTree) Audit() error {
 // Intersect is the run walk's intersection: the kept ids, and the dropped ones with score.
 func Intersect(active, set []uint32, score uint32) (kept []uint32, dropped []RunScore) {
 	var buf []uint32
-	kept = intersect(&dropped, slices.Clone(active), set, score, &buf)
+	var d runDrops
+	kept = intersect(&d, slices.Clone(active), set, score, &buf)
+	d.each(func(ids []uint32, s uint32) {
+		for _, id := range ids {
+			dropped = append(dropped, RunScore{id, s})
+		}
+	})
 	return kept, dropped
 }

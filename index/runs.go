@@ -624,27 +624,74 @@ type runScore struct{ ID, Score uint32 }
 // runScratch is a query's reusable memory.
 type runScratch struct {
 	active, next []uint32
-	drops        []runScore
+	drops        runDrops
+}
+
+// runDrops are the ranks that left a walk, shallowest first: ids, and the runs of one score.
+type runDrops struct {
+	ids    []uint32
+	groups []runGroup
+}
+
+type runGroup struct {
+	end   int // ids[previous end:end] scored score
+	score uint32
+}
+
+func (d *runDrops) reset() { d.ids, d.groups = d.ids[:0], d.groups[:0] }
+
+func (d *runDrops) add(ids []uint32, score uint32) {
+	if len(ids) == 0 {
+		return
+	}
+	d.ids = append(d.ids, ids...)
+	if n := len(d.groups); n > 0 && d.groups[n-1].score == score {
+		d.groups[n-1].end = len(d.ids)
+		return
+	}
+	d.groups = append(d.groups, runGroup{len(d.ids), score})
+}
+
+func (d *runDrops) addOne(id, score uint32) {
+	d.ids = append(d.ids, id)
+	if n := len(d.groups); n > 0 && d.groups[n-1].score == score {
+		d.groups[n-1].end = len(d.ids)
+		return
+	}
+	d.groups = append(d.groups, runGroup{len(d.ids), score})
+}
+
+// each calls fn with each score's ranks (ascending ids), deepest first, score 0 left out.
+func (d *runDrops) each(fn func(ids []uint32, score uint32)) {
+	for i := len(d.groups) - 1; i >= 0; i-- {
+		lo := 0
+		if i > 0 {
+			lo = d.groups[i-1].end
+		}
+		if g := d.groups[i]; g.score > 0 {
+			fn(d.ids[lo:g.end], g.score)
+		}
+	}
 }
 
 // match appends to dst the ranks holding a prefix of q with its length, deepest first.
 func (t *runTree) match(dst []runScore, q []uint64, sc *runScratch) []runScore {
-	t.walk(q, sc)
-	for i := len(sc.drops) - 1; i >= 0; i-- {
-		if sc.drops[i].Score > 0 {
-			dst = append(dst, sc.drops[i])
+	t.walk(q, ^uint32(0), sc)
+	sc.drops.each(func(ids []uint32, score uint32) {
+		for _, id := range ids {
+			dst = append(dst, runScore{id, score})
 		}
-	}
+	})
 	return dst
 }
 
-// walk leaves in sc.drops every rank holding the query's first position with its score,
-// shallowest first; the ranks of one score are contiguous and ascending by id.
-func (t *runTree) walk(q []uint64, sc *runScratch) {
+// walk leaves in sc.drops every rank below limit holding the query's first position with its
+// score (ranks from limit on are left out: a rank table older than them does not know them).
+func (t *runTree) walk(q []uint64, limit uint32, sc *runScratch) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	active := sc.active[:0]
-	sc.drops = sc.drops[:0] // ranks that left, in depth order
+	sc.drops.reset()
 	lastSet := ^uint32(0)
 	cur := rpos(0)
 	d := 0
@@ -670,7 +717,7 @@ func (t *runTree) walk(q []uint64, sc *runScratch) {
 			}
 			if s := c.spans[i]; s.set != lastSet {
 				if first {
-					active, first = append(active, t.sets.ids[s.set]...), false
+					active, first = knownOf(active, t.sets.ids[s.set], limit), false
 				} else {
 					active = intersect(&sc.drops, active, t.sets.ids[s.set], uint32(d+int(at-n)), &sc.next)
 				}
@@ -692,34 +739,41 @@ func (t *runTree) walk(q []uint64, sc *runScratch) {
 	sc.active = dropAll(&sc.drops, active, uint32(d))
 }
 
-func dropAll(drops *[]runScore, active []uint32, score uint32) []uint32 {
-	for _, id := range active {
-		*drops = append(*drops, runScore{id, score})
-	}
+func dropAll(drops *runDrops, active []uint32, score uint32) []uint32 {
+	drops.add(active, score)
 	return active[:0]
+}
+
+// knownOf appends to dst the ids of set below limit.
+func knownOf(dst, set []uint32, limit uint32) []uint32 {
+	if len(set) == 0 || set[len(set)-1] < limit {
+		return append(dst, set...)
+	}
+	for _, id := range set {
+		if id < limit {
+			dst = append(dst, id)
+		}
+	}
+	return dst
 }
 
 // intersect keeps in active the ids in set; the others leave with score. A set much smaller
 // than active (a conversation's holders meeting the first block's) is searched for in active,
 // and the ids between its hits leave as whole runs.
-func intersect(drops *[]runScore, active, set []uint32, score uint32, buf *[]uint32) []uint32 {
+func intersect(drops *runDrops, active, set []uint32, score uint32, buf *[]uint32) []uint32 {
 	out := (*buf)[:0]
 	if len(set)*8 < len(active) {
 		lo := 0
 		for _, id := range set {
 			k, ok := slices.BinarySearch(active[lo:], id)
-			for _, d := range active[lo : lo+k] {
-				*drops = append(*drops, runScore{d, score})
-			}
+			drops.add(active[lo:lo+k], score)
 			lo += k
 			if ok {
 				out = append(out, id)
 				lo++
 			}
 		}
-		for _, d := range active[lo:] {
-			*drops = append(*drops, runScore{d, score})
-		}
+		drops.add(active[lo:], score)
 		*buf = active
 		return out
 	}
@@ -731,7 +785,7 @@ func intersect(drops *[]runScore, active, set []uint32, score uint32, buf *[]uin
 		if j < len(set) && set[j] == id {
 			out = append(out, id)
 		} else {
-			*drops = append(*drops, runScore{id, score})
+			drops.addOne(id, score)
 		}
 	}
 	*buf = active

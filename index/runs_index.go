@@ -27,26 +27,10 @@ func (ix *Index) applyRuns(ev *event.RouterEvent) Result {
 func (ix *Index) findMatchesRuns(dst []Score, q []uint64) []Score {
 	t := ix.table.Load()
 	sc := ix.scratch.Get().(*matchScratch)
-	ix.runs.walk(q, &sc.runs)
-	drops := sc.runs.drops
-	for hi := len(drops); hi > 0; {
-		s := drops[hi-1].Score
-		lo := hi - 1
-		for lo > 0 && drops[lo-1].Score == s {
-			lo--
-		}
-		if s > 0 {
-			ids := sc.drops[:0]
-			for _, d := range drops[lo:hi] {
-				if t.knows(d.ID) {
-					ids = append(ids, d.ID)
-				}
-			}
-			dst = t.appendRun(dst, ids, s, sc)
-			sc.drops = ids[:0]
-		}
-		hi = lo
-	}
+	ix.runs.walk(q, uint32(len(t.byID)), &sc.runs)
+	sc.runs.drops.each(func(ids []uint32, score uint32) {
+		dst = t.appendRun(dst, ids, score, sc)
+	})
 	ix.scratch.Put(sc)
 	return dst
 }
