@@ -44,6 +44,12 @@
 // then its routing decision (Query.Worker, the query's block hashes) is recorded through
 // engine.RecordDecision, the POST /v1/routing_decisions path. See approxStages.
 //
+// RunSMG (smg.go, `kvindex bench --workload smg-pinned|smg-fragmented|smg-large`) is the other
+// workload: SMG's pinned stream (workload.GenerateSMG) applied to a fresh in-memory index on
+// one goroutine, then every query of SMG's cells timed alone and checked against the
+// workload's model; it reports what SMG's README reports (bytes per holder-block as live heap,
+// RSS delta and settled RSS; write blocks/s; p50/p99 per cell, SMG's rank-rounded quantile).
+//
 // LoadGen (`kvindex loadgen`) posts the same workload to a running server over HTTP. With
 // LoadOptions.Loop it keeps posting workload.Generator laps until Duration, at a constant live
 // set, while it samples the server's RSS from /metrics (rss.go): the run behind docs/BENCHMARKS.md

@@ -3,6 +3,7 @@ package index_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -78,7 +79,7 @@ func BenchmarkApply(b *testing.B) {
 // order); otherwise in worker order.
 func conversationIndex(tb testing.TB, shuffled bool) *index.Index {
 	const ranks, convs, length = 256, 64, 1024
-	ix := index.New(index.Options{})
+	ix := index.New(benchOptions())
 	order := make([]uint64, ranks)
 	for i := range order {
 		order[i] = uint64(i)
@@ -216,7 +217,7 @@ func BenchmarkHeapBytesPerEntry(b *testing.B) {
 	b.Run("shape=unshared", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			before := liveHeap()
-			ix := index.New(index.Options{})
+			ix := index.New(benchOptions())
 			blocks := make([]event.Block, 64)
 			hashes := make([]uint64, 64)
 			for r := uint64(1); r <= 64; r++ {
@@ -278,7 +279,7 @@ func BenchmarkTrace(b *testing.B) {
 			b.StopTimer()
 			before := liveHeap()
 			b.StartTimer()
-			ix := index.New(index.Options{})
+			ix := index.New(benchOptions())
 			for j := range wl.Events {
 				ix.Apply(&wl.Events[j])
 			}
@@ -378,7 +379,7 @@ func applyWriters(wl *workload.Workload, writers int) *index.Index {
 		k := (uint64(e.WorkerID)*31 + uint64(e.DPRank)) % uint64(writers)
 		parts[k] = append(parts[k], e)
 	}
-	ix := index.New(index.Options{})
+	ix := index.New(benchOptions())
 	var wg sync.WaitGroup
 	for _, p := range parts {
 		wg.Go(func() {
@@ -511,4 +512,10 @@ func BenchmarkTraceHeapSize(b *testing.B) {
 			runtime.KeepAlive(ix)
 		})
 	}
+}
+
+// benchOptions are the options of the benchmarks that compare layouts: KVINDEX_BENCH_LAYOUT=runs
+// selects the run-layout prototype (Options.Runs), anything else the slab.
+func benchOptions() index.Options {
+	return index.Options{Runs: os.Getenv("KVINDEX_BENCH_LAYOUT") == "runs"}
 }

@@ -135,4 +135,52 @@
 //
 // A reader sees each node's state as of its visit; a query racing a writer may see a mix of
 // before and after, never a torn holder set.
+//
+// # Runs (prototype: Options.Runs, runs.go)
+//
+// The run layout of issue 34 lives beside the slab, selected by Options.Runs for measurements
+// (BenchmarkRunsSMG, and KVINDEX_BENCH_LAYOUT=runs for the layout benchmarks); it supports
+// Apply, FindMatches/FindMatchesInto (no early exit), Blocks, NodeCount, Ranks and
+// RankBlocks, and nothing else of the Index sees its blocks. The slab is the default and the
+// only layout the rest of kvindex uses.
+//
+//	run         pairs  []{tokens hash, block hash}   16 B a position, contiguous; grown in place
+//	                                                  by a quarter (8 positions at least)
+//	            spans  []{start, end, set}           12 B a span: sorted, disjoint, maximal
+//	                                                  offset ranges over one interned holder set
+//	            kidOffs []uint32                     the offsets that have a child run
+//	            parent  (run, offset)                80 B of header in all
+//	child map   (run, offset, tokens hash) → run     one Go map entry a fork
+//	holder set  sorted rank ids, interned (one id per distinct set), refcounted by its spans
+//	rank lookup 8-byte slots tag(24) | run(24) | offset(16), linear probing from tag·size/2^24,
+//	            2/3 to 4/5 full; a hit is checked against the pairs' block hash
+//
+// Invariants the tests check (TestRunsAgainstModel audits them after every event):
+//
+//   - A position is (run, offset); a run's positions never move and a run never splits: a
+//     divergence at offset o hangs a child run under (run, o), keyed by its first tokens hash;
+//     a Stored past a run's last position appends to it. The walk from the root follows a run
+//     while the tokens agree and probes the child map only at an offset in kidOffs.
+//   - A rank holds a position iff its id is in the set of the span covering it; a rank's block
+//     hashes beyond the first at one position are counted in its extra map, and it leaves the
+//     position with its last hash there. Adding or removing a rank over an offset range splits
+//     the spans it cuts (at most into three) and merges equal neighbours; a span's set is
+//     never empty. Partial removal is exact: blocks below a position a rank no longer holds
+//     stay held (spans), count in its blocks, and never in a score.
+//   - A run ends at its last held or forked offset: positions past it are cut, an empty run is
+//     unlinked from its parent (whose end is then recomputed) and its id reused. Removing every
+//     block leaves no run.
+//   - A rank's lookup names only positions the rank holds; a block hash that is not the column
+//     of its position (another rank stored that position first under another hash) is kept
+//     in the rank's side map.
+//
+// Concurrency: one sync.RWMutex per tree (SMG's choice for its keyspaces): an event holds the
+// write side for its whole application, a query the read side for its walk. A reader therefore
+// sees the state between two events, never a part of one (TestRunsConcurrentReaders checks
+// every answer against the states that existed while it ran). Writers of different ranks
+// serialize on the lock.
+//
+// Scores: the walk keeps the ranks still matching (ascending ids), intersects them with a
+// span's set only when the set changes (a whole span of an unchanged set costs nothing), and
+// lays out each score's ranks through the rank table as the slab's answers are.
 package index

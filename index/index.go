@@ -84,6 +84,10 @@ type Options struct {
 	// Evictable makes EvictLeaves work (evict.go): each rank keeps the order it stored its
 	// blocks in, 8 B per entry, counted in MemoryBytes. Default off: nothing is kept.
 	Evictable bool
+	// Runs selects the run-layout prototype (runs.go) instead of the node slab: experimental,
+	// for measurements only. It supports Apply, FindMatches and FindMatchesInto (without early
+	// exit), Blocks, NodeCount, Ranks and RankBlocks; nothing else of the Index sees its blocks.
+	Runs bool
 }
 
 func (o Options) withDefaults() Options {
@@ -183,6 +187,8 @@ type Index struct {
 	evictions                atomic.Uint64
 
 	scratch sync.Pool // *matchScratch
+
+	runs *runTree // Options.Runs (runs_index.go)
 }
 
 // New returns an empty index.
@@ -196,6 +202,10 @@ func New(opts Options) *Index {
 	ix.nodes.fresh()      // the root, rootRef
 	ix.table.Store(&rankTable{byID: make([]*rankState, 0, opts.RankCapacity), byOrd: make([]ordRank, 0, opts.RankCapacity)})
 	ix.scratch.New = func() any { return new(matchScratch) }
+	if opts.Runs {
+		ix.runs = newRunTree()
+		ix.runs.newID = func(r event.Rank) uint32 { return ix.register(r).id }
+	}
 	return ix
 }
 
@@ -436,6 +446,9 @@ func (ix *Index) count(k event.Kind, s Status) {
 // Cleared of an unknown rank changes nothing and does not make it known. An event of an unknown
 // kind returns StatusInvalidBlock and is not counted.
 func (ix *Index) Apply(ev *event.RouterEvent) Result {
+	if ix.runs != nil {
+		return ix.applyRuns(ev)
+	}
 	var res Result
 	switch ev.Kind {
 	case event.KindStored:

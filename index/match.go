@@ -8,15 +8,16 @@ import (
 // matchScratch holds a query's working state; pooled so that steady-state queries do not
 // allocate.
 type matchScratch struct {
-	active []uint32  // the ranks still matching, once the walk is past the first block
-	known  []uint32  // the first block's holders that the rank table knows, when some are not
-	drops  []uint32  // the ranks that left the walk, shallowest first
-	ends   []int     // ends[d-1]: the end in drops of the ranks that scored d
-	bits   []uint64  // ordinals of one score's ranks (zero between queries)
-	sizes  []uint64  // ordinal → block count, of the ranks marked in bits
-	ords   []uint32  // ordinals of one score's ranks, when they are few
-	first  [1]uint32 // the first node's single holder (holderIDs)
-	one    [1]uint32 // a later node's single holder
+	active []uint32   // the ranks still matching, once the walk is past the first block
+	known  []uint32   // the first block's holders that the rank table knows, when some are not
+	drops  []uint32   // the ranks that left the walk, shallowest first
+	ends   []int      // ends[d-1]: the end in drops of the ranks that scored d
+	bits   []uint64   // ordinals of one score's ranks (zero between queries)
+	sizes  []uint64   // ordinal → block count, of the ranks marked in bits
+	ords   []uint32   // ordinals of one score's ranks, when they are few
+	first  [1]uint32  // the first node's single holder (holderIDs)
+	one    [1]uint32  // a later node's single holder
+	runs   runScratch // Options.Runs
 }
 
 // FindMatches scores every rank against a query of local block hashes (tokens hashes, from the
@@ -65,6 +66,9 @@ func (ix *Index) findMatches(dst []Score, path *[]uint64, localHashes []uint64, 
 	dst = dst[:0]
 	if len(localHashes) == 0 {
 		return dst
+	}
+	if ix.runs != nil {
+		return ix.findMatchesRuns(dst, localHashes)
 	}
 	t := ix.table.Load()
 	g := ix.ep.enter()

@@ -11,6 +11,11 @@
 //     same simulation continued lap after lap over the trace, for `kvindex loadgen --loop`), Worker, and
 //     the workload dir format (WriteWorkloadDir / ReadWorkloadDir, events.ndjson and
 //     queries.ndjson); its own decisions are listed at the top of that file.
+//   - smg.go: GenerateSMG, SMG's pinned workload (its radix tree's normative stream: 12.8 M
+//     holder-blocks over 256 holders, SplitMix64 seed 20260901) and its fragmented and 128 M
+//     profiles, regenerated draw for draw from their description, with the model of every
+//     answer (each instance's first hole); bench.RunSMG and `kvindex bench --workload
+//     smg-pinned` drive it.
 //
 // # Invariants
 //

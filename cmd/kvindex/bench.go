@@ -58,7 +58,7 @@ func writeReport(w io.Writer, rep *bench.Report, asJSON bool) error {
 
 func benchCommand() *cli.Command {
 	flags := append(workloadFlags("bench"),
-		&cli.StringFlag{Name: "workload", Usage: "a workload dir (events.ndjson + queries.ndjson) instead of --trace", EnvVars: env("bench", "workload")},
+		&cli.StringFlag{Name: "workload", Usage: "a workload dir (events.ndjson + queries.ndjson) instead of --trace, or SMG's pinned workload: smg-pinned, smg-fragmented or smg-large (in-memory index only: bytes per holder-block, writes, per-cell query latency, every answer checked)", EnvVars: env("bench", "workload")},
 		&cli.IntFlag{Name: "producers", Value: 16, Usage: "concurrent producers, each owning a set of ranks", EnvVars: env("bench", "producers")},
 		&cli.IntFlag{Name: "batch", Value: 1, Usage: "events per append (Submit, and commit in the Pebble ceiling)", EnvVars: env("bench", "batch")},
 		&cli.StringFlag{Name: "durability", Value: "sync", Usage: "sync or none, for the pipeline and the Pebble ceiling", EnvVars: env("bench", "durability")},
@@ -85,6 +85,9 @@ func benchCommand() *cli.Command {
 			}
 			if (c.String("trace") == "") == (c.String("workload") == "") {
 				return usagef("give exactly one of --trace FILE or --workload DIR")
+			}
+			if p, ok := workload.SMGProfileNamed(c.String("workload")); ok {
+				return benchSMG(c, p)
 			}
 			dur, err := durabilityFlag(c)
 			if err != nil {
@@ -157,6 +160,20 @@ func benchCommand() *cli.Command {
 			return runErr
 		},
 	}
+}
+
+// benchSMG runs SMG's pinned workload (a profile of workload.GenerateSMG) through a fresh
+// in-memory index: bench.RunSMG.
+func benchSMG(c *cli.Context, p workload.SMGProfile) error {
+	w, err := workload.GenerateSMG(p)
+	if err != nil {
+		return err
+	}
+	rep, _, err := bench.RunSMG(c.Context, w, bench.SMGOptions{Logger: slog.Default()})
+	if err != nil {
+		return err
+	}
+	return writeReport(c.App.Writer, rep, c.Bool("json"))
 }
 
 // benchCommandLine is the command that reproduces a run, for the results file.

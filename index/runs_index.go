@@ -1,0 +1,36 @@
+package index
+
+import "github.com/kvindex/kvindex/event"
+
+// applyRuns is Apply on the run layout (Options.Runs): the tree's write lock for the event,
+// then the rank's published block count and the index's totals.
+func (ix *Index) applyRuns(ev *event.RouterEvent) Result {
+	res := ix.runs.apply(ev)
+	if res.Status == StatusInvalidBlock && ev.Kind != event.KindStored {
+		return res
+	}
+	if rs := ix.rankOf(ev.Rank()); rs != nil {
+		ix.runs.mu.RLock()
+		rr := ix.runs.ranks[ev.Rank()]
+		n, positions := uint64(rr.blocks), ix.runs.positions
+		ix.runs.mu.RUnlock()
+		ix.blocks.Add(int64(n) - int64(rs.blocks.Swap(n)))
+		ix.nodeCount.Store(int64(positions))
+	}
+	ix.count(ev.Kind, res.Status)
+	return res
+}
+
+// findMatchesRuns is findMatches on the run layout: the walk leaves each score's ranks
+// ascending by id, and each run is laid out deepest first through the rank table, as the slab's
+// answers are.
+func (ix *Index) findMatchesRuns(dst []Score, q []uint64) []Score {
+	t := ix.table.Load()
+	sc := ix.scratch.Get().(*matchScratch)
+	ix.runs.walk(q, uint32(len(t.byID)), &sc.runs)
+	sc.runs.drops.each(func(ids []uint32, score uint32) {
+		dst = t.appendRun(dst, ids, score, sc)
+	})
+	ix.scratch.Put(sc)
+	return dst
+}

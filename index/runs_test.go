@@ -1,0 +1,275 @@
+package index_test
+
+import (
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/testutil"
+	"pgregory.net/rapid"
+)
+
+// checkRunScores compares a RunTree answer with the model's held prefixes.
+func checkRunScores(rt *rapid.T, m *testutil.Model, q []uint64, got map[event.Rank]uint32) {
+	for _, r := range m.Ranks() {
+		want := uint32(m.HeldPrefix(r, q))
+		if got[r] != want {
+			rt.Fatalf("query %v rank %v: runs score %d, model %d (answer %v)", q, r, got[r], want, got)
+		}
+	}
+	if len(got) > len(m.Ranks()) {
+		rt.Fatalf("query %v: runs answer %v scores ranks the model does not know", q, got)
+	}
+}
+
+// drawChain draws a Stored of rank r that extends one of its blocks (or starts at the root)
+// by up to 10 blocks: long runs, appends in place and forks mid-run.
+func drawChain(rt *rapid.T, m *testutil.Model, r event.Rank) event.RouterEvent {
+	blocks := make([]event.Block, rapid.IntRange(1, 10).Draw(rt, "n"))
+	for i := range blocks {
+		blocks[i] = event.Block{BlockHash: rapid.Uint64Range(1, 40).Draw(rt, "bh"), TokensHash: rapid.Uint64Range(100, 101).Draw(rt, "th")}
+	}
+	var parent *uint64
+	if held := m.HeldBlocks(r); len(held) > 0 && rapid.Bool().Draw(rt, "extend") {
+		p := rapid.SampledFrom(held).Draw(rt, "parent")
+		parent = &p
+	}
+	return event.Stored(r, 0, parent, blocks...)
+}
+
+// TestRunsAgainstModel drives the run prototype and the reference model with the same random
+// events (TestPropertyAgainstModel's alphabets, and long chains over two tokens hashes so that
+// runs append, fork mid-run, get holes and merge spans back when a hole is re-stored). After
+// every step the prototype's invariants hold (Audit) and every query scores as the model;
+// removing every block leaves no position.
+func TestRunsAgainstModel(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		rs := index.NewRunTree()
+		m := testutil.NewModel()
+		rankGen := rapid.Custom(func(t *rapid.T) event.Rank {
+			return event.Rank{WorkerID: rapid.Uint64Range(1, 2).Draw(t, "worker"), DPRank: rapid.Uint32Range(0, 2).Draw(t, "dp")}
+		})
+		for step := 0; step < propSteps; step++ {
+			r := rankGen.Draw(rt, "rank")
+			var ev event.RouterEvent
+			switch op := rapid.IntRange(0, 19).Draw(rt, "op"); {
+			case op < 6:
+				ev = drawStored(rt, m, r)
+			case op < 12:
+				ev = drawChain(rt, m, r)
+			case op < 19:
+				ev = drawRemoved(rt, m, r)
+			default:
+				ev = event.Cleared(r, 0)
+			}
+			res, want := rs.Apply(&ev), m.Apply(&ev)
+			if res.Status.String() != want.Status || res.Blocks != want.Blocks || res.NotFound != want.NotFound {
+				rt.Fatalf("step %d %+v: runs %+v, model %+v", step, ev, res, want)
+			}
+			if err := rs.Audit(); err != nil {
+				rt.Fatalf("step %d %+v: %v", step, ev, err)
+			}
+			qs := [][]uint64{rapid.SliceOfN(rapid.Uint64Range(100, 103), 0, 8).Draw(rt, "query")}
+			if held := m.HeldBlocks(r); len(held) > 0 {
+				b, _ := m.Block(r, rapid.SampledFrom(held).Draw(rt, "path of"))
+				qs = append(qs, append(append([]uint64(nil), b.Path...), rapid.Uint64Range(100, 103).Draw(rt, "extra")))
+			}
+			for _, q := range qs {
+				checkRunScores(rt, m, q, rs.Scores(q))
+			}
+		}
+		for _, r := range m.Ranks() {
+			ev := event.Removed(r, 0, m.HeldBlocks(r)...)
+			rs.Apply(&ev)
+			m.Apply(&ev)
+		}
+		if err := rs.Audit(); err != nil {
+			rt.Fatal(err)
+		}
+		if p, runs := rs.Positions(); p != 0 || runs != 0 {
+			rt.Fatalf("%d positions in %d runs left after removing every block", p, runs)
+		}
+	})
+}
+
+// TestRunsConcurrentReaders applies a random stream of chains, holes and re-stores on one
+// writer while four readers query: every answer must be the answer of one state between two
+// events, one that existed while the query ran (a reader never sees half an event).
+func TestRunsConcurrentReaders(t *testing.T) {
+	const steps, readers = 2000, 4
+	rng := rand.New(rand.NewPCG(7, 34))
+	rs := index.NewRunTree()
+	m := testutil.NewModel()
+	ranks := []event.Rank{{WorkerID: 1}, {WorkerID: 2}, {WorkerID: 3, DPRank: 1}}
+	var queries [][]uint64
+	for range 24 {
+		q := make([]uint64, 1+rng.IntN(12))
+		for i := range q {
+			q[i] = 100 + uint64(rng.IntN(2))
+		}
+		queries = append(queries, q)
+	}
+	answers := func() []map[event.Rank]uint32 {
+		out := make([]map[event.Rank]uint32, len(queries))
+		for i, q := range queries {
+			out[i] = map[event.Rank]uint32{}
+			for _, r := range m.Ranks() {
+				if s := m.HeldPrefix(r, q); s > 0 {
+					out[i][r] = uint32(s)
+				}
+			}
+		}
+		return out
+	}
+	expected := make([][]map[event.Rank]uint32, steps+1)
+	expected[0] = answers()
+	var begun, done atomic.Int64 // events started, events whose expected answers are published
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan string, readers)
+	for g := range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				qi := (i + g) % len(queries)
+				lo := done.Load()
+				got := rs.Scores(queries[qi])
+				hi := begun.Load()
+				ok := false
+				for s := lo; s <= hi && !ok; s++ {
+					if s > done.Load() {
+						// the state after event s is not published yet: wait for it
+						for done.Load() < s {
+						}
+					}
+					ok = equalScores(got, expected[s][qi])
+				}
+				if !ok {
+					errs <- "a query's answer is none of the states between its start and end"
+					return
+				}
+			}
+		}()
+	}
+	for step := 1; step <= steps; step++ {
+		r := ranks[rng.IntN(len(ranks))]
+		held := m.HeldBlocks(r)
+		var ev event.RouterEvent
+		switch k := rng.IntN(10); {
+		case k < 5 || len(held) == 0:
+			blocks := make([]event.Block, 1+rng.IntN(10))
+			for i := range blocks {
+				blocks[i] = event.Block{BlockHash: 1 + uint64(rng.IntN(60)), TokensHash: 100 + uint64(rng.IntN(2))}
+			}
+			ev = event.Stored(r, 0, nil, blocks...)
+			if len(held) > 0 && rng.IntN(3) > 0 {
+				p := held[rng.IntN(len(held))]
+				ev.HasParent, ev.ParentHash = true, p
+			}
+		case k < 9:
+			ev = event.Removed(r, 0, held[rng.IntN(len(held))])
+		default:
+			ev = event.Cleared(r, 0)
+		}
+		begun.Store(int64(step))
+		rs.Apply(&ev)
+		m.Apply(&ev)
+		expected[step] = answers()
+		done.Store(int64(step))
+	}
+	close(stop)
+	wg.Wait()
+	select {
+	case e := <-errs:
+		t.Fatal(e)
+	default:
+	}
+	if err := rs.Audit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func equalScores(a, b map[event.Rank]uint32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for r, s := range a {
+		if b[r] != s {
+			return false
+		}
+	}
+	return true
+}
+
+// TestRunsIndexAgainstModel drives an Index with Options.Runs and the model with Stored,
+// Removed and Cleared events: the answers of FindMatches (scores, tree sizes, order) and the
+// rank table's counts are the slab's, checked by the same helpers as TestPropertyAgainstModel.
+func TestRunsIndexAgainstModel(t *testing.T) {
+	defer index.SetTailFrom(0)()
+	rapid.Check(t, func(rt *rapid.T) {
+		ix := index.New(index.Options{Runs: true})
+		m := testutil.NewModel()
+		rankGen := rapid.Custom(func(t *rapid.T) event.Rank {
+			return event.Rank{WorkerID: rapid.Uint64Range(1, 2).Draw(t, "worker"), DPRank: rapid.Uint32Range(0, 2).Draw(t, "dp")}
+		})
+		for step := 0; step < propSteps; step++ {
+			r := rankGen.Draw(rt, "rank")
+			var ev event.RouterEvent
+			switch op := rapid.IntRange(0, 19).Draw(rt, "op"); {
+			case op < 6:
+				ev = drawStored(rt, m, r)
+			case op < 12:
+				ev = drawChain(rt, m, r)
+			case op < 19:
+				ev = drawRemoved(rt, m, r)
+			default:
+				ev = event.Cleared(r, 0)
+			}
+			res, want := ix.Apply(&ev), m.Apply(&ev)
+			if res.Status.String() != want.Status || res.Blocks != want.Blocks || res.NotFound != want.NotFound {
+				rt.Fatalf("step %d %+v: index %+v, model %+v", step, ev, res, want)
+			}
+			checkState(rt, ix, m)
+			q := rapid.SliceOfN(rapid.Uint64Range(100, 103), 0, 8).Draw(rt, "query")
+			checkScores(rt, m, q, false, ix.FindMatches(q, false))
+			if held := m.HeldBlocks(r); len(held) > 0 {
+				b, _ := m.Block(r, rapid.SampledFrom(held).Draw(rt, "path of"))
+				checkScores(rt, m, b.Path, false, ix.FindMatches(b.Path, false))
+			}
+		}
+	})
+}
+
+// TestRunsIntersect checks both ways of intersecting (a merge, and searching a small set in a
+// large active set) against a plain membership test.
+func TestRunsIntersect(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		active := rapid.SliceOfNDistinct(rapid.Uint32Range(0, 300), 0, 200, rapid.ID).Draw(rt, "active")
+		set := rapid.SliceOfNDistinct(rapid.Uint32Range(0, 300), 0, 40, rapid.ID).Draw(rt, "set")
+		slices.Sort(active)
+		slices.Sort(set)
+		kept, dropped := index.Intersect(active, set, 7)
+		var wantKept []uint32
+		var wantDropped []index.RunScore
+		for _, id := range active {
+			if _, ok := slices.BinarySearch(set, id); ok {
+				wantKept = append(wantKept, id)
+			} else {
+				wantDropped = append(wantDropped, index.RunScore{ID: id, Score: 7})
+			}
+		}
+		if !slices.Equal(kept, wantKept) || !slices.Equal(dropped, wantDropped) {
+			rt.Fatalf("active %v set %v: kept %v dropped %v, want %v %v", active, set, kept, dropped, wantKept, wantDropped)
+		}
+	})
+}
