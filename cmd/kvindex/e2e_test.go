@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/testutil"
+	"github.com/kvindex/kvindex/testutil/openapitest"
 )
 
 var binPath string
@@ -35,7 +36,20 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "building kvindex: %v\n%s", err, out)
 		os.Exit(1)
 	}
+	// Every request the tests make and every answer they get is checked against the OpenAPI
+	// document (testutil/openapitest): a violation fails the request's test and, listed here,
+	// the run.
+	tr, restore, err := openapitest.Install()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
+	restore()
+	if vs := tr.Violations(); len(vs) > 0 {
+		fmt.Fprintf(os.Stderr, "%d exchanges do not conform to openapi/openapi.yaml:\n  %s\n", len(vs), strings.Join(vs, "\n  "))
+		code = 1
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
