@@ -39,17 +39,7 @@ func TestMain(m *testing.M) {
 	// Every request the tests make and every answer they get is checked against the OpenAPI
 	// document (testutil/openapitest): a violation fails the request's test and, listed here,
 	// the run.
-	tr, restore, err := openapitest.Install()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	restore()
-	if vs := tr.Violations(); len(vs) > 0 {
-		fmt.Fprintf(os.Stderr, "%d exchanges do not conform to openapi/openapi.yaml:\n  %s\n", len(vs), strings.Join(vs, "\n  "))
-		code = 1
-	}
+	code := openapitest.Run(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

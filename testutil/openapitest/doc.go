@@ -3,8 +3,10 @@
 // contract clients are generated from.
 //
 // Transport is an http.RoundTripper over another one; Install puts it under http.DefaultClient
-// (and every client without a transport of its own) for a test binary. Each exchange is checked
-// by Validator.Check:
+// (and every client without a transport of its own), and Run does so for a whole test binary
+// (`func TestMain(m *testing.M) { os.Exit(openapitest.Run(m)) }`). Each exchange is checked by
+// Validator.Check, with the bodies decoded as the server decodes them (gzip undone, no
+// Content-Type and curl's form type read as JSON, NDJSON a line at a time, msgpack):
 //
 //   - the route must be an operation of the document, unless the server answered it 404 or 405
 //     (then the answer must be the error JSON);

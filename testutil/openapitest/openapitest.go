@@ -10,8 +10,10 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
+	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -125,6 +127,7 @@ func validationRequest(req *http.Request, reqBody []byte) *http.Request {
 		r.Header.Set("Content-Type", "application/json")
 	}
 	r.Body = io.NopCloser(bytes.NewReader(reqBody))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(reqBody)), nil }
 	r.ContentLength = int64(len(reqBody))
 	return r
 }
@@ -227,4 +230,23 @@ func Install() (t *Transport, restore func(), err error) {
 	t = &Transport{Base: prev, V: v}
 	http.DefaultTransport = t
 	return t, func() { http.DefaultTransport = prev }, nil
+}
+
+// Run runs a test binary's tests with a validating Transport installed (Install) and returns
+// its exit code: m.Run's, or 1 when an exchange did not conform (each listed on stderr, so a
+// violation inside a retry loop that ignores errors still fails the run). A TestMain calls
+// os.Exit(openapitest.Run(m)).
+func Run(m *testing.M) int {
+	tr, restore, err := Install()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	code := m.Run()
+	restore()
+	if vs := tr.Violations(); len(vs) > 0 {
+		fmt.Fprintf(os.Stderr, "%d exchanges do not conform to openapi/openapi.yaml:\n  %s\n", len(vs), strings.Join(vs, "\n  "))
+		code = 1
+	}
+	return code
 }

@@ -1,6 +1,8 @@
 package openapitest
 
 import (
+	"bytes"
+	"compress/gzip"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -46,6 +48,8 @@ func TestTransportChecksExchanges(t *testing.T) {
 		want                       string // "" conforms, else a substring of the error
 	}{
 		{"POST", "/v1/find_matches", `{"block_hashes":[1,2]}`, "", ""},
+		{"POST", "/v1/find_matches", gzipped(`{"block_hashes":[1,2]}`), "gzip", ""},
+		{"POST", "/v1/find_matches", gzipped(`{"block_hashes":[-1]}`), "gzip accept-bad", "the document refuses the request, the server accepted it"},
 		{"POST", "/v1/find_matches", `{"block_hashes":[-1]}`, "accept-bad", "the document refuses the request, the server accepted it"},
 		{"GET", "/v1/ranks", "", "", "the answer does not match the document"},
 		{"POST", "/v1/flush", "", "", "the answer does not match the document"},
@@ -58,6 +62,9 @@ func TestTransportChecksExchanges(t *testing.T) {
 		req, _ := http.NewRequest(tc.method, srv.URL+tc.path, strings.NewReader(tc.body))
 		if tc.header != "" {
 			req.Header.Set("X-Test", tc.header)
+		}
+		if strings.Contains(tc.header, "gzip") {
+			req.Header.Set("Content-Encoding", "gzip")
 		}
 		resp, err := c.Do(req)
 		if tc.want == "" {
@@ -76,7 +83,15 @@ func TestTransportChecksExchanges(t *testing.T) {
 			t.Errorf("%s %s: error %v, want one naming the route and %q", tc.method, tc.path, err, tc.want)
 		}
 	}
-	if got := len(tr.Violations()); got != 5 {
-		t.Errorf("%d violations kept, want 5: %q", got, tr.Violations())
+	if got := len(tr.Violations()); got != 6 {
+		t.Errorf("%d violations kept, want 6: %q", got, tr.Violations())
 	}
+}
+
+func gzipped(s string) string {
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	zw.Write([]byte(s))
+	zw.Close()
+	return b.String()
 }
