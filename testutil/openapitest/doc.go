@@ -13,7 +13,9 @@
 //   - a request the document refuses must be refused by the server (4xx): a request the contract
 //     calls invalid and the server accepts means one of them is wrong;
 //   - the answer must match the document's answer for its status (the `default` error answer for
-//     an undocumented status), its content type, headers and body schema.
+//     an undocumented status), its content type, headers and body schema, with no field the
+//     document does not describe (strictAnswers closes the answers' object schemas; schemas
+//     marked x-kvindex-open stay open).
 //
 // A violation is returned by RoundTrip as an error naming the route, the status and what does
 // not conform (so the test that made the request fails there), and kept for Violations, which a

@@ -25,8 +25,9 @@ import (
 
 // Validator checks exchanges against the OpenAPI document.
 type Validator struct {
-	router routers.Router
-	opts   *openapi3filter.Options
+	router  routers.Router // requests: the document as written
+	answers routers.Router // answers: a copy whose object schemas are closed (strictAnswers)
+	opts    *openapi3filter.Options
 }
 
 var registerDecoders = sync.OnceFunc(func() {
@@ -42,21 +43,13 @@ var registerDecoders = sync.OnceFunc(func() {
 // New loads the document of package openapi.
 func New() (*Validator, error) {
 	registerDecoders()
-	b, err := openapi.JSON()
+	r, err := load(nil)
 	if err != nil {
 		return nil, err
 	}
-	doc, err := openapi3.NewLoader().LoadFromData(b)
+	answers, err := load(strictAnswers)
 	if err != nil {
-		return nil, fmt.Errorf("loading the OpenAPI document: %w", err)
-	}
-	if err := doc.Validate(context.Background()); err != nil {
-		return nil, fmt.Errorf("the OpenAPI document is invalid: %w", err)
-	}
-	doc.Servers = nil // match paths on any host: test servers listen on random ports
-	r, err := gorillamux.NewRouter(doc)
-	if err != nil {
-		return nil, fmt.Errorf("routing the OpenAPI document: %w", err)
+		return nil, err
 	}
 	opts := &openapi3filter.Options{
 		// The document says which routes take the bearer token; whether this server wants one is
@@ -72,7 +65,31 @@ func New() (*Validator, error) {
 		}
 		return "at /" + strings.Join(e.JSONPointer(), "/") + ": " + e.Reason
 	})
-	return &Validator{router: r, opts: opts}, nil
+	return &Validator{router: r, answers: answers, opts: opts}, nil
+}
+
+// load loads, validates and routes the document of package openapi, after adjust when given.
+func load(adjust func(*openapi3.T)) (routers.Router, error) {
+	b, err := openapi.JSON()
+	if err != nil {
+		return nil, err
+	}
+	doc, err := openapi3.NewLoader().LoadFromData(b)
+	if err != nil {
+		return nil, fmt.Errorf("loading the OpenAPI document: %w", err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		return nil, fmt.Errorf("the OpenAPI document is invalid: %w", err)
+	}
+	if adjust != nil {
+		adjust(doc)
+	}
+	doc.Servers = nil // match paths on any host: test servers listen on random ports
+	r, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		return nil, fmt.Errorf("routing the OpenAPI document: %w", err)
+	}
+	return r, nil
 }
 
 // Check validates one exchange: req as sent with reqBody, and resp with respBody (both read
@@ -80,7 +97,9 @@ func New() (*Validator, error) {
 func (v *Validator) Check(req *http.Request, reqBody []byte, resp *http.Response, respBody []byte) error {
 	name := req.Method + " " + req.URL.Path
 	fail := func(format string, args ...any) error {
-		return fmt.Errorf("openapi: %s → %d: %s", name, resp.StatusCode, fmt.Sprintf(format, args...))
+		// JSON Schema reports a field that unevaluatedProperties: false refuses as a "false schema".
+		msg := strings.ReplaceAll(fmt.Sprintf(format, args...), "': false schema", "': a field the document does not describe")
+		return fmt.Errorf("openapi: %s → %d: %s", name, resp.StatusCode, msg)
 	}
 	ctx := context.Background()
 	route, params, err := v.router.FindRoute(req)
@@ -101,6 +120,9 @@ func (v *Validator) Check(req *http.Request, reqBody []byte, resp *http.Response
 		return fail("the document refuses the request, the server accepted it: %v", err)
 	}
 	in.Request = validationRequest(req, reqBody) // ValidateRequest consumed the body
+	if in.Route, in.PathParams, err = v.answers.FindRoute(in.Request); err != nil {
+		return fail("the route is in the document but not in its strict copy: %v", err)
+	}
 	out := &openapi3filter.ResponseValidationInput{
 		RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header,
 		Body: io.NopCloser(bytes.NewReader(respBody)), Options: v.opts,

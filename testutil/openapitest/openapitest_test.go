@@ -22,6 +22,7 @@ func TestTransportChecksExchanges(t *testing.T) {
 		"/v1/ranks":        {200, `[{"worker_id":7}]`},                   // required fields missing
 		"/v1/flush":        {500, `internal error`},                      // an error that is not the error JSON
 		"/healthz":         {200, `{"status":"ok"}`},                     // conforms
+		"/readyz":          {200, `{"status":"ready","uptime_s":3}`},     // a field the document lacks
 		"/v1/leases":       {201, `{"status":"ok"}`},                     // an undocumented success status
 		"/nowhere":         {404, `{"error":"no route GET /nowhere"}`},   // unrouted, answered as an error
 		"/v2/ranks":        {200, `[]`},                                  // a route the document lacks
@@ -54,6 +55,7 @@ func TestTransportChecksExchanges(t *testing.T) {
 		{"GET", "/v1/ranks", "", "", "the answer does not match the document"},
 		{"POST", "/v1/flush", "", "", "the answer does not match the document"},
 		{"GET", "/healthz", "", "", ""},
+		{"GET", "/readyz", "", "", "at '/uptime_s': a field the document does not describe"},
 		{"GET", "/v1/leases", "", "", "the answer does not match the document"},
 		{"GET", "/nowhere", "", "", ""},
 		{"GET", "/v2/ranks", "", "", "the route is not in openapi/openapi.yaml"},
@@ -83,8 +85,8 @@ func TestTransportChecksExchanges(t *testing.T) {
 			t.Errorf("%s %s: error %v, want one naming the route and %q", tc.method, tc.path, err, tc.want)
 		}
 	}
-	if got := len(tr.Violations()); got != 6 {
-		t.Errorf("%d violations kept, want 6: %q", got, tr.Violations())
+	if got := len(tr.Violations()); got != 7 {
+		t.Errorf("%d violations kept, want 7: %q", got, tr.Violations())
 	}
 }
 
