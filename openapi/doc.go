@@ -4,7 +4,7 @@
 // from it.
 //
 // Invariants: every route of the server's table is a path of the document
-// (server.TestOpenAPICoversEveryRoute), and every request and answer of the end-to-end, README
-// and server package tests validates against it (testutil/openapitest). The document is extended, never broken,
+// (server.TestOpenAPICoversEveryRoute), and every request and answer of the end-to-end, README,
+// server, library, natsrc and offline tests validates against it (testutil/openapitest). The document is extended, never broken,
 // as docs/API.md is.
 package openapi

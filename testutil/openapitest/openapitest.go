@@ -194,6 +194,7 @@ type Transport struct {
 	V    *Validator
 
 	mu         sync.Mutex
+	exchanges  int // checked
 	violations []string
 }
 
@@ -224,13 +225,24 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); resp.StatusCode == http.StatusSwitchingProtocols || mt == "text/event-stream" {
 		return resp, nil
 	}
-	if verr := t.V.Check(req, reqBody, resp, respBody); verr != nil {
-		t.mu.Lock()
+	verr := t.V.Check(req, reqBody, resp, respBody)
+	t.mu.Lock()
+	t.exchanges++
+	if verr != nil {
 		t.violations = append(t.violations, verr.Error())
-		t.mu.Unlock()
+	}
+	t.mu.Unlock()
+	if verr != nil {
 		return nil, verr
 	}
 	return resp, nil
+}
+
+// Exchanges returns how many exchanges were checked so far.
+func (t *Transport) Exchanges() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.exchanges
 }
 
 // Violations returns every violation seen so far.
@@ -266,6 +278,7 @@ func Run(m *testing.M) int {
 	}
 	code := m.Run()
 	restore()
+	fmt.Fprintf(os.Stderr, "openapitest: %d HTTP exchanges checked against openapi/openapi.yaml\n", tr.Exchanges())
 	if vs := tr.Violations(); len(vs) > 0 {
 		fmt.Fprintf(os.Stderr, "%d exchanges do not conform to openapi/openapi.yaml:\n  %s\n", len(vs), strings.Join(vs, "\n  "))
 		code = 1
