@@ -11,6 +11,7 @@ import (
 	"mime"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +26,7 @@ import (
 
 // Validator checks exchanges against the OpenAPI document.
 type Validator struct {
+	doc     *openapi3.T    // as written, for Operations
 	router  routers.Router // requests: the document as written
 	answers routers.Router // answers: a copy whose object schemas are closed (strictAnswers)
 	opts    *openapi3filter.Options
@@ -43,11 +45,11 @@ var registerDecoders = sync.OnceFunc(func() {
 // New loads the document of package openapi.
 func New() (*Validator, error) {
 	registerDecoders()
-	r, err := load(nil)
+	doc, r, err := load(nil)
 	if err != nil {
 		return nil, err
 	}
-	answers, err := load(strictAnswers)
+	_, answers, err := load(strictAnswers)
 	if err != nil {
 		return nil, err
 	}
@@ -65,21 +67,21 @@ func New() (*Validator, error) {
 		}
 		return "at /" + strings.Join(e.JSONPointer(), "/") + ": " + e.Reason
 	})
-	return &Validator{router: r, answers: answers, opts: opts}, nil
+	return &Validator{doc: doc, router: r, answers: answers, opts: opts}, nil
 }
 
 // load loads, validates and routes the document of package openapi, after adjust when given.
-func load(adjust func(*openapi3.T)) (routers.Router, error) {
+func load(adjust func(*openapi3.T)) (*openapi3.T, routers.Router, error) {
 	b, err := openapi.JSON()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	doc, err := openapi3.NewLoader().LoadFromData(b)
 	if err != nil {
-		return nil, fmt.Errorf("loading the OpenAPI document: %w", err)
+		return nil, nil, fmt.Errorf("loading the OpenAPI document: %w", err)
 	}
 	if err := doc.Validate(context.Background()); err != nil {
-		return nil, fmt.Errorf("the OpenAPI document is invalid: %w", err)
+		return nil, nil, fmt.Errorf("the OpenAPI document is invalid: %w", err)
 	}
 	if adjust != nil {
 		adjust(doc)
@@ -87,14 +89,31 @@ func load(adjust func(*openapi3.T)) (routers.Router, error) {
 	doc.Servers = nil // match paths on any host: test servers listen on random ports
 	r, err := gorillamux.NewRouter(doc)
 	if err != nil {
-		return nil, fmt.Errorf("routing the OpenAPI document: %w", err)
+		return nil, nil, fmt.Errorf("routing the OpenAPI document: %w", err)
 	}
-	return r, nil
+	return doc, r, nil
+}
+
+// Operations returns every operation of the document as "METHOD /path", sorted.
+func (v *Validator) Operations() []string {
+	var ops []string
+	for path, item := range v.doc.Paths.Map() {
+		for method := range item.Operations() {
+			ops = append(ops, method+" "+path)
+		}
+	}
+	slices.Sort(ops)
+	return ops
 }
 
 // Check validates one exchange: req as sent with reqBody, and resp with respBody (both read
 // whole; req.Body and resp.Body are not read). It returns nil when both conform.
 func (v *Validator) Check(req *http.Request, reqBody []byte, resp *http.Response, respBody []byte) error {
+	return v.check(req, reqBody, resp, respBody, nil)
+}
+
+// check is Check, telling seen the operation ("METHOD /path") the exchange was routed to.
+func (v *Validator) check(req *http.Request, reqBody []byte, resp *http.Response, respBody []byte, seen func(op string)) error {
 	name := req.Method + " " + req.URL.Path
 	fail := func(format string, args ...any) error {
 		// JSON Schema reports a field that unevaluatedProperties: false refuses as a "false schema".
@@ -103,6 +122,9 @@ func (v *Validator) Check(req *http.Request, reqBody []byte, resp *http.Response
 	}
 	ctx := context.Background()
 	route, params, err := v.router.FindRoute(req)
+	if err == nil && seen != nil {
+		seen(route.Method + " " + route.Path)
+	}
 	if err != nil {
 		if resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusMethodNotAllowed {
 			return fail("the route is not in openapi/openapi.yaml (%v)", err)
@@ -194,7 +216,8 @@ type Transport struct {
 	V    *Validator
 
 	mu         sync.Mutex
-	exchanges  int // checked
+	exchanges  int             // checked
+	ops        map[string]bool // the operations exercised ("METHOD /path")
 	violations []string
 }
 
@@ -225,8 +248,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); resp.StatusCode == http.StatusSwitchingProtocols || mt == "text/event-stream" {
 		return resp, nil
 	}
-	verr := t.V.Check(req, reqBody, resp, respBody)
+	var op string
+	verr := t.V.check(req, reqBody, resp, respBody, func(o string) { op = o })
 	t.mu.Lock()
+	if t.ops == nil {
+		t.ops = map[string]bool{}
+	}
+	t.ops[op] = op != ""
 	t.exchanges++
 	if verr != nil {
 		t.violations = append(t.violations, verr.Error())
@@ -243,6 +271,19 @@ func (t *Transport) Exchanges() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.exchanges
+}
+
+// Unexercised returns the document's operations no exchange was routed to so far.
+func (t *Transport) Unexercised() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for _, op := range t.V.Operations() {
+		if !t.ops[op] {
+			out = append(out, op)
+		}
+	}
+	return out
 }
 
 // Violations returns every violation seen so far.
@@ -278,7 +319,8 @@ func Run(m *testing.M) int {
 	}
 	code := m.Run()
 	restore()
-	fmt.Fprintf(os.Stderr, "openapitest: %d HTTP exchanges checked against openapi/openapi.yaml\n", tr.Exchanges())
+	fmt.Fprintf(os.Stderr, "openapitest: %d HTTP exchanges checked against openapi/openapi.yaml; operations not exercised: %s\n",
+		tr.Exchanges(), strings.Join(tr.Unexercised(), ", "))
 	if vs := tr.Violations(); len(vs) > 0 {
 		fmt.Fprintf(os.Stderr, "%d exchanges do not conform to openapi/openapi.yaml:\n  %s\n", len(vs), strings.Join(vs, "\n  "))
 		code = 1
