@@ -67,7 +67,7 @@ func (s *Server) postRoutingDecision(w http.ResponseWriter, r *http.Request) {
 		s.ingestError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"recorded": n, "expires_at": deadline.UTC().Format("2006-01-02T15:04:05.000Z07:00")})
+	writeJSON(w, http.StatusOK, map[string]any{"recorded": n, "expires_at": rfc3339(deadline)})
 }
 
 // eventFedMode is the /v1/ranks mode of an event-fed rank: mixed when it also has side entries

@@ -56,6 +56,7 @@ var sampleRequests = map[string][2]string{
 	"GET /readyz":                                    {"/readyz", ""},
 	"GET /metrics":                                   {"/metrics", ""},
 	"GET /{$}":                                       {"/", ""},
+	"GET /openapi.json":                              {"/openapi.json", ""},
 	"POST /register":                                 {"/register", `{}`},
 	"POST /unregister":                               {"/unregister", `{"instance_id":9,"model_name":"m"}`},
 	"GET /workers":                                   {"/workers", ""},

@@ -17,6 +17,10 @@
 //   - After a fatal store error (failure.go) /healthz, /health, /readyz and every mutating route
 //     answer 503 {"error": "store failed …: <cause>"} until restart; reads are still served, and
 //     the range route serves no event past a rank's durable cursor.
+//   - Every route of the route table (http.go) is an operation of the OpenAPI document (package
+//     openapi, served at GET /openapi.json) and the reverse (TestOpenAPICoversEveryRoute); every
+//     exchange of this package's tests is validated against it (TestMain, testutil/openapitest).
+//     JSON timestamps are RFC 3339 with milliseconds (timeLayout, leases.go).
 //   - Every metric lives in the Server's own Prometheus registry (no global state).
 //   - kvindex_memory_bytes{part} names every part that grows with load and has a bound or follows
 //     the live set (memory.go): Pebble's memtables and block cache (Config.MemTableSize,

@@ -73,6 +73,7 @@ func (s *Server) routes() []route {
 		{"POST /reopen_logs", false, false, s.postReopenLogs}, // logrotate's hook (accesslog.go)
 		{"GET /metrics", false, false, promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}).ServeHTTP},
 		{"GET /{$}", false, false, s.statusPage},
+		{"GET /openapi.json", false, false, s.openAPI}, // openapi.go
 	}
 	if s.cfg.Pprof {
 		// Profiles show the process's internals and cost CPU: behind the token like the writes,

@@ -39,7 +39,19 @@ func badLeaseTTL(field string) string {
 	return "field " + field + " must be between 1 and " + engine.MaxLeaseTTL.String() + " in milliseconds"
 }
 
-func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+// timeLayout is how the JSON APIs write a timestamp: RFC 3339 in UTC with milliseconds
+// (docs/API.md; the OpenAPI document's Timestamp). Every timestamp field added to an answer uses it.
+const timeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+func rfc3339(t time.Time) string { return t.UTC().Format(timeLayout) }
+
+// rfc3339Ptr is rfc3339 of *t, "" (omitted) for nil.
+func rfc3339Ptr(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return rfc3339(*t)
+}
 
 func leaseRow(l engine.Lease, st engine.LeaseState) leaseJSON {
 	return leaseJSON{WorkerID: l.WorkerID, TTLMs: l.TTL.Milliseconds(), ExpiresAt: rfc3339(l.Deadline), RemoveAt: rfc3339(l.RemoveAt), State: st.String(), Implied: l.Implied}

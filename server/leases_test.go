@@ -101,8 +101,12 @@ func TestLeaseRoutes(t *testing.T) {
 	s, url, c, stop := leaseServer(t)
 	defer stop()
 	code, body := call(t, "PUT", url+"/v1/workers/1/lease", `{"ttl_ms": 10000}`)
-	if code != 200 || !strings.Contains(body, `"expires_at":"2026-01-01T00:00:10Z"`) || !strings.Contains(body, `"remove_at":"2026-01-01T00:01:10Z"`) {
+	if code != 200 || !strings.Contains(body, `"expires_at":"2026-01-01T00:00:10.000Z"`) || !strings.Contains(body, `"remove_at":"2026-01-01T00:01:10.000Z"`) {
 		t.Fatalf("PUT lease: %d %s", code, body)
+	}
+	// Every timestamp of the JSON APIs is RFC 3339 with milliseconds (docs/API.md).
+	if code, body := call(t, "GET", url+"/v1/leases", ""); code != 200 || !strings.Contains(body, `"expires_at":"2026-01-01T00:00:10.000Z","remove_at":"2026-01-01T00:01:10.000Z"`) {
+		t.Fatalf("GET /v1/leases: %d %s", code, body)
 	}
 	if got := workersIn(t, url); len(got) != 2 {
 		t.Fatalf("live lease: %v", got)
@@ -115,7 +119,7 @@ func TestLeaseRoutes(t *testing.T) {
 		t.Fatalf("expired lease: /query_by_hash scores workers %s, want 2", got)
 	}
 	rows := rankRows(t, url)
-	if len(rows) != 2 || !rows[0].Stale || rows[0].LeaseExpiresAt != "2026-01-01T00:00:10Z" || rows[1].Stale || rows[1].LeaseExpiresAt != "" || rows[0].Blocks != 2 {
+	if len(rows) != 2 || !rows[0].Stale || rows[0].LeaseExpiresAt != "2026-01-01T00:00:10.000Z" || rows[1].Stale || rows[1].LeaseExpiresAt != "" || rows[0].Blocks != 2 {
 		t.Fatalf("ranks: %+v", rows)
 	}
 	_, mbody := call(t, "GET", url+"/metrics", "")

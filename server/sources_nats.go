@@ -100,7 +100,12 @@ func (s *Server) jetStreamFeeds(key partition.Key) bool {
 // natsSourceJSON is a NATS element of GET /v1/sources.
 type natsSourceJSON struct {
 	natsrc.Status
-	Stored bool `json:"stored"` // added with POST /v1/sources (else from a flag)
+	Stored      bool   `json:"stored"`                  // added with POST /v1/sources (else from a flag)
+	LastEventAt string `json:"last_event_at,omitempty"` // shadows the status's, in the API's time format
+}
+
+func natsJSON(st natsrc.Status, stored bool) natsSourceJSON {
+	return natsSourceJSON{Status: st, Stored: stored, LastEventAt: rfc3339Ptr(st.LastEventAt)}
 }
 
 func (s *Server) natsSources() ([]natsSourceJSON, error) {
@@ -110,7 +115,7 @@ func (s *Server) natsSources() ([]natsSourceJSON, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, natsSourceJSON{Status: st, Stored: ok})
+		out = append(out, natsJSON(st, ok))
 	}
 	return out, nil
 }
@@ -151,7 +156,7 @@ func (s *Server) postNATSSource(w http.ResponseWriter, r *http.Request, body []b
 	s.lg.Info("nats source added", "source", cfg.ID, "kind", cfg.Kind, "url", cfg.URL, "subject", cfg.Subject, "stream", cfg.Stream, "durable", cfg.Durable)
 	for _, st := range s.nats.Status() {
 		if st.ID == cfg.ID {
-			writeJSON(w, http.StatusOK, natsSourceJSON{Status: st, Stored: true})
+			writeJSON(w, http.StatusOK, natsJSON(st, true))
 			return
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
@@ -194,11 +195,23 @@ type sourceJSON struct {
 	Kind string `json:"kind"`
 	vllm.Status
 	Stored bool `json:"stored"` // added with POST /v1/sources (else from --zmq)
+	// LastEventAt shadows the status's (RFC 3339 with nanoseconds) in the API's time format;
+	// LastBatchAt is the deprecated numeric last_batch_ts in it.
+	LastEventAt string `json:"last_event_at,omitempty"`
+	LastBatchAt string `json:"last_batch_at,omitempty"`
+}
+
+func zmqSourceJSON(st vllm.Status, stored bool) sourceJSON {
+	j := sourceJSON{Kind: "zmq", Status: st, Stored: stored, LastEventAt: rfc3339Ptr(st.LastEventAt)}
+	if st.LastBatchTS > 0 {
+		j.LastBatchAt = rfc3339(time.Unix(0, int64(st.LastBatchTS*1e9)))
+	}
+	return j
 }
 
 func (s *Server) sourceJSON(st vllm.Status) (sourceJSON, error) {
 	_, ok, err := s.e.Meta(zmqSourceMetaPrefix + st.ID)
-	return sourceJSON{Kind: "zmq", Status: st, Stored: ok}, err
+	return zmqSourceJSON(st, ok), err
 }
 
 func (s *Server) listSources(w http.ResponseWriter, r *http.Request) {
@@ -292,7 +305,7 @@ func (s *Server) postSource(w http.ResponseWriter, r *http.Request) {
 	s.lg.Info("zmq source added", "source", cfg.ID, "endpoint", cfg.Endpoint, "replay_endpoint", cfg.ReplayEndpoint)
 	for _, st := range s.zmq.Status() {
 		if st.ID == cfg.ID {
-			writeJSON(w, http.StatusOK, sourceJSON{Kind: "zmq", Status: st, Stored: true})
+			writeJSON(w, http.StatusOK, zmqSourceJSON(st, true))
 			return
 		}
 	}

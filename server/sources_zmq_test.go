@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -238,6 +239,12 @@ func TestSourceIngest(t *testing.T) {
 	}
 	if !got[0].Connected || got[0].Events != 1 || !got[0].HasSeq || got[0].Seq != 0 {
 		t.Fatalf("source %+v", got[0])
+	}
+	// Timestamps are RFC 3339 with milliseconds; the deprecated numeric last_batch_ts stays.
+	if !regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`).MatchString(got[0].LastEventAt) ||
+		got[0].LastBatchAt != "1970-01-01T00:00:01.500Z" || got[0].LastBatchTS != 1.5 {
+		t.Fatalf("source times: last_event_at %q last_batch_at %q last_batch_ts %v, want RFC 3339 with milliseconds and ts 1.5",
+			got[0].LastEventAt, got[0].LastBatchAt, got[0].LastBatchTS)
 	}
 	code, body := call(t, "POST", url+"/v1/find_matches_for_request", `{"tokens":[1,2,3,4],"model_name":"m"}`)
 	if code != 200 || !strings.Contains(body, `"worker_id":9`) {

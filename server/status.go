@@ -115,7 +115,7 @@ func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("refresh"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			http.Error(w, errBadRefresh.Error(), http.StatusBadRequest)
+			writeError(w, http.StatusBadRequest, errBadRefresh.Error())
 			return
 		}
 		refresh = min(n, maxRefresh)
@@ -123,7 +123,7 @@ func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
 	var buf bytes.Buffer
 	if err := statusTmpl.Execute(&buf, s.statusData(refresh)); err != nil {
 		s.lg.Error("rendering the status page", "err", err)
-		http.Error(w, "rendering the status page failed", http.StatusInternalServerError)
+		writeError(w, http.StatusInternalServerError, "rendering the status page failed")
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")

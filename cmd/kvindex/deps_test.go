@@ -25,6 +25,7 @@ var testOnlyModules = []string{
 	"github.com/cockroachdb/datadriven",
 	"github.com/pmezard/go-difflib",     // pulled in by datadriven, for its diffs
 	"github.com/nats-io/nats-server/v2", // the embedded NATS server of the natsrc tests
+	"github.com/getkin/kin-openapi",     // the OpenAPI validator of the tests (testutil/openapitest)
 }
 
 // TestBinaryLinksNoTestOnlyPackages checks the dependency closure of the kvindex binary (the

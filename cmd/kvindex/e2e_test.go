@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/testutil"
+	"github.com/kvindex/kvindex/testutil/openapitest"
 )
 
 var binPath string
@@ -35,7 +36,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "building kvindex: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := m.Run()
+	// Every request the tests make and every answer they get is checked against the OpenAPI
+	// document (testutil/openapitest): a violation fails the request's test and, listed here,
+	// the run.
+	code := openapitest.Run(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
