@@ -172,8 +172,11 @@ func newMetrics(s *Server) *metrics {
 	return m
 }
 
-// registerEngine adds the engine's own collectors (its TreeDump cache).
-func (m *metrics) registerEngine(e *engine.Engine) { m.register(e.DumpCache()) }
+// registerEngine adds the engine's own collectors (its TreeDump cache, its ingest bound).
+func (m *metrics) registerEngine(e *engine.Engine) {
+	m.register(e.DumpCache())
+	m.register(admissionCollector{e}) // admission.go
+}
 
 // register adds c to the registry (panicking on a clash, as MustRegister does) and remembers it.
 func (m *metrics) register(c prometheus.Collector) {

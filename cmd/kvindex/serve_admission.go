@@ -1,0 +1,43 @@
+package main
+
+import (
+	"log/slog"
+	"runtime"
+	"time"
+
+	"github.com/kvindex/kvindex/engine"
+	"github.com/urfave/cli/v2"
+)
+
+// defaultMinProcs is --min-procs' default. With one P (a server pinned to one core: Go sizes
+// GOMAXPROCS by the CPU affinity), a query that arrives while ingest keeps the P busy is not
+// seen until the run queue empties or sysmon polls the network, up to 10 ms later; a second P
+// sits in netpoll and picks it up at once (docs/BENCHMARKS.md, "Queries first").
+const defaultMinProcs = 2
+
+// admissionFlags are serve's queries-first flags: the engine's ingest bound, the HTTP door's wait
+// for it, and the floor of GOMAXPROCS.
+func admissionFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.IntFlag{Name: "max-ingest-inflight", Usage: "event batches in flight at most over every ingest door (HTTP, ZMQ, NATS, JetStream); a batch beyond it waits for a slot (0 = 4 × GOMAXPROCS)", EnvVars: serveEnv("max-ingest-inflight")},
+		&cli.DurationFlag{Name: "ingest-wait", Value: engine.DefaultIngestWait, Usage: "how long POST /v1/events waits for an ingest slot before it is answered 429 with Retry-After (0 = answer 429 at once); the event sources always wait", EnvVars: serveEnv("ingest-wait")},
+		&cli.IntFlag{Name: "min-procs", Value: defaultMinProcs, Usage: "raise GOMAXPROCS to at least this many (a server pinned to one core otherwise gets 1, and queries wait behind ingest for up to 10 ms); 0 = leave Go's default", EnvVars: serveEnv("min-procs")},
+	}
+}
+
+// admissionConfig checks the queries-first flags, applies --min-procs, and returns the server's
+// MaxIngestInFlight and IngestWait.
+func admissionConfig(c *cli.Context) (int, time.Duration, error) {
+	if c.Int("max-ingest-inflight") < 0 || c.Duration("ingest-wait") < 0 || c.Int("min-procs") < 0 {
+		return 0, 0, usagef("--max-ingest-inflight, --ingest-wait and --min-procs must be ≥ 0")
+	}
+	if n, had := c.Int("min-procs"), runtime.GOMAXPROCS(0); n > had {
+		runtime.GOMAXPROCS(n)
+		slog.Info("GOMAXPROCS raised to --min-procs", "gomaxprocs", n, "was", had)
+	}
+	wait := c.Duration("ingest-wait")
+	if wait == 0 {
+		wait = -1 // server.Config: negative answers 429 at once
+	}
+	return c.Int("max-ingest-inflight"), wait, nil
+}
