@@ -27,10 +27,10 @@ var ErrOverloaded = errors.New("ingest overloaded")
 // DefaultIngestWait is Config.IngestWait's default.
 const DefaultIngestWait = time.Second
 
-// DefaultMaxIngestInFlight is Config.MaxIngestInFlight's default for n procs (GOMAXPROCS): four
+// DefaultMaxIngestInFlight is Config.MaxIngestInFlight's default for n procs (GOMAXPROCS): two
 // batches per proc, enough for the lanes' group commits to share fsyncs, few enough that a
 // query finds a proc that is not running ingest work.
-func DefaultMaxIngestInFlight(n int) int { return 4 * max(n, 1) }
+func DefaultMaxIngestInFlight(n int) int { return 2 * max(n, 1) }
 
 // admission is the engine's shared bound: a slot is one admitted batch.
 type admission struct {
