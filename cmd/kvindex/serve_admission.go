@@ -21,7 +21,7 @@ func admissionFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{Name: "max-ingest-inflight", Usage: "event batches in flight at most over every ingest door (HTTP, ZMQ, NATS, JetStream); a batch beyond it waits for a slot (0 = 4 × GOMAXPROCS)", EnvVars: serveEnv("max-ingest-inflight")},
 		&cli.DurationFlag{Name: "ingest-wait", Value: engine.DefaultIngestWait, Usage: "how long POST /v1/events waits for an ingest slot before it is answered 429 with Retry-After (0 = answer 429 at once); the event sources always wait", EnvVars: serveEnv("ingest-wait")},
-		&cli.IntFlag{Name: "min-procs", Value: defaultMinProcs, Usage: "raise GOMAXPROCS to at least this many (a server pinned to one core otherwise gets 1, and queries wait behind ingest for up to 10 ms); 0 = leave Go's default", EnvVars: serveEnv("min-procs")},
+		&cli.IntFlag{Name: "min-procs", Value: defaultMinProcs, Usage: "raise GOMAXPROCS to at least this many and keep it there (a server pinned to one core otherwise gets 1, and queries wait behind ingest for up to 10 ms); 0 = leave it to Go", EnvVars: serveEnv("min-procs")},
 	}
 }
 
@@ -31,9 +31,13 @@ func admissionConfig(c *cli.Context) (int, time.Duration, error) {
 	if c.Int("max-ingest-inflight") < 0 || c.Duration("ingest-wait") < 0 || c.Int("min-procs") < 0 {
 		return 0, 0, usagef("--max-ingest-inflight, --ingest-wait and --min-procs must be ≥ 0")
 	}
-	if n, had := c.Int("min-procs"), runtime.GOMAXPROCS(0); n > had {
-		runtime.GOMAXPROCS(n)
-		slog.Info("GOMAXPROCS raised to --min-procs", "gomaxprocs", n, "was", had)
+	// Set even when not raised: an explicit GOMAXPROCS stays as it is when the process is later
+	// pinned to fewer CPUs (loadgen --pin, taskset -p), which Go would otherwise follow down to 1.
+	if n, had := c.Int("min-procs"), runtime.GOMAXPROCS(0); n > 0 {
+		runtime.GOMAXPROCS(max(n, had))
+		if n > had {
+			slog.Info("GOMAXPROCS raised to --min-procs", "gomaxprocs", n, "was", had)
+		}
 	}
 	wait := c.Duration("ingest-wait")
 	if wait == 0 {
