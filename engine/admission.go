@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Admission control (docs/ENGINE.md "Queries first"): every ingest door shares one bound on the
+// Admission control (docs/API.md "Queries first"): every ingest door shares one bound on the
 // event batches in flight — admitted and not yet durable and applied. A batch beyond the bound
 // waits, in arrival order, for a slot: the event sources (ZMQ, NATS, JetStream, the library)
 // wait as long as their context lets them, and so push back on their stream; the HTTP door waits
