@@ -43,11 +43,11 @@ func waitStats(t *testing.T, e *Engine, what string, ok func(AdmissionStats) boo
 func TestAdmissionBoundedRefuses(t *testing.T) {
 	e := openAdmissionEngine(t, 1, -1)
 	ctx := context.Background()
-	_, release, err := e.Admit(ctx, true)
+	_, release, err := e.Admit(ctx, 1, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.Admit(ctx, true); !errors.Is(err, ErrOverloaded) {
+	if _, _, err := e.Admit(ctx, 1, true); !errors.Is(err, ErrOverloaded) {
 		t.Fatalf("second admit with the bound full: got %v, want ErrOverloaded", err)
 	}
 	if st := e.AdmissionStats(); st.Bound != 1 || st.InFlight != 1 || st.Rejected != 1 || st.Admitted != 1 || st.Waited != 1 {
@@ -55,7 +55,7 @@ func TestAdmissionBoundedRefuses(t *testing.T) {
 	}
 	release()
 	release() // a second release frees nothing more
-	_, release2, err := e.Admit(ctx, true)
+	_, release2, err := e.Admit(ctx, 1, true)
 	if err != nil {
 		t.Fatalf("admit after the release: %v", err)
 	}
@@ -71,7 +71,7 @@ func TestAdmissionBoundedRefuses(t *testing.T) {
 func TestAdmissionSourcesWait(t *testing.T) {
 	e := openAdmissionEngine(t, 1, -1)
 	ctx := context.Background()
-	actx, release, err := e.Admit(ctx, true)
+	actx, release, err := e.Admit(ctx, 1, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,18 +107,46 @@ func TestAdmissionSourcesWait(t *testing.T) {
 	}
 }
 
+// TestAdmissionCountsEvents: the bound counts events; a batch larger than the bound takes all of
+// it (it runs alone) instead of waiting forever.
+func TestAdmissionCountsEvents(t *testing.T) {
+	e := openAdmissionEngine(t, 4, -1)
+	ctx := context.Background()
+	_, r3, err := e.Admit(ctx, 3, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, r1, err := e.Admit(ctx, 1, true)
+	if err != nil {
+		t.Fatalf("3 + 1 events within a bound of 4: %v", err)
+	}
+	if _, _, err := e.Admit(ctx, 1, true); !errors.Is(err, ErrOverloaded) {
+		t.Fatalf("a fifth event: %v, want ErrOverloaded", err)
+	}
+	r3()
+	r1()
+	_, big, err := e.Admit(ctx, 100, true)
+	if err != nil {
+		t.Fatalf("a batch of 100 events with a bound of 4 and nothing in flight: %v", err)
+	}
+	if st := e.AdmissionStats(); st.InFlight != 4 || st.Bound != 4 {
+		t.Fatalf("the large batch takes the whole bound: %+v", st)
+	}
+	big()
+}
+
 // TestAdmissionWaitCancelled: a waiting batch whose context ends returns its error, writes
 // nothing and takes no slot.
 func TestAdmissionWaitCancelled(t *testing.T) {
 	e := openAdmissionEngine(t, 1, time.Hour)
-	_, release, err := e.Admit(context.Background(), true)
+	_, release, err := e.Admit(context.Background(), 1, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer release()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := e.SourceDoor().SubmitWithMeta(ctx, nil); !errors.Is(err, context.Canceled) {
+	if _, err := e.SourceDoor().SubmitWithMeta(ctx, []event.RouterEvent{event.Stored(event.Rank{WorkerID: 9}, 1, nil, event.Block{BlockHash: 1, TokensHash: 2})}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled wait: got %v, want context.Canceled", err)
 	}
 	if st := e.AdmissionStats(); st.InFlight != 1 || st.Admitted != 1 {

@@ -104,9 +104,9 @@ type Config struct {
 	// least recently stored chains first, from the leaf up, fairly across ranks. 0 is unbounded.
 	MaxIndexBytes uint64
 
-	// MaxIngestInFlight bounds the event batches in flight over every ingest door (admission.go);
-	// 0: DefaultMaxIngestInFlight(GOMAXPROCS). IngestWait is how long a bounded door (HTTP) waits
-	// for a slot before ErrOverloaded; 0: DefaultIngestWait, negative: not at all.
+	// MaxIngestInFlight bounds the events in flight over every ingest door (admission.go); 0:
+	// DefaultMaxIngestInFlight(GOMAXPROCS). IngestWait is how long a bounded door (HTTP) waits
+	// for its share before ErrOverloaded; 0: DefaultIngestWait, negative: not at all.
 	MaxIngestInFlight int
 	IngestWait        time.Duration
 }

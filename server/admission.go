@@ -14,12 +14,13 @@ import (
 // header counts whole seconds, and a second is the wait the batch was already given by default.
 const retryAfterSeconds = 1
 
-// admitIngest takes the engine's ingest slot for one HTTP write (engine.Admit, bounded by
-// --ingest-wait) before its body is decoded. A write beyond the bound (engine.ErrOverloaded) is
-// answered 429 with Retry-After and false; the caller then writes nothing. The context returned
-// carries the slot: the ingest under it takes no second one; release frees it.
-func (s *Server) admitIngest(w http.ResponseWriter, r *http.Request) (context.Context, func(), bool) {
-	ctx, release, err := s.e.Admit(r.Context(), true)
+// admitIngest takes the share of an HTTP write of events (decoded, not yet placed) of the
+// engine's ingest bound (engine.Admit, waiting at most --ingest-wait). A write beyond the bound
+// (engine.ErrOverloaded) is answered 429 with Retry-After and false; the caller then writes
+// nothing. The context returned carries the share: the ingest under it takes none again;
+// release frees it.
+func (s *Server) admitIngest(w http.ResponseWriter, r *http.Request, events int) (context.Context, func(), bool) {
+	ctx, release, err := s.e.Admit(r.Context(), events, true)
 	if err == nil {
 		return ctx, release, true
 	}
@@ -33,12 +34,12 @@ func (s *Server) admitIngest(w http.ResponseWriter, r *http.Request) (context.Co
 }
 
 var (
-	descIngestBound    = prometheus.NewDesc("kvindex_ingest_inflight_bound", "Event batches in flight at most over every ingest door (--max-ingest-inflight).", nil, nil)
-	descIngestInFlight = prometheus.NewDesc("kvindex_ingest_inflight", "Event batches admitted and not yet durable and applied, over every ingest door.", nil, nil)
-	descIngestWaiting  = prometheus.NewDesc("kvindex_ingest_waiting", "Event batches waiting for an ingest slot now.", nil, nil)
+	descIngestBound    = prometheus.NewDesc("kvindex_ingest_inflight_bound", "Events in flight at most over every ingest door (--max-ingest-inflight).", nil, nil)
+	descIngestInFlight = prometheus.NewDesc("kvindex_ingest_inflight", "Events admitted and not yet durable and applied, over every ingest door (a batch larger than the bound counts as the bound).", nil, nil)
+	descIngestWaiting  = prometheus.NewDesc("kvindex_ingest_waiting", "Event batches waiting for their share of the ingest bound now.", nil, nil)
 	descIngestAdmitted = prometheus.NewDesc("kvindex_ingest_admitted_total", "Event batches admitted by the ingest bound.", nil, nil)
-	descIngestWaited   = prometheus.NewDesc("kvindex_ingest_admission_waits_total", "Event batches that waited for an ingest slot (the bound was full when they came).", nil, nil)
-	descIngestRejected = prometheus.NewDesc("kvindex_ingest_rejected_total", "HTTP event batches answered 429: no ingest slot freed within --ingest-wait.", nil, nil)
+	descIngestWaited   = prometheus.NewDesc("kvindex_ingest_admission_waits_total", "Event batches that waited for their share of the ingest bound (it was full when they came).", nil, nil)
+	descIngestRejected = prometheus.NewDesc("kvindex_ingest_rejected_total", "HTTP event batches answered 429: their share of the ingest bound did not free within --ingest-wait.", nil, nil)
 )
 
 // admissionCollector exports the engine's admission counters at scrape time.

@@ -16,7 +16,7 @@ import (
 // slot frees the same body is accepted.
 func TestEventsBeyondIngestBound(t *testing.T) {
 	s, url := rangeServer(t, Config{MaxIngestInFlight: 1, IngestWait: -1}, engine.DumpCacheOptions{})
-	_, release, err := s.e.Admit(context.Background(), true)
+	_, release, err := s.e.Admit(context.Background(), 1, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestEventsBeyondIngestBound(t *testing.T) {
 // waits for the slot instead of being refused, and is counted as a wait.
 func TestEventsWaitForIngestSlot(t *testing.T) {
 	s, url := rangeServer(t, Config{MaxIngestInFlight: 1, IngestWait: time.Hour}, engine.DumpCacheOptions{})
-	_, release, err := s.e.Admit(context.Background(), true)
+	_, release, err := s.e.Admit(context.Background(), 1, true)
 	if err != nil {
 		t.Fatal(err)
 	}

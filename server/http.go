@@ -215,13 +215,6 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer releaseBody(body) // the decoded events copy what they keep of it
-	// The engine's ingest bound is taken before the body is decoded (admission.go): a write
-	// beyond it waits at most --ingest-wait, then is answered 429.
-	actx, release, ok := s.admitIngest(w, r)
-	if !ok {
-		return
-	}
-	defer release()
 	// An NDJSON body may carry partition lines (partition.Split: a whole-index dump or an
 	// export); every segment is decoded before anything is written.
 	segs := []partition.Segment{{Body: body}}
@@ -249,6 +242,13 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 		batches[i] = evs
 		offset += len(evs)
 	}
+	// The engine's ingest bound, for the decoded events (admission.go): a write beyond it waits
+	// at most --ingest-wait, then is answered 429 and nothing of it is written.
+	actx, release, ok := s.admitIngest(w, r, offset)
+	if !ok {
+		return
+	}
+	defer release()
 	ctx, cancel := context.WithTimeout(actx, s.cfg.SubmitTimeout)
 	defer cancel()
 	in := make([]engine.Batch, len(segs))

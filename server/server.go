@@ -91,7 +91,7 @@ type Config struct {
 	SourceLease time.Duration
 
 	// MaxIngestInFlight and IngestWait: the engine's ingest bound (engine.Config; admission.go):
-	// event batches in flight over every door, and how long POST /v1/events waits for a slot
+	// events in flight over every door, and how long POST /v1/events waits for its share
 	// before 429 (0: the defaults; a negative wait: 429 at once).
 	MaxIngestInFlight int
 	IngestWait        time.Duration
