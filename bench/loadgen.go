@@ -30,6 +30,7 @@ const (
 	MetricLoadEvents     = "loadgen_events"       // events posted and answered 200
 	MetricLoadAccepted   = "loadgen_accepted"     // of which the server accepted
 	MetricLoadIgnored    = "loadgen_ignored"      // of which it ignored as stale/duplicate
+	MetricLoadRetried    = "loadgen_retried_429"  // batches posted again after a 429 (the server's ingest bound)
 	MetricLoadSeconds    = "loadgen_seconds"      // wall time of the run
 	MetricLoadLaps       = "loadgen_laps"         // laps of the trace posted (--loop)
 	MetricLoadEventsPerS = "loadgen_events_per_s" // achieved
@@ -63,7 +64,19 @@ var (
 	// ErrHTTP is returned (wrapped, with the status and the server's error) for an answer other
 	// than 200.
 	ErrHTTP = errors.New("unexpected HTTP answer")
+	// errRetryLater marks a 429 answer (with ErrHTTP): the server's ingest bound was full; the
+	// posters post the batch again after its Retry-After (*retryLater).
+	errRetryLater = errors.New("retry later")
 )
+
+// retryLater is a 429 answer's error: after is its Retry-After (1 s when absent or not seconds).
+type retryLater struct {
+	after time.Duration
+	err   error
+}
+
+func (e *retryLater) Error() string { return e.err.Error() }
+func (e *retryLater) Unwrap() error { return e.err }
 
 // LoadOptions configure LoadGen. Zero values take the documented defaults.
 type LoadOptions struct {
@@ -277,6 +290,7 @@ type loadRun struct {
 	rss     *rssSampler
 
 	posted, accepted, ignored atomic.Int64
+	retried                   atomic.Int64 // batches posted again after a 429
 	errMu                     sync.Mutex
 	first                     error
 }
@@ -437,7 +451,7 @@ func (r *loadRun) postLap(parts [][]event.RouterEvent, bodies [][][]byte, perCli
 					Accepted int `json:"accepted"`
 					Ignored  int `json:"ignored"`
 				}
-				if err := post(r.ctx, r.hc, r.base+"/v1/events", ctype, o.AuthToken, body, &res); err != nil {
+				if err := r.postBatch(ctype, body, &res); err != nil {
 					if r.ctx.Err() == nil {
 						r.fail(err)
 					}
@@ -451,6 +465,22 @@ func (r *loadRun) postLap(parts [][]event.RouterEvent, bodies [][][]byte, perCli
 		}()
 	}
 	wg.Wait()
+}
+
+// postBatch posts one batch, again after its Retry-After while the server answers 429 (its
+// ingest bound is full: serve --max-ingest-inflight, --ingest-wait), counting the retries.
+func (r *loadRun) postBatch(ctype string, body []byte, res any) error {
+	for {
+		err := post(r.ctx, r.hc, r.base+"/v1/events", ctype, r.o.AuthToken, body, res)
+		var rl *retryLater
+		if !errors.As(err, &rl) {
+			return err
+		}
+		r.retried.Add(1)
+		if err := sleepUntil(r.ctx, time.Now().Add(rl.after)); err != nil {
+			return err
+		}
+	}
 }
 
 // queryLoop is the querier: one find_matches and its healthz after the other (paced by
@@ -545,6 +575,7 @@ func (r *loadRun) report(res posting, idle, idleHealth []time.Duration) (*Report
 	rep.add(MetricLoadEvents, float64(r.posted.Load()), UnitCount)
 	rep.add(MetricLoadAccepted, float64(r.accepted.Load()), UnitCount)
 	rep.add(MetricLoadIgnored, float64(r.ignored.Load()), UnitCount)
+	rep.add(MetricLoadRetried, float64(r.retried.Load()), UnitCount)
 	rep.add(MetricLoadSeconds, res.took.Seconds(), UnitSec)
 	rep.add(MetricLoadEventsPerS, float64(r.posted.Load())/res.took.Seconds(), UnitRate)
 	rep.add(MetricLoadQueries, float64(len(res.lat)), UnitCount)
@@ -884,6 +915,13 @@ func doInto(ctx context.Context, hc *http.Client, method, url string, h header, 
 	b, err := readAnswer(dst, resp)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: reading the answer: %w", method, url, err)
+	}
+	if resp.StatusCode == http.StatusTooManyRequests {
+		after := time.Second
+		if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && n >= 0 {
+			after = time.Duration(n) * time.Second
+		}
+		return nil, &retryLater{after: after, err: fmt.Errorf("%w: %w: %s %s: %s: %s", ErrHTTP, errRetryLater, method, url, resp.Status, bytes.TrimSpace(b))}
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%w: %s %s: %s: %s", ErrHTTP, method, url, resp.Status, bytes.TrimSpace(b))

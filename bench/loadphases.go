@@ -23,6 +23,7 @@ const (
 	PhaseHealthzP50 = "healthz_p50_ns"
 	PhaseHealthzP99 = "healthz_p99_ns"
 	PhaseQueries    = "find_matches" // calls answered
+	PhaseRetried    = "retried_429"  // batches posted again after a 429
 )
 
 // loadPhases runs the stream once per phase of o.Phases: the 100 % phase first and unpaced (it
@@ -48,7 +49,7 @@ func loadPhases(ctx context.Context, o LoadOptions, hc *http.Client, base string
 		if pct < 100 {
 			rate = unpaced * float64(pct) / 100
 		}
-		res, posted, err := loadPhase(ctx, o, hc, base, queries, shiftWorkers(evs, uint64(k)*span), rate)
+		res, posted, retried, err := loadPhase(ctx, o, hc, base, queries, shiftWorkers(evs, uint64(k)*span), rate)
 		if err != nil {
 			return nil, fmt.Errorf("phase %d %%: %w", pct, err)
 		}
@@ -61,6 +62,7 @@ func loadPhases(ctx context.Context, o LoadOptions, hc *http.Client, base string
 		rep.add(PhaseMetric(pct, PhaseTargetRate), rate, UnitRate)
 		rep.add(PhaseMetric(pct, PhaseEventsPerS), reached, UnitRate)
 		rep.add(PhaseMetric(pct, PhaseQueries), float64(len(res.lat)), UnitCount)
+		rep.add(PhaseMetric(pct, PhaseRetried), float64(retried), UnitCount)
 		rep.add(PhaseMetric(pct, PhaseFindP50), float64(Percentile(res.lat, 0.50)), UnitNS)
 		rep.add(PhaseMetric(pct, PhaseFindP99), float64(Percentile(res.lat, 0.99)), UnitNS)
 		rep.add(PhaseMetric(pct, PhaseHealthzP50), float64(Percentile(res.health, 0.50)), UnitNS)
@@ -70,12 +72,12 @@ func loadPhases(ctx context.Context, o LoadOptions, hc *http.Client, base string
 }
 
 // loadPhase posts evs once at rate (0: unpaced) with the querier beside, within o.Duration.
-func loadPhase(ctx context.Context, o LoadOptions, hc *http.Client, base string, queries []workload.Query, evs []event.RouterEvent, rate float64) (posting, int64, error) {
+func loadPhase(ctx context.Context, o LoadOptions, hc *http.Client, base string, queries []workload.Query, evs []event.RouterEvent, rate float64) (posting, int64, int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Duration)
 	defer cancel()
 	r := newLoadRun(ctx, cancel, o, hc, base, queries)
 	res, err := r.post(evs, nil, rate, -1)
-	return res, r.posted.Load(), err
+	return res, r.posted.Load(), r.retried.Load(), err
 }
 
 // shiftWorkers returns evs with every worker id raised by by (evs itself when by is 0).

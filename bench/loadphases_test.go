@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
@@ -74,5 +75,49 @@ func TestLoadGenPhasesOptions(t *testing.T) {
 	}
 	if got := shiftWorkers([]event.RouterEvent{{WorkerID: 3}}, 10); got[0].WorkerID != 13 {
 		t.Errorf("shifted worker %d, want 13", got[0].WorkerID)
+	}
+}
+
+// TestLoadGenRetries429: a batch answered 429 (the server's ingest bound full, no wait) is posted
+// again after its Retry-After and counted; every event arrives.
+func TestLoadGenRetries429(t *testing.T) {
+	s, hs := loadTarget(t, server.Config{Lanes: 1, MaxIngestInFlight: 1, IngestWait: -1})
+	_, release, err := s.Engine().Admit(context.Background(), 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := smallTrace(t, 20)
+	wopts := workload.WorkloadOptions{Workers: 3}
+	type result struct {
+		rep *Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := LoadGen(context.Background(), LoadOptions{Target: hs.URL, Requests: reqs, Workload: wopts, Clients: 1, Batch: 5,
+			IdleQueries: -1, RSSEvery: -1, Logger: quiet(), HTTPClient: hs.Client()})
+		done <- result{rep, err}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for s.Engine().AdmissionStats().Rejected == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("loadgen's first batch was never refused with the bound held")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	release()
+	res := <-done
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	wl, err := workload.Generate(reqs, 1, wopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := res.rep.Get(MetricLoadAccepted); got != float64(len(wl.Events)) {
+		t.Errorf("accepted %v, want %d", got, len(wl.Events))
+	}
+	if got, _ := res.rep.Get(MetricLoadRetried); got < 1 {
+		t.Errorf("%s = %v, want ≥ 1", MetricLoadRetried, got)
 	}
 }

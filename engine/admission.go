@@ -29,8 +29,10 @@ import (
 // not admitted and nothing of it is written.
 var ErrOverloaded = errors.New("ingest overloaded")
 
-// DefaultIngestWait is Config.IngestWait's default.
-const DefaultIngestWait = time.Second
+// DefaultIngestWait is Config.IngestWait's default: as long as a request waits on a full lane
+// (server.Config.SubmitTimeout), so that a 429 means the server is overloaded, not that Pebble
+// paused for a flush.
+const DefaultIngestWait = 10 * time.Second
 
 // DefaultMaxIngestInFlight is Config.MaxIngestInFlight's default for n procs (GOMAXPROCS): 128
 // events per proc — four HTTP batches of 64 on two cores — enough for the lanes' group commits
