@@ -34,10 +34,12 @@ var ErrOverloaded = errors.New("ingest overloaded")
 // paused for a flush.
 const DefaultIngestWait = 10 * time.Second
 
-// DefaultMaxIngestInFlight is Config.MaxIngestInFlight's default for n procs (GOMAXPROCS): 128
-// events per proc — four HTTP batches of 64 on two cores — enough for the lanes' group commits
-// to share fsyncs, few enough that a query finds a proc that is not running ingest work.
-func DefaultMaxIngestInFlight(n int) int { return 128 * max(n, 1) }
+// DefaultMaxIngestInFlight is Config.MaxIngestInFlight's default for n procs (GOMAXPROCS): 512
+// events per proc — sixteen HTTP batches of 64 on two cores. A share is held until the batch is
+// durable, so the bound also caps the events one fsync can carry: on a busy disk a smaller bound
+// cut the ingest rate in proportion (docs/BENCHMARKS.md "Queries first": 256 events gave 0.3× the
+// unbounded rate unpinned, 1,024 events 1.25×).
+func DefaultMaxIngestInFlight(n int) int { return 512 * max(n, 1) }
 
 // admission is the engine's shared bound, in events (a FIFO weighted semaphore).
 type admission struct {

@@ -19,7 +19,7 @@ const defaultMinProcs = 2
 // for it, and the floor of GOMAXPROCS.
 func admissionFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.IntFlag{Name: "max-ingest-inflight", Usage: "events in flight at most over every ingest door (HTTP, ZMQ, NATS, JetStream); a batch beyond it waits for its share, a batch larger than it runs alone (0 = 128 × GOMAXPROCS)", EnvVars: serveEnv("max-ingest-inflight")},
+		&cli.IntFlag{Name: "max-ingest-inflight", Usage: "events in flight at most over every ingest door (HTTP, ZMQ, NATS, JetStream); a batch beyond it waits for its share, a batch larger than it runs alone (0 = 512 × GOMAXPROCS)", EnvVars: serveEnv("max-ingest-inflight")},
 		&cli.DurationFlag{Name: "ingest-wait", Value: engine.DefaultIngestWait, Usage: "how long POST /v1/events waits for its share of --max-ingest-inflight before it is answered 429 with Retry-After (0 = answer 429 at once); the event sources always wait", EnvVars: serveEnv("ingest-wait")},
 		&cli.IntFlag{Name: "min-procs", Value: defaultMinProcs, Usage: "raise GOMAXPROCS to at least this many and keep it there (a server pinned to one core otherwise gets 1, and queries wait behind ingest for up to 10 ms); 0 = leave it to Go", EnvVars: serveEnv("min-procs")},
 	}
