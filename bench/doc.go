@@ -56,6 +56,24 @@
 // "Memory: what bounds RSS". It reads every find_matches answer whole, as a router in Go would
 // read it fast: one valyala/fastjson parse into typed scores (querier.decodeAnswer).
 //
+// Paced phases (LoadOptions.Phases, `loadgen --phases 50,90,100`, loadphases.go): the stream is
+// posted once per phase, each phase's worker ids shifted past the previous phases' so every event
+// is new to the server: first unpaced (the 100 % phase, the reference rate), then each other
+// phase paced at its percentage of the events/s the unpaced one reached (`--ingest-rate`, an
+// alias of `--rate`, paces a plain run at a fixed rate). Each phase reports its target and
+// reached events/s and the find_matches and /healthz p50 and p99 of the querier beside it
+// (PhaseMetric). The targets of docs/BENCHMARKS.md "Queries first" are read at 90 % and 100 %.
+//
+// Pinning (LoadOptions.Pin, `loadgen --pin`, pin_linux.go): the server is found as the process
+// holding a listening socket on the target's port (/proc/net/tcp and tcp6 give the socket's
+// inode, /proc/<pid>/fd its owner); every thread of it (/proc/<pid>/task) is given all the CPUs
+// this process may use but the last with sched_setaffinity (golang.org/x/sys/unix), and every
+// thread of loadgen the last one. Threads started later inherit the set. Client and server then
+// never share a core, as `taskset -c 0 kvindex serve` beside `taskset -c 1 kvindex loadgen` does,
+// without starting the server under taskset. The server keeps the GOMAXPROCS it started with
+// when it sets it itself (`serve --min-procs`, default 2); one that leaves it to Go follows the
+// new CPU set down to 1 (Go 1.25+). Linux only; elsewhere --pin is an error (ErrPin).
+//
 // # Invariants
 //
 //   - One data path: stage 2 and the loaded part of stage 3 use the engine's ingest door and its

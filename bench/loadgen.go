@@ -30,6 +30,7 @@ const (
 	MetricLoadEvents     = "loadgen_events"       // events posted and answered 200
 	MetricLoadAccepted   = "loadgen_accepted"     // of which the server accepted
 	MetricLoadIgnored    = "loadgen_ignored"      // of which it ignored as stale/duplicate
+	MetricLoadRetried    = "loadgen_retried_429"  // batches posted again after a 429 (the server's ingest bound)
 	MetricLoadSeconds    = "loadgen_seconds"      // wall time of the run
 	MetricLoadLaps       = "loadgen_laps"         // laps of the trace posted (--loop)
 	MetricLoadEventsPerS = "loadgen_events_per_s" // achieved
@@ -63,7 +64,19 @@ var (
 	// ErrHTTP is returned (wrapped, with the status and the server's error) for an answer other
 	// than 200.
 	ErrHTTP = errors.New("unexpected HTTP answer")
+	// errRetryLater marks a 429 answer (with ErrHTTP): the server's ingest bound was full; the
+	// posters post the batch again after its Retry-After (*retryLater).
+	errRetryLater = errors.New("retry later")
 )
+
+// retryLater is a 429 answer's error: after is its Retry-After (1 s when absent or not seconds).
+type retryLater struct {
+	after time.Duration
+	err   error
+}
+
+func (e *retryLater) Error() string { return e.err.Error() }
+func (e *retryLater) Unwrap() error { return e.err }
 
 // LoadOptions configure LoadGen. Zero values take the documented defaults.
 type LoadOptions struct {
@@ -118,6 +131,14 @@ type LoadOptions struct {
 	// AuthToken, when set, is sent as `Authorization: Bearer <token>` (a server started with
 	// --auth-token-file).
 	AuthToken string
+	// Phases, when set, runs the stream once per phase, each a percentage of the unpaced rate
+	// (loadphases.go): the 100 % phase unpaced first, then each other paced at its share of the
+	// events/s the unpaced one reached, each on fresh workers; the report has each phase's
+	// events/s and find_matches and healthz p50 and p99. Not with Loop; no idle queries, no RSS.
+	Phases []int
+	// Pin pins this process to the last CPU it may run on and the server (the process listening
+	// on the loopback target's port) to the others (pin.go): client and server never share a core.
+	Pin bool
 	// HTTPClient is used for the requests; default a client with a 30 s timeout.
 	HTTPClient *http.Client
 	// Logger; default slog.Default().
@@ -151,19 +172,76 @@ func CheckTarget(target string, allowRemote bool) (*url.URL, error) {
 // Clients concurrent posters each owning a set of ranks, in stream order per rank) and asks its
 // queries (POST /v1/find_matches) one at a time alongside, until the events are posted, Duration
 // has passed or ctx ends. It reports the achieved rate and the find_matches round-trip latency.
+// With Phases it runs the stream once per phase instead (loadphases.go); with Pin it first pins
+// itself and the server apart (pin.go). The steps: check the options (LoadOptions.check), load
+// the workload (loadLoadWorkload), post it with the querier beside (loadRun.post), ask the idle
+// queries (loadRun.idle) and report (loadRun.report).
 func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
-	u, err := CheckTarget(o.Target, o.AllowRemote)
+	base, err := o.check()
 	if err != nil {
 		return nil, err
 	}
+	hc := o.HTTPClient
+	if hc == nil {
+		// A 64 KiB read buffer takes a whole find_matches answer (~18 KB at --scale 8) in one
+		// read, not a 4 KiB bufio fill and then the rest.
+		hc = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: o.Clients + 1, ReadBufferSize: 64 << 10}}
+		defer hc.CloseIdleConnections()
+	}
+	if o.Pin {
+		if err := pinApart(base, o.Logger); err != nil {
+			return nil, fmt.Errorf("loadgen: --pin: %w", err)
+		}
+	}
+	wl, gen, err := loadLoadWorkload(o)
+	if err != nil {
+		return nil, fmt.Errorf("loadgen: workload: %w", err)
+	}
+	evs := wl.Events
+	if o.MaxEvents > 0 && o.MaxEvents < len(evs) {
+		evs = evs[:o.MaxEvents]
+	}
+	o.Logger.Info("loadgen: start", "target", base, "events", len(evs), "queries", len(wl.Queries),
+		"clients", o.Clients, "batch", o.Batch, "rate", o.Rate, "duration_ms", o.Duration.Milliseconds(), "loop", o.Loop, "phases", o.Phases)
+	if len(o.Phases) > 0 {
+		return loadPhases(ctx, o, hc, base, wl.Queries, evs)
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Duration)
+	defer cancel()
+	r := newLoadRun(ctx, cancel, o, hc, base, wl.Queries)
+	res, err := r.post(evs, gen, o.Rate, o.RSSEvery)
+	if err != nil {
+		return nil, err
+	}
+	idle, idleHealth, err := r.idle()
+	if err != nil {
+		return nil, err
+	}
+	return r.report(res, idle, idleHealth)
+}
+
+// check validates o, takes the defaults and returns the target's base URL.
+func (o *LoadOptions) check() (string, error) {
+	u, err := CheckTarget(o.Target, o.AllowRemote)
+	if err != nil {
+		return "", err
+	}
 	if o.Loop && o.Requests == nil && o.TracePath == "" {
-		return nil, fmt.Errorf("%w: looping needs a trace", ErrOptions)
+		return "", fmt.Errorf("%w: looping needs a trace", ErrOptions)
+	}
+	if o.Loop && len(o.Phases) > 0 {
+		return "", fmt.Errorf("%w: --phases posts the stream once per phase; it does not go with --loop", ErrOptions)
+	}
+	for _, p := range o.Phases {
+		if p <= 0 || p > 100 {
+			return "", fmt.Errorf("%w: --phases %v: each phase is a percentage of the unpaced rate, 1 to 100", ErrOptions, o.Phases)
+		}
 	}
 	if o.RSSEvery == 0 {
 		o.RSSEvery = defaultRSSEvery
 	}
 	if o.Rate < 0 || o.QueryRate < 0 || o.Clients < 0 || o.Batch < 0 || o.Duration < 0 || o.MaxEvents < 0 || o.TopK < 0 || o.RSSWarmup < 0 {
-		return nil, fmt.Errorf("%w: negative rate, query rate, clients, batch, duration, max events, top k or RSS warm-up", ErrOptions)
+		return "", fmt.Errorf("%w: negative rate, query rate, clients, batch, duration, max events, top k or RSS warm-up", ErrOptions)
 	}
 	if o.Clients == 0 {
 		o.Clients = loadgenDefaultClients
@@ -180,227 +258,287 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	hc := o.HTTPClient
-	if hc == nil {
-		// A 64 KiB read buffer takes a whole find_matches answer (~18 KB at --scale 8) in one
-		// read, not a 4 KiB bufio fill and then the rest.
-		hc = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: o.Clients + 1, ReadBufferSize: 64 << 10}}
-		defer hc.CloseIdleConnections()
-	}
-	var (
-		wl  *workload.Workload
-		gen *workload.Generator
-	)
-	if o.Loop {
-		gen, err = LoadGenerator(Options{Requests: o.Requests, TracePath: o.TracePath, Scale: o.Scale, Workload: o.Workload})
-		if err == nil {
-			wl, err = gen.Next()
-		}
-	} else {
-		wl, err = LoadWorkload(Options{Requests: o.Requests, TracePath: o.TracePath, Scale: o.Scale, Workload: o.Workload})
-	}
-	if err != nil {
-		return nil, fmt.Errorf("loadgen: workload: %w", err)
-	}
-	evs := wl.Events
-	if o.MaxEvents > 0 && o.MaxEvents < len(evs) {
-		evs = evs[:o.MaxEvents]
-	}
-	base := strings.TrimSuffix(u.String(), "/")
-	o.Logger.Info("loadgen: start", "target", base, "events", len(evs), "queries", len(wl.Queries),
-		"clients", o.Clients, "batch", o.Batch, "rate", o.Rate, "duration_ms", o.Duration.Milliseconds(), "loop", o.Loop)
+	return strings.TrimSuffix(u.String(), "/"), nil
+}
 
-	ctx, cancel := context.WithTimeout(ctx, o.Duration)
-	defer cancel()
-	var (
-		posted, accepted, ignored atomic.Int64
-		wg                        sync.WaitGroup
-		errMu                     sync.Mutex
-		first                     error
-	)
-	fail := func(err error) {
-		errMu.Lock()
-		first = cmpErr(first, err)
-		errMu.Unlock()
-		cancel()
+// loadLoadWorkload generates the workload: the first lap of a Generator with Loop (gen, to
+// simulate the next laps), else the whole stream.
+func loadLoadWorkload(o LoadOptions) (*workload.Workload, *workload.Generator, error) {
+	opts := Options{Requests: o.Requests, TracePath: o.TracePath, Scale: o.Scale, Workload: o.Workload}
+	if !o.Loop {
+		wl, err := LoadWorkload(opts)
+		return wl, nil, err
 	}
+	gen, err := LoadGenerator(opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	wl, err := gen.Next()
+	return wl, gen, err
+}
+
+// loadRun is one loaded phase against the server: its posters, its querier, its counters and
+// its first error (which cancels the phase).
+type loadRun struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	o       LoadOptions
+	hc      *http.Client
+	base    string
+	queries []workload.Query
+	ask     querier
+	rss     *rssSampler
+
+	posted, accepted, ignored atomic.Int64
+	retried                   atomic.Int64 // batches posted again after a 429
+	errMu                     sync.Mutex
+	first                     error
+}
+
+// posting is what a loaded phase measured.
+type posting struct {
+	took        time.Duration
+	laps        int
+	lat, health []time.Duration // find_matches and healthz round trips, sorted
+}
+
+func newLoadRun(ctx context.Context, cancel context.CancelFunc, o LoadOptions, hc *http.Client, base string, queries []workload.Query) *loadRun {
+	return &loadRun{ctx: ctx, cancel: cancel, o: o, hc: hc, base: base, queries: queries,
+		ask: querier{hc: hc, base: base, token: o.AuthToken, topK: o.TopK, msgpack: o.MsgpackAnswers}}
+}
+
+func (r *loadRun) fail(err error) {
+	r.errMu.Lock()
+	r.first = cmpErr(r.first, err)
+	r.errMu.Unlock()
+	r.cancel()
+}
+
+// post posts evs (and with gen the next laps, until the deadline) at rate events/s (0:
+// unpaced) with the querier beside, sampling the server's RSS every rssEvery (negative: never).
+func (r *loadRun) post(evs []event.RouterEvent, gen *workload.Generator, rate float64, rssEvery time.Duration) (posting, error) {
+	o := &r.o
 	owner := map[event.Rank]int{} // rank → client, kept across laps (per-rank order)
 	parts := partitionOwned(evs, o.Clients, owner)
 	bodies, err := encodeLap(parts, o.Batch, o.Msgpack)
 	if err != nil {
-		return nil, fmt.Errorf("loadgen: %w", err)
+		return posting{}, fmt.Errorf("loadgen: %w", err)
 	}
-	perClient := o.Rate / float64(max(min(len(owner), o.Clients), 1))
-	sent := make([]int, o.Clients) // events handed to each client, over every lap (the rate's clock)
 	eventsDone := make(chan struct{})
 	start := time.Now()
-	rss := newRSSSampler(hc, base, start, posted.Load)
+	r.rss = newRSSSampler(r.hc, r.base, start, r.posted.Load)
 	var rwg sync.WaitGroup
-	if o.RSSEvery > 0 {
+	if rssEvery > 0 {
 		rwg.Add(1)
 		go func() {
 			defer rwg.Done()
-			rss.run(context.WithoutCancel(ctx), o.RSSEvery, eventsDone)
+			r.rss.run(context.WithoutCancel(r.ctx), rssEvery, eventsDone)
 		}()
 	}
-	postLap := func(parts [][]event.RouterEvent, bodies [][][]byte) {
-		ctype := "application/json"
-		if o.Msgpack {
-			ctype = "application/msgpack"
-		}
-		for c, part := range parts {
-			if len(part) == 0 {
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for k, body := range bodies[c] {
-					n := k * o.Batch
-					if perClient > 0 {
-						if err := sleepUntil(ctx, start.Add(time.Duration(float64(sent[c]+n)/perClient*float64(time.Second)))); err != nil {
-							return
-						}
-					}
-					events := min(o.Batch, len(part)-n)
-					var res struct {
-						Accepted int `json:"accepted"`
-						Ignored  int `json:"ignored"`
-					}
-					if err := post(ctx, hc, base+"/v1/events", ctype, o.AuthToken, body, &res); err != nil {
-						if ctx.Err() == nil {
-							fail(err)
-						}
-						return
-					}
-					posted.Add(int64(events))
-					accepted.Add(int64(res.Accepted))
-					ignored.Add(int64(res.Ignored))
-				}
-				sent[c] += len(part)
-			}()
-		}
-	}
-	laps := 1
 	// The next lap is simulated while this one is posted (one lap ahead, stopped with the run).
 	nextLap := make(chan *workload.Workload, 1)
-	lapCtx, cancelLaps := context.WithCancel(ctx)
+	lapCtx, cancelLaps := context.WithCancel(r.ctx)
 	defer cancelLaps()
 	var gwg sync.WaitGroup
-	if o.Loop {
+	if gen != nil {
 		gwg.Add(1)
 		go func() {
 			defer gwg.Done()
-			defer close(nextLap)
-			for lapCtx.Err() == nil {
-				next, err := gen.Next()
-				if err != nil {
-					fail(fmt.Errorf("workload lap %d: %w", gen.Lap(), err))
-					return
-				}
-				select {
-				case nextLap <- next:
-				case <-lapCtx.Done():
-					return
-				}
-			}
+			r.generateLaps(lapCtx, gen, nextLap)
 		}()
 	}
-	budget := o.MaxEvents - len(evs) // events left for later laps when MaxEvents bounds them
+	laps := 1
 	go func() {
-		for {
-			postLap(parts, bodies)
-			wg.Wait() // a lap ends on every client before the next starts: a rank's laps stay in order
-			if !o.Loop || ctx.Err() != nil || (o.MaxEvents > 0 && budget <= 0) {
-				break
-			}
-			next, ok := <-nextLap
-			if !ok {
-				break
-			}
-			lapEvs := next.Events
-			if o.MaxEvents > 0 && budget < len(lapEvs) {
-				lapEvs = lapEvs[:budget]
-			}
-			budget -= len(lapEvs)
-			parts = partitionOwned(lapEvs, o.Clients, owner)
-			var encErr error
-			if bodies, encErr = encodeLap(parts, o.Batch, o.Msgpack); encErr != nil {
-				fail(encErr)
-				break
-			}
-			laps++
-		}
-		close(eventsDone)
+		defer close(eventsDone)
+		laps = r.lapLoop(parts, bodies, len(evs), nextLap, owner, rate, start)
 	}()
-	ask := querier{hc: hc, base: base, token: o.AuthToken, topK: o.TopK, msgpack: o.MsgpackAnswers}
-	var lat, latHealth []time.Duration
+	var res posting
 	var qwg sync.WaitGroup
 	qwg.Add(1)
-	go func() { // the querier: stops when the posters are done, at the deadline or on an error
+	go func() {
 		defer qwg.Done()
-		asks := 0 // the calls made, the pace's clock with QueryRate
-		for {
-			asked := false
-			for i := range wl.Queries {
-				q := &wl.Queries[i]
-				if len(q.BlockHashes) == 0 {
-					continue
-				}
-				select {
-				case <-eventsDone:
-					return
-				case <-ctx.Done():
-					return
-				default:
-				}
-				if o.QueryRate > 0 {
-					if sleepUntil(ctx, start.Add(time.Duration(float64(asks)/o.QueryRate*float64(time.Second)))) != nil {
-						return
-					}
-				}
-				asks++
-				find, health, err := ask.pair(ctx, q.BlockHashes)
-				if err != nil {
-					if ctx.Err() == nil {
-						fail(err)
-					}
-					return
-				}
-				lat, latHealth = append(lat, find), append(latHealth, health)
-				asked = true
-			}
-			if !o.Loop || !asked {
-				return // with Loop the queries cycle until the events are posted
-			}
-		}
+		res.lat, res.health = r.queryLoop(eventsDone, start)
 	}()
 	<-eventsDone
-	took := time.Since(start)
+	res.took = time.Since(start)
 	qwg.Wait()
 	cancelLaps()
 	gwg.Wait()
 	rwg.Wait()
-	if first != nil {
-		return nil, fmt.Errorf("loadgen: %w", first)
+	res.laps = laps
+	if r.first != nil {
+		return posting{}, fmt.Errorf("loadgen: %w", r.first)
 	}
-	slices.Sort(lat)
-	slices.Sort(latHealth)
-	// Idle phase: the same queries, one at a time, with nothing else posting (bounded by the
-	// remaining duration and IdleQueries).
-	var idle, idleHealth []time.Duration
-	for i := range wl.Queries {
-		if len(idle) >= o.IdleQueries || ctx.Err() != nil {
+	slices.Sort(res.lat)
+	slices.Sort(res.health)
+	return res, nil
+}
+
+// generateLaps simulates the next laps of gen into next, one ahead of the posters, until ctx
+// ends; it closes next.
+func (r *loadRun) generateLaps(ctx context.Context, gen *workload.Generator, next chan<- *workload.Workload) {
+	defer close(next)
+	for ctx.Err() == nil {
+		lap, err := gen.Next()
+		if err != nil {
+			r.fail(fmt.Errorf("workload lap %d: %w", gen.Lap(), err))
+			return
+		}
+		select {
+		case next <- lap:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// lapLoop posts a lap on every client and waits for them before the next (a rank's laps stay
+// in order), taking laps from next with Loop until the deadline or MaxEvents; it returns the
+// laps posted.
+func (r *loadRun) lapLoop(parts [][]event.RouterEvent, bodies [][][]byte, first int, next <-chan *workload.Workload, owner map[event.Rank]int, rate float64, start time.Time) int {
+	o := &r.o
+	perClient := rate / float64(max(min(len(owner), o.Clients), 1))
+	sent := make([]int, o.Clients) // events handed to each client, over every lap (the rate's clock)
+	budget := o.MaxEvents - first  // events left for later laps when MaxEvents bounds them
+	for laps := 1; ; laps++ {
+		r.postLap(parts, bodies, perClient, sent, start)
+		if !o.Loop || r.ctx.Err() != nil || (o.MaxEvents > 0 && budget <= 0) {
+			return laps
+		}
+		lap, ok := <-next
+		if !ok {
+			return laps
+		}
+		lapEvs := lap.Events
+		if o.MaxEvents > 0 && budget < len(lapEvs) {
+			lapEvs = lapEvs[:budget]
+		}
+		budget -= len(lapEvs)
+		parts = partitionOwned(lapEvs, o.Clients, owner)
+		var err error
+		if bodies, err = encodeLap(parts, o.Batch, o.Msgpack); err != nil {
+			r.fail(err)
+			return laps
+		}
+	}
+}
+
+// postLap posts each client's part of a lap, its bodies in order, paced at perClient events/s
+// per client (0: unpaced), and returns once every client is done.
+func (r *loadRun) postLap(parts [][]event.RouterEvent, bodies [][][]byte, perClient float64, sent []int, start time.Time) {
+	o := &r.o
+	ctype := "application/json"
+	if o.Msgpack {
+		ctype = "application/msgpack"
+	}
+	var wg sync.WaitGroup
+	for c, part := range parts {
+		if len(part) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k, body := range bodies[c] {
+				n := k * o.Batch
+				if perClient > 0 {
+					if err := sleepUntil(r.ctx, start.Add(time.Duration(float64(sent[c]+n)/perClient*float64(time.Second)))); err != nil {
+						return
+					}
+				}
+				events := min(o.Batch, len(part)-n)
+				var res struct {
+					Accepted int `json:"accepted"`
+					Ignored  int `json:"ignored"`
+				}
+				if err := r.postBatch(ctype, body, &res); err != nil {
+					if r.ctx.Err() == nil {
+						r.fail(err)
+					}
+					return
+				}
+				r.posted.Add(int64(events))
+				r.accepted.Add(int64(res.Accepted))
+				r.ignored.Add(int64(res.Ignored))
+			}
+			sent[c] += len(part)
+		}()
+	}
+	wg.Wait()
+}
+
+// postBatch posts one batch, again after its Retry-After while the server answers 429 (its
+// ingest bound is full: serve --max-ingest-inflight, --ingest-wait), counting the retries.
+func (r *loadRun) postBatch(ctype string, body []byte, res any) error {
+	for {
+		err := post(r.ctx, r.hc, r.base+"/v1/events", ctype, r.o.AuthToken, body, res)
+		var rl *retryLater
+		if !errors.As(err, &rl) {
+			return err
+		}
+		r.retried.Add(1)
+		if err := sleepUntil(r.ctx, time.Now().Add(rl.after)); err != nil {
+			return err
+		}
+	}
+}
+
+// queryLoop is the querier: one find_matches and its healthz after the other (paced by
+// QueryRate), until the posters are done, the deadline or an error; with Loop the queries cycle.
+func (r *loadRun) queryLoop(eventsDone <-chan struct{}, start time.Time) (lat, health []time.Duration) {
+	o := &r.o
+	asks := 0 // the calls made, the pace's clock with QueryRate
+	for {
+		asked := false
+		for i := range r.queries {
+			q := &r.queries[i]
+			if len(q.BlockHashes) == 0 {
+				continue
+			}
+			select {
+			case <-eventsDone:
+				return lat, health
+			case <-r.ctx.Done():
+				return lat, health
+			default:
+			}
+			if o.QueryRate > 0 {
+				if sleepUntil(r.ctx, start.Add(time.Duration(float64(asks)/o.QueryRate*float64(time.Second)))) != nil {
+					return lat, health
+				}
+			}
+			asks++
+			find, h, err := r.ask.pair(r.ctx, q.BlockHashes)
+			if err != nil {
+				if r.ctx.Err() == nil {
+					r.fail(err)
+				}
+				return lat, health
+			}
+			lat, health = append(lat, find), append(health, h)
+			asked = true
+		}
+		if !o.Loop || !asked {
+			return lat, health // with Loop the queries cycle until the events are posted
+		}
+	}
+}
+
+// idle asks the same queries one at a time with nothing else posting (bounded by the remaining
+// duration and IdleQueries); the round trips come back sorted.
+func (r *loadRun) idle() (idle, idleHealth []time.Duration, err error) {
+	for i := range r.queries {
+		if len(idle) >= r.o.IdleQueries || r.ctx.Err() != nil {
 			break
 		}
-		q := &wl.Queries[i]
+		q := &r.queries[i]
 		if len(q.BlockHashes) == 0 {
 			continue
 		}
-		find, health, err := ask.pair(ctx, q.BlockHashes)
+		find, health, err := r.ask.pair(r.ctx, q.BlockHashes)
 		if err != nil {
-			if ctx.Err() == nil {
-				return nil, fmt.Errorf("loadgen: idle queries: %w", err)
+			if r.ctx.Err() == nil {
+				return nil, nil, fmt.Errorf("loadgen: idle queries: %w", err)
 			}
 			break
 		}
@@ -408,37 +546,48 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 	}
 	slices.Sort(idle)
 	slices.Sort(idleHealth)
+	return idle, idleHealth, nil
+}
+
+// report is the run's Report: laps, RSS, the idle and loaded round trips and the wire's share.
+func (r *loadRun) report(res posting, idle, idleHealth []time.Duration) (*Report, error) {
+	o := &r.o
 	rep := &Report{}
 	if o.Loop {
-		rep.add(MetricLoadLaps, float64(laps), UnitCount)
+		rep.add(MetricLoadLaps, float64(res.laps), UnitCount)
 	}
-	rss.report(rep, o.RSSWarmup)
-	if err := rss.err(); err != nil {
+	if o.RSSEvery > 0 {
+		if note := r.rss.report(rep, o.RSSWarmup); note != "" {
+			o.Logger.Warn("loadgen: " + note)
+		}
+	}
+	if err := r.rss.err(); err != nil {
 		o.Logger.Warn("loadgen: sampling the server's RSS stopped", "err", err)
 	}
 	if o.RSSCSV != "" {
-		if err := rss.writeCSV(o.RSSCSV); err != nil {
+		if err := r.rss.writeCSV(o.RSSCSV); err != nil {
 			return nil, err
 		}
 	}
 	rep.add(MetricLoadIdleQueries, float64(len(idle)), UnitCount)
 	rep.add(MetricLoadIdleP50, float64(Percentile(idle, 0.50)), UnitNS)
 	rep.add(MetricLoadIdleP99, float64(Percentile(idle, 0.99)), UnitNS)
-	rep.add(MetricLoadEvents, float64(posted.Load()), UnitCount)
-	rep.add(MetricLoadAccepted, float64(accepted.Load()), UnitCount)
-	rep.add(MetricLoadIgnored, float64(ignored.Load()), UnitCount)
-	rep.add(MetricLoadSeconds, took.Seconds(), UnitSec)
-	rep.add(MetricLoadEventsPerS, float64(posted.Load())/took.Seconds(), UnitRate)
-	rep.add(MetricLoadQueries, float64(len(lat)), UnitCount)
-	rep.add(MetricLoadFindP50, float64(Percentile(lat, 0.50)), UnitNS)
-	rep.add(MetricLoadFindP99, float64(Percentile(lat, 0.99)), UnitNS)
-	rep.add(MetricLoadFindP999, float64(Percentile(lat, 0.999)), UnitNS)
+	rep.add(MetricLoadEvents, float64(r.posted.Load()), UnitCount)
+	rep.add(MetricLoadAccepted, float64(r.accepted.Load()), UnitCount)
+	rep.add(MetricLoadIgnored, float64(r.ignored.Load()), UnitCount)
+	rep.add(MetricLoadRetried, float64(r.retried.Load()), UnitCount)
+	rep.add(MetricLoadSeconds, res.took.Seconds(), UnitSec)
+	rep.add(MetricLoadEventsPerS, float64(r.posted.Load())/res.took.Seconds(), UnitRate)
+	rep.add(MetricLoadQueries, float64(len(res.lat)), UnitCount)
+	rep.add(MetricLoadFindP50, float64(Percentile(res.lat, 0.50)), UnitNS)
+	rep.add(MetricLoadFindP99, float64(Percentile(res.lat, 0.99)), UnitNS)
+	rep.add(MetricLoadFindP999, float64(Percentile(res.lat, 0.999)), UnitNS)
 	for _, x := range []struct {
 		find, health, overhead string
 		findLat, healthLat     []time.Duration
 	}{
 		{MetricHTTPFindP50, MetricHTTPHealthzP50, MetricHTTPOverhead, idle, idleHealth},
-		{MetricHTTPFindLoadedP50, MetricHTTPHealthzLoadedP50, MetricHTTPOverheadLoaded, lat, latHealth},
+		{MetricHTTPFindLoadedP50, MetricHTTPHealthzLoadedP50, MetricHTTPOverheadLoaded, res.lat, res.health},
 	} {
 		find, health := Percentile(x.findLat, 0.50), Percentile(x.healthLat, 0.50)
 		rep.add(x.find, float64(find), UnitNS)
@@ -766,6 +915,13 @@ func doInto(ctx context.Context, hc *http.Client, method, url string, h header, 
 	b, err := readAnswer(dst, resp)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: reading the answer: %w", method, url, err)
+	}
+	if resp.StatusCode == http.StatusTooManyRequests {
+		after := time.Second
+		if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && n >= 0 {
+			after = time.Duration(n) * time.Second
+		}
+		return nil, &retryLater{after: after, err: fmt.Errorf("%w: %w: %s %s: %s: %s", ErrHTTP, errRetryLater, method, url, resp.Status, bytes.TrimSpace(b))}
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%w: %s %s: %s: %s", ErrHTTP, method, url, resp.Status, bytes.TrimSpace(b))

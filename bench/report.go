@@ -91,6 +91,8 @@ const (
 	UnitNS    = "ns"
 	UnitSec   = "s"
 	UnitBytes = "bytes"
+	// UnitBytesPerMin is a rate of growth (rss_slope_bytes_per_min).
+	UnitBytesPerMin = "bytes/min"
 )
 
 // Metric is one measured number: the JSON line {"metric": Name, "value": Value, "unit": Unit}.

@@ -24,7 +24,7 @@ const (
 	MetricRSSEnd       = "rss_end_bytes"           // the last sample, once the events are posted
 	MetricRSSMax       = "rss_max_bytes"           // the largest sample from the start sample on
 	MetricRSSGrowth    = "rss_growth"              // rss_end ÷ rss_start
-	MetricRSSSlope     = "rss_slope_bytes_per_min" // least-squares slope of the samples from the start sample on
+	MetricRSSSlope     = "rss_slope_bytes_per_min" // least-squares slope of the samples from the start sample on (only from minSlopeSamples over minSlopeSpan)
 	MetricStoreFlushes = "store_flushes"           // memtable flushes during the run (kvindex_store_flushes_total)
 	MetricRSSHalves    = "rss_halves_ratio"        // mean of the second half of the samples ÷ mean of the first (from the start sample on)
 	defaultRSSEvery    = 5 * time.Second
@@ -33,6 +33,11 @@ const (
 	metricFlushes      = "kvindex_store_flushes_total"
 	metricMemory       = "kvindex_memory_bytes"
 	metricGoHeapInUse  = "go_memstats_heap_inuse_bytes"
+	// A slope is reported only from at least minSlopeSamples samples spanning minSlopeSpan: two
+	// samples 0.15 s apart (a short --max-events run) extrapolate one GC cycle to gigabytes a
+	// minute.
+	minSlopeSamples = 3
+	minSlopeSpan    = 30 * time.Second
 )
 
 // memParts are the kvindex_memory_bytes parts written to the RSS CSV, in column order.
@@ -162,12 +167,13 @@ func value(m *dto.Metric) float64 {
 // report adds the RSS metrics: the start sample is the first one taken after the run's first
 // memtable flush (the flush count above the first sample's) and at least warmup into the run, or
 // the first sample at least warmup in when no flush happened (the last sample if none is).
-// Nothing is added without samples.
-func (s *rssSampler) report(rep *Report, warmup time.Duration) {
+// Nothing is added without samples. The slope needs minSlopeSamples over minSlopeSpan: with
+// fewer it is left out and note says so ("" when the slope was reported).
+func (s *rssSampler) report(rep *Report, warmup time.Duration) (note string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.samples) == 0 {
-		return
+		return "no RSS samples were taken"
 	}
 	flushed := s.samples[len(s.samples)-1].flushes > s.samples[0].flushes
 	from := len(s.samples) - 1
@@ -189,9 +195,15 @@ func (s *rssSampler) report(rep *Report, warmup time.Duration) {
 	rep.add(MetricRSSEnd, last.rss, UnitBytes)
 	rep.add(MetricRSSMax, hi, UnitBytes)
 	rep.add(MetricRSSGrowth, ratio(last.rss, first.rss), UnitRatio)
-	rep.add(MetricRSSSlope, slopePerMin(xs), UnitBytes)
+	if span := last.at - first.at; len(xs) >= minSlopeSamples && span >= minSlopeSpan {
+		rep.add(MetricRSSSlope, slopePerMin(xs), UnitBytesPerMin)
+	} else {
+		note = fmt.Sprintf("no %s: %d RSS samples over %v from the start sample, too few for a slope (it takes %d over %v: a longer run, or --loop)",
+			MetricRSSSlope, len(xs), span.Round(time.Millisecond), minSlopeSamples, minSlopeSpan)
+	}
 	rep.add(MetricRSSHalves, halvesRatio(xs), UnitRatio)
 	rep.add(MetricStoreFlushes, last.flushes-s.samples[0].flushes, UnitCount)
+	return note
 }
 
 // slopePerMin is the least-squares slope of rss over time, in bytes per minute (0 for fewer

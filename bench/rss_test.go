@@ -2,6 +2,7 @@ package bench
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -49,5 +50,41 @@ func TestRSSReport(t *testing.T) {
 	(&rssSampler{}).report(rep, 0)
 	if _, ok := rep.Get(MetricRSSStart); ok {
 		t.Error("RSS metrics reported without samples")
+	}
+}
+
+// TestRSSSlopeNeedsSamples: a short run (issue 36: two samples 0.15 s apart) reports no slope
+// and says why; a long enough one reports it in bytes per minute.
+func TestRSSSlopeNeedsSamples(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		at    []time.Duration
+		slope bool
+	}{
+		{"two samples 0.15 s apart", []time.Duration{0, 150 * time.Millisecond}, false},
+		{"three samples over 10 s", []time.Duration{0, 5 * time.Second, 10 * time.Second}, false},
+		{"two samples over a minute", []time.Duration{0, time.Minute}, false},
+		{"three samples over 30 s", []time.Duration{0, 15 * time.Second, 30 * time.Second}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := &rssSampler{}
+			for i, at := range c.at {
+				s.samples = append(s.samples, rssSample{at: at, rss: float64(100 + i*10)})
+			}
+			rep := &Report{}
+			note := s.report(rep, 0)
+			_, got := rep.Get(MetricRSSSlope)
+			if got != c.slope || (note == "") != c.slope {
+				t.Fatalf("slope reported %v (note %q), want %v", got, note, c.slope)
+			}
+			if !c.slope && !strings.Contains(note, "too few") {
+				t.Errorf("the note %q does not say the samples are too few", note)
+			}
+			for _, m := range rep.Metrics {
+				if m.Name == MetricRSSSlope && m.Unit != UnitBytesPerMin {
+					t.Errorf("%s unit %q, want %q", m.Name, m.Unit, UnitBytesPerMin)
+				}
+			}
+		})
 	}
 }

@@ -27,6 +27,13 @@
 //   - Which KV-cache group kinds a rank indexes is resolved in one place (groupkinds.go:
 //     its source's setting, else its partition's, else the server's), read by the lanes
 //     wherever the log is applied; a source's changed setting rebuilds the worker's ranks.
+//   - Queries first (admission.go): every ingest door (Ingest, IngestBatches, SubmitWithMeta,
+//     SourceDoor) takes its events' share of one bound on the events in flight (Config.
+//     MaxIngestInFlight) before it places or logs anything, and holds it until the batch is durable
+//     and applied; a batch beyond it waits in arrival order — a bounded door (HTTP) at most
+//     Config.IngestWait, then ErrOverloaded and nothing written. A context from Admit carries its
+//     share, so nested ingest calls take none again. The query path takes no share and no lock
+//     an ingest holds across a commit (but partition.Set.Ensure's, once per new partition).
 //   - The engine changes no process-global setting (GC percent) unless Config.TuneGC asks.
 //   - The engine imports no HTTP server, status page, pprof, ZMQ or NATS client: the library
 //     links it alone (a test checks `go list -deps`).

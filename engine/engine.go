@@ -103,6 +103,12 @@ type Config struct {
 	// kvindex_memory_bytes{part="index"} counts them): over it, the lanes evict device blocks,
 	// least recently stored chains first, from the leaf up, fairly across ranks. 0 is unbounded.
 	MaxIndexBytes uint64
+
+	// MaxIngestInFlight bounds the events in flight over every ingest door (admission.go); 0:
+	// DefaultMaxIngestInFlight(GOMAXPROCS). IngestWait is how long a bounded door (HTTP) waits
+	// for its share before ErrOverloaded; 0: DefaultIngestWait, negative: not at all.
+	MaxIngestInFlight int
+	IngestWait        time.Duration
 }
 
 func (c *Config) defaults() {
@@ -140,6 +146,7 @@ type Engine struct {
 	leases *leases
 	acc    accuracy // outcomes (accuracy.go)
 	dumps  dumpCache
+	adm    *admission // the ingest doors' shared bound (admission.go)
 
 	approxStop context.CancelFunc
 	approxDone chan struct{}
@@ -187,7 +194,7 @@ func Open(cfg Config) (*Engine, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, lg: cfg.Logger, st: st, log: lg}
+	e := &Engine{cfg: cfg, lg: cfg.Logger, st: st, log: lg, adm: newAdmission(cfg.MaxIngestInFlight, cfg.IngestWait)}
 	if e.parts, err = partition.Open(lg, cfg.BlockSize, index.Options{Evictable: cfg.MaxIndexBytes > 0}); err != nil {
 		_ = st.Close()
 		return nil, err

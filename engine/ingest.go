@@ -159,6 +159,11 @@ func (e *Engine) IngestSized(ctx context.Context, key partition.Key, blockSize i
 }
 
 func (e *Engine) ingestFrom(ctx context.Context, src Source, key partition.Key, blockSize int, evs []event.RouterEvent) (Result, error) {
+	ctx, release, err := e.Admit(ctx, len(evs), false)
+	if err != nil {
+		return Result{}, err
+	}
+	defer release()
 	if err := Validate(evs); err != nil {
 		return Result{}, err
 	}
@@ -171,6 +176,11 @@ func (e *Engine) ingestFrom(ctx context.Context, src Source, key partition.Key, 
 // SubmitWithMeta logs and applies events already placed by Place (the event sources: one
 // rank per call) and writes meta in the same log batch.
 func (e *Engine) SubmitWithMeta(ctx context.Context, evs []event.RouterEvent, meta ...Meta) (Result, error) {
+	ctx, release, err := e.Admit(ctx, len(evs), false)
+	if err != nil {
+		return Result{}, err
+	}
+	defer release()
 	return e.pipe.SubmitWithMeta(ctx, evs, meta...)
 }
 
@@ -310,6 +320,11 @@ type Batch struct {
 // batches (a worker in two of them), before anything is written; then each batch goes through
 // IngestSized (as its Source). A refusal names the event by its index across all batches.
 func (e *Engine) IngestBatches(ctx context.Context, batches []Batch) (Result, error) {
+	ctx, release, err := e.Admit(ctx, batchEvents(batches), false) // one share for the whole write
+	if err != nil {
+		return Result{}, err
+	}
+	defer release()
 	if len(batches) == 1 { // one partition: ingestFrom checks it whole before writing
 		return e.ingestFrom(ctx, batches[0].source(), batches[0].Key, batches[0].BlockSize, batches[0].Events)
 	}
@@ -349,6 +364,15 @@ func (e *Engine) IngestBatches(ctx context.Context, batches []Batch) (Result, er
 		offset += len(b.Events)
 	}
 	return total, nil
+}
+
+// batchEvents is the events of every batch of a write.
+func batchEvents(batches []Batch) int {
+	n := 0
+	for i := range batches {
+		n += len(batches[i].Events)
+	}
+	return n
 }
 
 func (b *Batch) source() Source {

@@ -242,5 +242,10 @@ func (e *Engine) SourceDoor() SourceDoor { return SourceDoor{e} }
 // same log batch; with Config.SourceLease set, the implied leases the events renew are written
 // in that batch too (no write of their own).
 func (d SourceDoor) SubmitWithMeta(ctx context.Context, evs []event.RouterEvent, meta ...Meta) (Result, error) {
+	ctx, release, err := d.Admit(ctx, len(evs), false) // a source waits for its share (admission.go)
+	if err != nil {
+		return Result{}, err
+	}
+	defer release()
 	return d.submitRenewing(ctx, evs, meta)
 }

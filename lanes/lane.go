@@ -443,11 +443,14 @@ func (ln *lane) processEvents(batch []*op) {
 	bs := ln.newBatchState()
 	results := make([]Result, len(batch))
 	var scratch event.RouterEvent
+	decided := 0
 	for i, o := range batch {
 		for _, m := range o.meta {
 			bs.b.SetMeta(m.Name, m.Value)
 		}
 		for j := range o.events {
+			decided++
+			yieldAt(decided) // queries first (yield.go)
 			ev := &o.events[j]
 			rs := p.register(ev.Rank())
 			nblocks := ev.NumBlocks()
@@ -556,6 +559,7 @@ func (ln *lane) finishCommit(pd *pending) {
 		return
 	}
 	for i := range bs.steps {
+		yieldAt(i) // queries first (yield.go)
 		s := &bs.steps[i]
 		rs := s.rs
 		switch s.kind {

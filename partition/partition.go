@@ -193,6 +193,19 @@ func (s *Set) Ensure(ctx context.Context, k Key, blockSize int) (*Partition, err
 	if err := k.check(); err != nil {
 		return nil, err
 	}
+	// Every ingest batch ensures its partition: the one that exists is found under the read
+	// lock, which the queries' Lookup shares, not the write lock. Creating one takes the write
+	// lock across its durable commit (once per partition).
+	s.mu.RLock()
+	if p := s.byKey[k]; p != nil && p.persisted {
+		have := p.BlockSize
+		s.mu.RUnlock()
+		if blockSize != 0 && blockSize != have {
+			return nil, fmt.Errorf("%w: partition %s has block size %d, not %d", ErrBlockSizeMismatch, k, have, blockSize)
+		}
+		return p, nil
+	}
+	s.mu.RUnlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.byKey[k]

@@ -244,7 +244,14 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 		batches[i] = evs
 		offset += len(evs)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.SubmitTimeout)
+	// The engine's ingest bound, for the decoded events (admission.go): a write beyond it waits
+	// at most --ingest-wait, then is answered 429 and nothing of it is written.
+	actx, release, ok := s.admitIngest(w, r, offset)
+	if !ok {
+		return
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(actx, s.cfg.SubmitTimeout)
 	defer cancel()
 	in := make([]engine.Batch, len(segs))
 	for i, sg := range segs {

@@ -188,8 +188,11 @@ func exponentialBuckets(start, factor float64, n int) []float64 {
 	return bs
 }
 
-// registerEngine adds the engine's own collectors (its TreeDump cache).
-func (m *metrics) registerEngine(e *engine.Engine) { m.register(e.DumpCache()) }
+// registerEngine adds the engine's own collectors (its TreeDump cache, its ingest bound).
+func (m *metrics) registerEngine(e *engine.Engine) {
+	m.register(e.DumpCache())
+	m.register(admissionCollector{e}) // admission.go
+}
 
 // register adds c to the registry (panicking on a clash, as MustRegister does) and remembers it.
 func (m *metrics) register(c prometheus.Collector) {

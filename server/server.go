@@ -89,6 +89,12 @@ type Config struct {
 	// SourceLease: the ttl of the leases the event sources (ZMQ, /register, NATS) imply for the
 	// workers they feed, renewed by their events (`--source-lease`; 0, the default, none).
 	SourceLease time.Duration
+
+	// MaxIngestInFlight and IngestWait: the engine's ingest bound (engine.Config; admission.go):
+	// events in flight over every door, and how long POST /v1/events waits for its share
+	// before 429 (0: the defaults; a negative wait: 429 at once).
+	MaxIngestInFlight int
+	IngestWait        time.Duration
 }
 
 // DefaultRetainEvents is the default of Config.RetainEvents (docs/API.md).
@@ -156,7 +162,7 @@ func (c *Config) engineConfig(l engine.Listener) engine.Config {
 		SubmitTimeout: c.SubmitTimeout, ApproxTTL: c.ApproxTTL, ApproxTTLZero: c.ApproxTTLZero, ApproxMaxBlocks: c.ApproxMaxBlocks,
 		Now: c.Now, Force: c.Force, MemTableSize: c.MemTableSize, CacheSize: c.CacheSize, Listener: l, TuneGC: true,
 		IndexedGroupKinds: c.IndexedGroupKinds, PartitionGroupKinds: c.PartitionGroupKinds, LeaseGrace: c.LeaseGrace,
-		SourceLease: c.SourceLease, MaxIndexBytes: c.MaxIndexBytes}
+		SourceLease: c.SourceLease, MaxIndexBytes: c.MaxIndexBytes, MaxIngestInFlight: c.MaxIngestInFlight, IngestWait: c.IngestWait}
 }
 
 // Open opens the data dir (store.ErrLocked when another process holds it, store.ErrFormatTooNew

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,7 +16,9 @@ func loadgenCommand() *cli.Command {
 	flags := append(workloadFlags("loadgen"),
 		&cli.StringFlag{Name: "target", Usage: "base URL of a running kvindex serve (loopback only unless --allow-remote)", EnvVars: env("loadgen", "target")},
 		&cli.BoolFlag{Name: "allow-remote", Usage: "permit a target that is not a loopback address", EnvVars: env("loadgen", "allow-remote")},
-		&cli.Float64Flag{Name: "rate", Usage: "events per second over all clients (0 = as fast as the server answers)", EnvVars: env("loadgen", "rate")},
+		&cli.Float64Flag{Name: "rate", Aliases: []string{"ingest-rate"}, Usage: "paced ingest: events per second over all clients (0 = as fast as the server answers)", EnvVars: env("loadgen", "rate")},
+		&cli.StringFlag{Name: "phases", Usage: "post the stream once per phase, each a percentage of the unpaced rate, e.g. 50,90,100: the 100% phase runs first unpaced, the others paced at their share of the rate it reached, each on fresh workers; reports find_matches and /healthz p50/p99 per phase (not with --loop)", EnvVars: env("loadgen", "phases")},
+		&cli.BoolFlag{Name: "pin", Usage: "pin loadgen to the last CPU and the server listening on --target's port to the others (sched_setaffinity; Linux, a loopback target)", EnvVars: env("loadgen", "pin")},
 		&cli.IntFlag{Name: "clients", Value: 4, Usage: "concurrent posting clients, each owning a set of ranks", EnvVars: env("loadgen", "clients")},
 		&cli.IntFlag{Name: "batch", Value: 64, Usage: "events per POST /v1/events", EnvVars: env("loadgen", "batch")},
 		&cli.DurationFlag{Name: "duration", Value: bench.DefaultLoadDuration, Usage: "stop after this long (with --loop: post events for all of it)", EnvVars: env("loadgen", "duration")},
@@ -70,6 +73,10 @@ func loadgenCommand() *cli.Command {
 					return usagef("--%s %q: want json or msgpack", name, f)
 				}
 			}
+			phases, err := parsePhases(c.String("phases"))
+			if err != nil {
+				return err
+			}
 			token, err := readToken(c)
 			if err != nil {
 				return err
@@ -95,6 +102,8 @@ func loadgenCommand() *cli.Command {
 				RSSCSV:         c.String("rss-csv"),
 				RSSWarmup:      c.Duration("rss-warmup"),
 				AuthToken:      token,
+				Phases:         phases,
+				Pin:            c.Bool("pin"),
 				Logger:         slog.Default(),
 			})
 			if errors.Is(err, bench.ErrOptions) || errors.Is(err, bench.ErrRemoteTarget) {
@@ -126,16 +135,22 @@ func loadgenCommandLine(c *cli.Context) (key, line string) {
 	if q := c.Float64("query-rate"); q > 0 {
 		key += fmt.Sprintf(", query-rate %g", q)
 	}
+	if p := c.String("phases"); p != "" {
+		key += ", phases " + p
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "kvindex loadgen --trace %s --scale %d", c.String("trace"), c.Int("scale"))
 	if c.Bool("loop") {
 		key += ", loop"
 		b.WriteString(" --loop")
 	}
-	for _, name := range []string{"workers", "cache-blocks", "speedup", "seed", "rate", "query-rate", "duration", "max-events", "idle-queries", "top-k"} {
+	for _, name := range []string{"workers", "cache-blocks", "speedup", "seed", "rate", "query-rate", "duration", "max-events", "idle-queries", "top-k", "phases"} {
 		if c.IsSet(name) {
 			fmt.Fprintf(&b, " --%s %v", name, c.Value(name))
 		}
+	}
+	if c.Bool("pin") {
+		b.WriteString(" --pin")
 	}
 	fmt.Fprintf(&b, " --clients %d --batch %d --format %s --answer-format %s", c.Int("clients"), c.Int("batch"),
 		c.String("format"), c.String("answer-format"))
@@ -148,4 +163,20 @@ func idleQueries(n int) int {
 		return -1
 	}
 	return n
+}
+
+// parsePhases reads --phases: comma separated percentages of the unpaced rate, 1 to 100.
+func parsePhases(v string) ([]int, error) {
+	if v == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		p, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(f), "%")))
+		if err != nil || p < 1 || p > 100 {
+			return nil, usagef("--phases %q: want comma separated percentages of the unpaced rate, 1 to 100, e.g. 50,90,100", v)
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }

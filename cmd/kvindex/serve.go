@@ -80,7 +80,7 @@ func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the service: ingest events durably, answer find_matches, serve ranges",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			dataDirFlag(),
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7070", Usage: "HTTP listen address", EnvVars: serveEnv("listen")},
 			&cli.IntFlag{Name: "block-size", Value: 16, Usage: "tokens per block for find_matches_for_request", EnvVars: serveEnv("block-size")},
@@ -116,7 +116,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "memtable-size", Value: "64MiB", Usage: "Pebble memtable size, e.g. 16MiB (1MiB to under 4GiB); memtables take at most twice this before writes stall", EnvVars: serveEnv("memtable-size")},
 			&cli.StringFlag{Name: "cache-size", Value: "64MiB", Usage: "Pebble block cache size, e.g. 32MiB (at least 1MiB)", EnvVars: serveEnv("cache-size")},
 			&cli.StringFlag{Name: "max-index-bytes", Value: "0", Usage: "bound the index's memory (kvindex_memory_bytes{part=\"index\"}), e.g. 2GiB: over it, evict device blocks, least recently stored chains first from the leaf up, fairly across ranks; answers under-count, the log keeps every event (0 = unbounded)", EnvVars: serveEnv("max-index-bytes")},
-		},
+		}, admissionFlags()...), // serve_admission.go
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usagef("serve takes no arguments, got %q", c.Args().Slice())
@@ -174,6 +174,10 @@ func serveCommand() *cli.Command {
 			if err != nil {
 				return usageError{err}
 			}
+			inflight, ingestWait, err := admissionConfig(c)
+			if err != nil {
+				return err
+			}
 			err = server.Run(c.Context, server.Config{
 				MemTableSize:    memtable,
 				CacheSize:       cache,
@@ -211,6 +215,8 @@ func serveCommand() *cli.Command {
 				PartitionGroupKinds: partKinds,
 				LeaseGrace:          c.Duration("lease-grace"),
 				SourceLease:         c.Duration("source-lease"),
+				MaxIngestInFlight:   inflight,
+				IngestWait:          ingestWait,
 			})
 			if errors.Is(err, server.ErrTLSConfig) {
 				return usageError{err}
