@@ -286,8 +286,11 @@ func TestTLSServe(t *testing.T) {
 	if code, _, body := doReq(t, c, "POST", "https://"+addr+"/v1/flush", "", "Bearer "+testToken); code != http.StatusOK {
 		t.Fatalf("flush over HTTPS with the token: %d %s, want 200", code, body)
 	}
+	// Go's TLS layer answers this 400 below the API (text/plain, no Content-Type): a client of
+	// its own, outside the OpenAPI-validating default transport.
+	plain := &http.Client{Transport: &http.Transport{}}
 	for i := 0; i < 3; i++ {
-		code, body, err := doReqNoFatal(http.DefaultClient, "GET", "http://"+addr+"/healthz")
+		code, body, err := doReqNoFatal(plain, "GET", "http://"+addr+"/healthz")
 		if err != nil || code != http.StatusBadRequest || !strings.Contains(body, "Client sent an HTTP request to an HTTPS server") {
 			t.Fatalf("plain HTTP to the HTTPS port: %d %q %v, want 400 \"Client sent an HTTP request to an HTTPS server\"", code, body, err)
 		}
