@@ -1,0 +1,84 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/wal"
+)
+
+// Issue 35's seam, for the ZMQ doors (a vLLM source of POST /v1/sources, and the source of a
+// Dynamo /register): a worker fed into partition llama:blue is removed (DELETE
+// /v1/workers/{id}, or its source-implied lease expires past its grace), and the same running
+// source sends more of its events: the rank is in llama:blue again (no partition unknown-<id>),
+// scores there, and a POST of the worker's events into another partition is 409.
+func TestZMQWorkerPlacedAgainAfterRemoval(t *testing.T) {
+	for _, door := range []string{"zmq", "dynamo"} {
+		for _, removal := range []string{"delete", "lease"} {
+			t.Run(door+"/"+removal, func(t *testing.T) { zmqWorkerPlacedAgain(t, door, removal) })
+		}
+	}
+}
+
+func zmqWorkerPlacedAgain(t *testing.T, door, removal string) {
+	c := &fakeClock{}
+	c.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	s, url, stop := serveConfig(t, Config{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Durability: wal.NoSync, Lanes: 2, Now: c.Now, LeaseGrace: time.Minute, SourceLease: 10 * time.Second})
+	defer func() { _ = stop() }()
+	pub := startZMQPub(t)
+	const worker = 43
+	if door == "zmq" {
+		body := fmt.Sprintf(`{"kind":"zmq","endpoint":"%s","worker_id":%d,"model_name":"llama","routing_group":"blue","block_size":4}`, pub.ep, worker)
+		if code, resp := call(t, "POST", url+"/v1/sources", body); code != 200 {
+			t.Fatalf("POST /v1/sources: %d %s", code, resp)
+		}
+	} else {
+		body := fmt.Sprintf(`{"instance_id":%d,"endpoint":"%s","model_name":"llama","routing_group":"blue","block_size":4}`, worker, pub.ep)
+		if code, resp := call(t, "POST", url+"/register", body); code != 201 {
+			t.Fatalf("POST /register: %d %s", code, resp)
+		}
+	}
+	pub.waitSubscribed()
+	local := event.BlockHashes([]uint32{1, 2, 3, 4}, 4, "", "")[0]
+	query := fmt.Sprintf(`{"block_hashes":[%d],"model_name":"llama","routing_group":"blue"}`, local)
+	scored := fmt.Sprintf(`"worker_id":%d,"dp_rank":0,"score":1`, worker)
+	check := func(when string) {
+		t.Helper()
+		waitBody(t, "POST", url+"/v1/find_matches", query, scored)
+		if _, ranks := call(t, "GET", url+"/v1/ranks", ""); strings.Contains(ranks, "unknown-") || !strings.Contains(ranks, `"model_name":"llama"`) {
+			t.Fatalf("%s: GET /v1/ranks: %s, want worker %d's rank in llama:blue", when, ranks, worker)
+		}
+		ev := eventsJSON(event.Stored(event.Rank{WorkerID: worker}, 99, nil, event.Block{BlockHash: 7, TokensHash: 7}))
+		if code, body := call(t, "POST", url+"/v1/events?model_name=other", ev); code != http.StatusConflict {
+			t.Fatalf("%s: POST /v1/events?model_name=other of worker %d: %d %s, want 409", when, worker, code, body)
+		}
+	}
+	pub.send("kv@pod@llama", 0, vllmFixture(t, "stored_map"))
+	check("first batch")
+
+	switch removal {
+	case "delete":
+		if code, body := call(t, "DELETE", fmt.Sprintf("%s/v1/workers/%d", url, worker), ""); code != 200 {
+			t.Fatalf("DELETE /v1/workers/%d: %d %s", worker, code, body)
+		}
+	case "lease":
+		c.Advance(10*time.Second + time.Minute + time.Second)
+		if w, _, err := s.e.SweepLeases(context.Background()); err != nil || w != 1 {
+			t.Fatalf("lease sweep: %d workers removed, %v; want worker %d", w, err, worker)
+		}
+	}
+	if _, ranks := call(t, "GET", url+"/v1/ranks", ""); strings.Contains(ranks, fmt.Sprintf(`"worker_id":%d`, worker)) {
+		t.Fatalf("worker %d still listed after its removal: %s", worker, ranks)
+	}
+
+	pub.send("kv@pod@llama", 1, vllmFixture(t, "stored_map"))
+	check("after the removal, fed again by the same source")
+}
