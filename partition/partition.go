@@ -100,6 +100,8 @@ type Set struct {
 	blockSize int // the block size of a partition created by a /v1 write
 	ixOpts    index.Options
 
+	creating sync.Mutex // held by Ensure while it records a new partition (mu is not)
+
 	mu      sync.RWMutex
 	byID    map[uint32]*Partition
 	byKey   map[Key]*Partition
@@ -189,26 +191,38 @@ func (s *Set) TiersOf(id uint32) *tier.Tiers {
 
 // Ensure returns k's partition, creating and persisting it when needed. blockSize 0 takes the
 // set's default; a partition that exists (persisted) with another block size is refused.
+//
+// The record of a new partition is committed (a synced log write) under creating, not under mu:
+// every Lookup and Get (each query) takes mu, and none waits for an fsync. The partition joins
+// the set once its record is durable.
 func (s *Set) Ensure(ctx context.Context, k Key, blockSize int) (*Partition, error) {
 	if err := k.check(); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p := s.byKey[k]
-	if p != nil && p.persisted {
-		if blockSize != 0 && blockSize != p.BlockSize {
-			return nil, fmt.Errorf("%w: partition %s has block size %d, not %d", ErrBlockSizeMismatch, k, p.BlockSize, blockSize)
-		}
-		return p, nil
+	if p, ok, err := s.existing(k, blockSize); ok || err != nil {
+		return p, err
+	}
+	s.creating.Lock()
+	defer s.creating.Unlock()
+	if p, ok, err := s.existing(k, blockSize); ok || err != nil {
+		return p, err // made while this call waited
 	}
 	if blockSize == 0 {
 		blockSize = s.blockSize
 	}
-	if p == nil {
-		p = newPartition(s.next, k, 0, s.ixOpts)
+	// The id: an unrecorded partition of k keeps its own (the default partition, or one a
+	// damaged dir's rank made up); a new one takes the next id, reserved now so that nothing
+	// else takes it while the record is written (an id whose record fails is skipped: ids only
+	// grow).
+	s.mu.Lock()
+	p := s.byKey[k]
+	id := s.next
+	if p != nil {
+		id = p.ID
+	} else {
+		s.next++
 	}
-	p.BlockSize = blockSize
+	s.mu.Unlock()
 	if s.log != nil {
 		v, err := json.Marshal(record{ModelName: k.ModelName, RoutingGroup: k.RoutingGroup, BlockSize: blockSize})
 		if err != nil {
@@ -216,28 +230,41 @@ func (s *Set) Ensure(ctx context.Context, k Key, blockSize int) (*Partition, err
 		}
 		b := s.log.NewBatch()
 		defer b.Close()
-		b.SetMeta(metaPrefix+strconv.FormatUint(uint64(p.ID), 10), v)
+		b.SetMeta(metaPrefix+strconv.FormatUint(uint64(id), 10), v)
 		if err := s.log.Commit(ctx, b); err != nil {
 			return nil, fmt.Errorf("partition: recording %s: %w", k, err)
 		}
 	}
-	p.persisted = true
-	if _, ok := s.byID[p.ID]; !ok && p.ID == s.next {
-		s.next++
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p == nil || s.byKey[k] != p {
+		p = newPartition(id, k, 0, s.ixOpts)
 	}
+	p.BlockSize, p.persisted = blockSize, true
 	s.byID[p.ID], s.byKey[k] = p, p
 	return p, nil
+}
+
+// existing returns k's recorded partition (ok), refusing another block size; ok is false when
+// k has none yet.
+func (s *Set) existing(k Key, blockSize int) (*Partition, bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	p := s.byKey[k]
+	if p == nil || !p.persisted {
+		return nil, false, nil
+	}
+	if blockSize != 0 && blockSize != p.BlockSize {
+		return nil, false, fmt.Errorf("%w: partition %s has block size %d, not %d", ErrBlockSizeMismatch, k, p.BlockSize, blockSize)
+	}
+	return p, true, nil
 }
 
 // CheckSize reports, without changing anything, whether Ensure(k, blockSize) would refuse the
 // block size (ErrBlockSizeMismatch).
 func (s *Set) CheckSize(k Key, blockSize int) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if p := s.byKey[k]; p != nil && p.persisted && blockSize != 0 && blockSize != p.BlockSize {
-		return fmt.Errorf("%w: partition %s has block size %d, not %d", ErrBlockSizeMismatch, k, p.BlockSize, blockSize)
-	}
-	return nil
+	_, _, err := s.existing(k, blockSize)
+	return err
 }
 
 // Claim records that worker belongs to partition id; a worker of another partition is refused.
