@@ -28,6 +28,7 @@
 //     its source's setting, else its partition's, else the server's), read by the lanes
 //     wherever the log is applied; a source's changed setting rebuilds the worker's ranks.
 //   - The engine changes no process-global setting (GC percent) unless Config.TuneGC asks.
-//   - The engine imports no HTTP server, status page, pprof, ZMQ or NATS client: the library
-//     links it alone (a test checks `go list -deps`).
+//   - The engine imports no HTTP server, status page, pprof, ZMQ or NATS client, and no
+//     Prometheus (the TreeDump cache, package dumpcache, keeps plain counters the server
+//     exports): the library links it alone (tests check `go list -deps`).
 package engine

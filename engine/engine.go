@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/approx"
+	"github.com/kvindex/kvindex/dumpcache"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/lanes"
@@ -139,7 +140,7 @@ type Engine struct {
 	kinds  *groupKinds
 	leases *leases
 	acc    accuracy // outcomes (accuracy.go)
-	dumps  dumpCache
+	dumps  *dumpcache.Cache
 
 	approxStop context.CancelFunc
 	approxDone chan struct{}
@@ -192,7 +193,7 @@ func Open(cfg Config) (*Engine, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	e.dumps.configure(cfg.DumpCache)
+	e.dumps = dumpcache.New(dumpRanks{e}, cfg.DumpCache, cfg.SubmitTimeout, cfg.Logger)
 	if e.srcs, err = loadSources(lg, cfg.Upstream); err != nil {
 		_ = st.Close()
 		return nil, err
@@ -342,7 +343,7 @@ func (e *Engine) Close() error {
 		<-e.approxDone
 	}
 	e.pipe.Close()
-	e.dumps.close()
+	e.dumps.Close()
 	return e.st.Close()
 }
 

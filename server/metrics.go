@@ -173,7 +173,7 @@ func newMetrics(s *Server) *metrics {
 }
 
 // registerEngine adds the engine's own collectors (its TreeDump cache).
-func (m *metrics) registerEngine(e *engine.Engine) { m.register(e.DumpCache()) }
+func (m *metrics) registerEngine(e *engine.Engine) { m.register(dumpCacheCollector{e}) }
 
 // register adds c to the registry (panicking on a clash, as MustRegister does) and remembers it.
 func (m *metrics) register(c prometheus.Collector) {
