@@ -1,12 +1,11 @@
 package kvindex_test
 
 import (
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kvindex/kvindex/testutil"
 )
 
 // TestLibraryImportsNoPrometheus: no package of this module that the library (this package, as
@@ -14,19 +13,9 @@ import (
 // plain counters (e.g. the TreeDump cache's) that the server exports. Pebble itself imports
 // client_golang for its own metrics, so the check is on this module's packages.
 func TestLibraryImportsNoPrometheus(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	out, err := exec.Command(goBin, "list", "-deps", "-f", "{{.ImportPath}}\t{{with .Module}}{{.Path}}{{end}}\t{{join .Imports \" \"}}", ".").Output()
-	if err != nil {
-		if ee, ok := err.(*exec.ExitError); ok {
-			t.Fatalf("go list -deps: %v\n%s", err, ee.Stderr)
-		}
-		t.Fatalf("go list -deps: %v", err)
-	}
+	out := testutil.GoListDeps(t, "{{.ImportPath}}\t{{with .Module}}{{.Path}}{{end}}\t{{join .Imports \" \"}}", ".")
 	var own []string
-	for line := range strings.Lines(string(out)) {
+	for line := range strings.Lines(out) {
 		f := strings.Split(strings.TrimRight(line, "\n"), "\t")
 		if len(f) != 3 {
 			t.Fatalf("go list -deps: unexpected line %q", line)

@@ -24,7 +24,7 @@
 //     SourceDoor, which renews their workers' implied leases (lease.go).
 //   - A memory bound (Config.MaxIndexBytes, bound.go) only measures here; the lanes evict, on
 //     each rank's writer, and nothing of it is logged (docs/ENGINE.md "Memory bound").
-//   - Which KV-cache group kinds a rank indexes is resolved in one place (groupkinds.go:
+//   - Which KV-cache group kinds a rank indexes is resolved in one place (groupgate.Settings:
 //     its source's setting, else its partition's, else the server's), read by the lanes
 //     wherever the log is applied; a source's changed setting rebuilds the worker's ranks.
 //   - The engine changes no process-global setting (GC percent) unless Config.TuneGC asks.

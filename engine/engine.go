@@ -17,6 +17,7 @@ import (
 	"github.com/kvindex/kvindex/approx"
 	"github.com/kvindex/kvindex/dumpcache"
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/groupgate"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/partition"
@@ -91,7 +92,7 @@ type Config struct {
 	// (lanes.Options.IndexedKinds); default (0) the main attention kinds.
 	IndexedGroupKinds event.GroupKinds
 	// PartitionGroupKinds: a partition's own indexed kinds, ahead of IndexedGroupKinds and
-	// behind a source's (groupkinds.go). A partition not named follows the server's.
+	// behind a source's (groupgate.Settings). A partition not named follows the server's.
 	PartitionGroupKinds map[partition.Key]event.GroupKinds
 	// Leases (lease.go): how long a stale worker keeps its ranks before they are removed
 	// (default DefaultLeaseGrace) and how often expired leases are swept (default DefaultLeaseSweep).
@@ -137,7 +138,7 @@ type Engine struct {
 	approx *approx.Set
 	pipe   *lanes.Pipeline
 	srcs   *sources
-	kinds  *groupKinds
+	kinds  *groupgate.Settings
 	leases *leases
 	acc    accuracy // outcomes (accuracy.go)
 	dumps  *dumpcache.Cache
@@ -202,7 +203,7 @@ func Open(cfg Config) (*Engine, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	if e.kinds, err = loadGroupKinds(lg, e.parts, cfg.PartitionGroupKinds, cfg.IndexedGroupKinds); err != nil {
+	if e.kinds, err = groupgate.LoadSettings(lg, e.parts, cfg.PartitionGroupKinds, cfg.IndexedGroupKinds); err != nil {
 		_ = st.Close()
 		return nil, err
 	}
@@ -215,7 +216,7 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	e.pipe = lanes.New(lg, trees, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, CheckpointRatio: cfg.CheckpointRatio,
 		Logger: cfg.Logger, Listener: cfg.Listener, Source: e.sourceOf, Fetcher: fetcher, IndexedKinds: cfg.IndexedGroupKinds,
-		KindsOf: e.kinds.own, Evictor: evictor})
+		KindsOf: e.kinds.Own, Evictor: evictor})
 	e.approx = approx.New(e.pipe, cfg.approxOptions())
 	return e, nil
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/groupgate"
 	"github.com/kvindex/kvindex/index"
-	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/store"
@@ -121,7 +121,7 @@ func Compact(ctx context.Context, w io.Writer, opts CompactOptions) (res Compact
 			pb.add(1)
 			continue
 		}
-		if err := lanes.Fold(ctx, l, r, last, kinds(r)); err != nil { // keeps KV-cache groups (lanes/groups.go)
+		if err := groupgate.Fold(ctx, l, r, last, groupgate.Offline(kinds(r))); err != nil { // keeps KV-cache groups (groupgate)
 			var nf *recovery.NotFoldableError
 			if !errors.As(err, &nf) {
 				return res, fmt.Errorf("compact: rank %s: %w", rankName(parts, r), err)
