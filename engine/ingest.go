@@ -331,8 +331,7 @@ func (e *Engine) IngestBatches(ctx context.Context, batches []Batch) (Result, er
 			}
 			claims[w] = b.Key
 			if own, ok := e.parts.WorkerPartition(w); ok && (!exists || own != p.ID) {
-				return Result{}, &PlaceError{Index: offset + i, Err: fmt.Errorf("%w: worker %d has ranks in partition %s",
-					partition.ErrWorkerElsewhere, w, e.parts.Get(own).Key)}
+				return Result{}, &PlaceError{Index: offset + i, Err: &partition.ElsewhereError{Worker: w, Have: e.parts.Get(own).Key}}
 			}
 		}
 		offset += len(b.Events)

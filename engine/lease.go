@@ -248,7 +248,7 @@ func (e *Engine) SetLease(ctx context.Context, worker uint64, ttl time.Duration,
 	if key != nil {
 		if own, ok := e.parts.WorkerPartition(worker); ok {
 			if p, found := e.parts.Lookup(*key); !found || p.ID != own {
-				return Lease{}, fmt.Errorf("%w: worker %d is not of partition (%s, %s)", partition.ErrWorkerElsewhere, worker, key.ModelName, key.RoutingGroup)
+				return Lease{}, &partition.ElsewhereError{Worker: worker, Have: e.parts.Get(own).Key}
 			}
 		}
 	}

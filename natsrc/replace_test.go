@@ -124,8 +124,15 @@ func natsWorkerPlacedAgain(t *testing.T, kind, removal string) {
 	}
 	check := func(when string) {
 		t.Helper()
-		if _, body := r.post("/v1/find_matches?model_name=m", `{"block_hashes":[10,20,30]}`); !strings.Contains(string(body), `"worker_id":1,"dp_rank":0,"score":2`) {
-			t.Fatalf("%s: find_matches?model_name=m: %s, want worker 1 scored 2", when, body)
+		// A Core source counts a message before its events are applied: wait for the score.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			_, body := r.post("/v1/find_matches?model_name=m", `{"block_hashes":[10,20,30]}`)
+			if strings.Contains(string(body), `"worker_id":1,"dp_rank":0,"score":2`) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: find_matches?model_name=m: %s, want worker 1 scored 2", when, body)
+			}
 		}
 		_, _, ranks := r.get("/v1/ranks")
 		if strings.Contains(string(ranks), "unknown-") || !strings.Contains(string(ranks), `"model_name":"m"`) {
@@ -133,8 +140,9 @@ func natsWorkerPlacedAgain(t *testing.T, kind, removal string) {
 		}
 		other := event.Stored(rk, 99, nil, event.Block{BlockHash: 7, TokensHash: 7})
 		ev := string(event.AppendJSON([]byte("["), &other)) + "]"
-		if code, body := r.post("/v1/events?model_name=other", ev); code != http.StatusConflict {
-			t.Fatalf("%s: POST /v1/events?model_name=other of worker 1: %d %s, want 409", when, code, body)
+		const fix = "post with ?model_name=m, or remove the worker first (DELETE /v1/workers/1)"
+		if code, body := r.post("/v1/events?model_name=other", ev); code != http.StatusConflict || !strings.Contains(string(body), fix) {
+			t.Fatalf("%s: POST /v1/events?model_name=other of worker 1: %d %s, want 409 saying %q", when, code, body, fix)
 		}
 	}
 	feed(1)

@@ -28,6 +28,20 @@ var (
 	ErrDropped = errors.New("partition: dropped")
 )
 
+// ElsewhereError is a refusal of a worker that belongs to another partition (Have); it is
+// ErrWorkerElsewhere. The doors answer it with how to fix it (the server: remove the worker
+// first, or write into its partition).
+type ElsewhereError struct {
+	Worker uint64
+	Have   Key
+}
+
+func (e *ElsewhereError) Error() string {
+	return fmt.Sprintf("%v: worker %d has ranks in partition %s", ErrWorkerElsewhere, e.Worker, e.Have)
+}
+
+func (e *ElsewhereError) Unwrap() error { return ErrWorkerElsewhere }
+
 // DefaultName is the model_name and routing_group of the default partition.
 const DefaultName = "default"
 
@@ -275,7 +289,7 @@ func (s *Set) Claim(worker uint64, id uint32) error {
 		return fmt.Errorf("%w: partition %d", ErrDropped, id)
 	}
 	if have, ok := s.workers[worker]; ok && have != id {
-		return fmt.Errorf("%w: worker %d has ranks in partition %s", ErrWorkerElsewhere, worker, s.byID[have].Key)
+		return &ElsewhereError{Worker: worker, Have: s.byID[have].Key}
 	}
 	s.workers[worker] = id
 	return nil

@@ -57,8 +57,9 @@ func zmqWorkerPlacedAgain(t *testing.T, door, removal string) {
 			t.Fatalf("%s: GET /v1/ranks: %s, want worker %d's rank in llama:blue", when, ranks, worker)
 		}
 		ev := eventsJSON(event.Stored(event.Rank{WorkerID: worker}, 99, nil, event.Block{BlockHash: 7, TokensHash: 7}))
-		if code, body := call(t, "POST", url+"/v1/events?model_name=other", ev); code != http.StatusConflict {
-			t.Fatalf("%s: POST /v1/events?model_name=other of worker %d: %d %s, want 409", when, worker, code, body)
+		fix := fmt.Sprintf("post with ?model_name=llama&routing_group=blue, or remove the worker first (DELETE /v1/workers/%d)", worker)
+		if code, body := call(t, "POST", url+"/v1/events?model_name=other", ev); code != http.StatusConflict || !strings.Contains(body, fix) {
+			t.Fatalf("%s: POST /v1/events?model_name=other of worker %d: %d %s, want 409 saying %q", when, worker, code, body, fix)
 		}
 	}
 	pub.send("kv@pod@llama", 0, vllmFixture(t, "stored_map"))
@@ -81,4 +82,33 @@ func zmqWorkerPlacedAgain(t *testing.T, door, removal string) {
 
 	pub.send("kv@pod@llama", 1, vllmFixture(t, "stored_map"))
 	check("after the removal, fed again by the same source")
+}
+
+// TestRegisterConflictNamesTheStoredRegistration: a /register of a registered (instance_id,
+// dp_rank) with another endpoint, or of a registered instance into another partition, is 409
+// naming what is stored and the way out (issue 36 item 9); the same registration again is 201.
+func TestRegisterConflictNamesTheStoredRegistration(t *testing.T) {
+	_, url, stop := serveConfig(t, Config{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Durability: wal.NoSync, Lanes: 2})
+	defer func() { _ = stop() }()
+	pub := startZMQPub(t)
+	reg := func(ep, model string) string {
+		return fmt.Sprintf(`{"instance_id":5,"endpoint":"%s","model_name":"%s","block_size":4}`, ep, model)
+	}
+	if code, body := call(t, "POST", url+"/register", reg(pub.ep, "llama")); code != 201 {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	for _, tc := range []struct{ body, want string }{
+		{reg("tcp://127.0.0.1:1", "llama"), "instance 5 dp_rank 0 already registered with endpoint " + pub.ep + ", block_size 4: " +
+			"register the same settings again, or POST /unregister it first"},
+		{reg(pub.ep, "qwen"), "instance 5 is already registered for model_name=llama routing_group=default (endpoint " + pub.ep +
+			"); register it with that model_name and routing_group, or POST /unregister it first"},
+	} {
+		if code, body := call(t, "POST", url+"/register", tc.body); code != http.StatusConflict || !strings.Contains(body, tc.want) {
+			t.Errorf("register %s: %d %s, want 409 saying %q", tc.body, code, body, tc.want)
+		}
+	}
+	if code, body := call(t, "POST", url+"/register", reg(pub.ep, "llama")); code != 201 {
+		t.Fatalf("the same registration again: %d %s", code, body)
+	}
 }
