@@ -238,10 +238,10 @@ func (e *Engine) partitionNames(id uint32) (model, group string, ok bool) {
 	return p.Key.ModelName, p.Key.RoutingGroup, true
 }
 
-// SetLeft installs what runs after the engine itself removed a worker (a lease past its grace),
-// with the partition the worker left. The default drops the partition when nothing is left in
-// it, as DELETE does (docs/CONTRACT.md §9); the server's also keeps a partition its Dynamo
-// registrations name.
+// SetLeft installs what runs after Remove (DELETE, the library, a lease past its grace) removed
+// a worker's ranks, with the partition the worker left. The default drops the partition when
+// nothing is left in it (docs/CONTRACT.md §9); the server's also keeps a partition its Dynamo
+// registrations name. It runs without the engine's locks held.
 func (e *Engine) SetLeft(f func(ctx context.Context, partition uint32)) { e.left.Store(&f) }
 
 // workerLeft runs the Left hook for a partition a worker left.

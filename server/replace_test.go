@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/wal"
 )
 
@@ -110,5 +111,33 @@ func TestRegisterConflictNamesTheStoredRegistration(t *testing.T) {
 	}
 	if code, body := call(t, "POST", url+"/register", reg(pub.ep, "llama")); code != 201 {
 		t.Fatalf("the same registration again: %d %s", code, body)
+	}
+}
+
+// TestDeleteWorkerEndsItsLease: DELETE /v1/workers/{id} is the engine's one Remove: the worker's
+// ranks go, its lease ends (it no longer outlives the worker), and the partition it emptied is
+// dropped.
+func TestDeleteWorkerEndsItsLease(t *testing.T) {
+	s, url, stop := serveConfig(t, Config{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Durability: wal.NoSync, Lanes: 2})
+	defer func() { _ = stop() }()
+	ev := eventsJSON(event.Stored(event.Rank{WorkerID: 3}, 1, nil, event.Block{BlockHash: 7, TokensHash: 7}))
+	if code, body := call(t, "POST", url+"/v1/events?model_name=llama", ev); code != 200 {
+		t.Fatalf("events: %d %s", code, body)
+	}
+	if code, body := call(t, "PUT", url+"/v1/workers/3/lease?model_name=llama", `{"ttl_ms":60000}`); code != 200 {
+		t.Fatalf("PUT lease: %d %s", code, body)
+	}
+	if _, ok := leasesOf(t, url)[3]; !ok {
+		t.Fatal("the lease was not taken")
+	}
+	if code, body := call(t, "DELETE", url+"/v1/workers/3", ""); code != 200 || !strings.Contains(body, `"removed_ranks":1`) {
+		t.Fatalf("DELETE /v1/workers/3: %d %s", code, body)
+	}
+	if l, ok := leasesOf(t, url)[3]; ok {
+		t.Fatalf("the removed worker's lease outlived it: %+v", l)
+	}
+	if _, ok := s.e.Partitions().Lookup(partition.KeyOf("llama", "", "")); ok {
+		t.Fatal("partition llama is still there after its only worker was removed")
 	}
 }
