@@ -141,3 +141,55 @@ func TestDeleteWorkerEndsItsLease(t *testing.T) {
 		t.Fatal("partition llama is still there after its only worker was removed")
 	}
 }
+
+// The HTTP door of issue 35's seam: a worker posted into llama is removed (DELETE, or its lease
+// expires past its grace), posted into llama again: it scores there, and a post into another
+// partition is 409 with the way out.
+func TestHTTPWorkerPlacedAgainAfterRemoval(t *testing.T) {
+	for _, removal := range []string{"delete", "lease"} {
+		t.Run(removal, func(t *testing.T) {
+			c := &fakeClock{}
+			c.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+			s, url, stop := serveConfig(t, Config{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+				Durability: wal.NoSync, Lanes: 2, Now: c.Now, LeaseGrace: time.Minute})
+			defer func() { _ = stop() }()
+			post := func(model string, id uint64) (int, string) {
+				ev := eventsJSON(event.Stored(event.Rank{WorkerID: 4}, id, nil, event.Block{BlockHash: 7, TokensHash: 70}))
+				return call(t, "POST", url+"/v1/events?model_name="+model, ev)
+			}
+			check := func(when string) {
+				t.Helper()
+				waitBody(t, "POST", url+"/v1/find_matches", `{"block_hashes":[70],"model_name":"llama"}`, `"worker_id":4,"dp_rank":0,"score":1`)
+				const fix = "post with ?model_name=llama, or remove the worker first (DELETE /v1/workers/4)"
+				if code, body := post("other", 99); code != http.StatusConflict || !strings.Contains(body, fix) {
+					t.Fatalf("%s: post of worker 4 into another partition: %d %s, want 409 saying %q", when, code, body, fix)
+				}
+			}
+			if code, body := post("llama", 1); code != 200 {
+				t.Fatalf("events: %d %s", code, body)
+			}
+			check("first post")
+			switch removal {
+			case "delete":
+				if code, body := call(t, "DELETE", url+"/v1/workers/4", ""); code != 200 {
+					t.Fatalf("DELETE: %d %s", code, body)
+				}
+			case "lease":
+				if code, body := call(t, "PUT", url+"/v1/workers/4/lease", `{"ttl_ms":1000}`); code != 200 {
+					t.Fatalf("PUT lease: %d %s", code, body)
+				}
+				c.Advance(time.Second + time.Minute + time.Second)
+				if w, _, err := s.e.SweepLeases(context.Background()); err != nil || w != 1 {
+					t.Fatalf("lease sweep: %d workers removed, %v", w, err)
+				}
+			}
+			if _, ok := s.e.Partitions().Lookup(partition.KeyOf("llama", "", "")); ok {
+				t.Fatal("partition llama is still there after its only worker was removed")
+			}
+			if code, body := post("llama", 2); code != 200 {
+				t.Fatalf("events after the removal: %d %s", code, body)
+			}
+			check("posted again after the removal")
+		})
+	}
+}
