@@ -19,7 +19,7 @@
 //     written through CommitMeta only — but for the leases the event sources imply
 //     (Config.SourceLease), written by SourceDoor in the log batch of the events that renew them.
 //   - Every door names its kind (Source: http, zmq, dynamo, nats, peer, library, decisions) where
-//     it places events (PlaceFrom, PlaceSource, Batch.Source); the engine keeps each worker's kind (durable
+//     it places events (Place with a Placement, Batch.Source); the engine keeps each worker's kind (durable
 //     when it changes) and counts outcomes per partition and kind (accuracy.go). The event sources submit through
 //     SourceDoor, which renews their workers' implied leases (lease.go).
 //   - A memory bound (Config.MaxIndexBytes, bound.go) only measures here; the lanes evict, on

@@ -235,7 +235,7 @@ type SourceDoor struct {
 // SourceDoor returns the door the event sources submit through.
 func (e *Engine) SourceDoor() SourceDoor { return SourceDoor{e} }
 
-// SubmitWithMeta logs and applies events already placed by PlaceFrom and writes meta in the
+// SubmitWithMeta logs and applies events already placed by Place and writes meta in the
 // same log batch; with Config.SourceLease set, the implied leases the events renew are written
 // in that batch too (no write of their own).
 func (d SourceDoor) SubmitWithMeta(ctx context.Context, evs []event.RouterEvent, meta ...Meta) (Result, error) {

@@ -327,7 +327,7 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, hadPartition := s.parts.WorkerPartition(reg.InstanceID)
-	if _, err := s.e.PlaceFrom(r.Context(), engine.SourceDynamo, key, reg.BlockSize, reg.InstanceID); err != nil {
+	if _, err := s.e.Place(r.Context(), engine.Placement{Door: engine.SourceDynamo, Key: key, BlockSize: reg.BlockSize, Worker: reg.InstanceID}); err != nil {
 		s.partitionError(w, err, -1)
 		return
 	}
