@@ -146,13 +146,10 @@ func (db *DB) RecordDecision(ctx context.Context, model, group string, worker ui
 	return db.e.RecordDecision(ctx, partition.KeyOf(model, group, ""), event.Rank{WorkerID: worker, DPRank: dpRank}, local, seq)
 }
 
-// RemoveWorker durably removes every rank of a worker (as DELETE /v1/workers/{id}).
+// RemoveWorker durably removes every rank of a worker and ends its lease, and drops the
+// partition it left when nothing else is in it (as DELETE /v1/workers/{id}).
 func (db *DB) RemoveWorker(ctx context.Context, worker uint64) (int, error) {
-	part, _ := db.e.WorkerPartition(worker, nil)
-	gone, err := db.e.RemoveWorker(ctx, worker, nil)
-	if err == nil && gone.Any() {
-		_, err = db.e.DropPartition(ctx, part) // as DELETE: an emptied partition is dropped
-	}
+	gone, err := db.e.Remove(ctx, worker, nil)
 	return gone.Ranks, err
 }
 

@@ -19,12 +19,12 @@
 //     written through CommitMeta only — but for the leases the event sources imply
 //     (Config.SourceLease), written by SourceDoor in the log batch of the events that renew them.
 //   - Every door names its kind (Source: http, zmq, dynamo, nats, peer, library, decisions) where
-//     it places events (PlaceFrom, PlaceSource, Batch.Source); the engine keeps each worker's kind (durable
+//     it places events (Place with a Placement, Batch.Source); the engine keeps each worker's kind (durable
 //     when it changes) and counts outcomes per partition and kind (accuracy.go). The event sources submit through
 //     SourceDoor, which renews their workers' implied leases (lease.go).
 //   - A memory bound (Config.MaxIndexBytes, bound.go) only measures here; the lanes evict, on
 //     each rank's writer, and nothing of it is logged (docs/ENGINE.md "Memory bound").
-//   - Which KV-cache group kinds a rank indexes is resolved in one place (groupkinds.go:
+//   - Which KV-cache group kinds a rank indexes is resolved in one place (groupgate.Settings:
 //     its source's setting, else its partition's, else the server's), read by the lanes
 //     wherever the log is applied; a source's changed setting rebuilds the worker's ranks.
 //   - Queries first (admission.go): every ingest door (Ingest, IngestBatches, SubmitWithMeta,
@@ -33,8 +33,10 @@
 //     and applied; a batch beyond it waits in arrival order — a bounded door (HTTP) at most
 //     Config.IngestWait, then ErrOverloaded and nothing written. A context from Admit carries its
 //     share, so nested ingest calls take none again. The query path takes no share and no lock
-//     an ingest holds across a commit (but partition.Set.Ensure's, once per new partition).
+//     an ingest holds across a commit (partition.Set.Ensure commits a new partition outside the
+//     lock Lookup takes; Drop still commits under it, once per dropped partition).
 //   - The engine changes no process-global setting (GC percent) unless Config.TuneGC asks.
-//   - The engine imports no HTTP server, status page, pprof, ZMQ or NATS client: the library
-//     links it alone (a test checks `go list -deps`).
+//   - The engine imports no HTTP server, status page, pprof, ZMQ or NATS client, and no
+//     Prometheus (the TreeDump cache, package dumpcache, keeps plain counters the server
+//     exports): the library links it alone (tests check `go list -deps`).
 package engine

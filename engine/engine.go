@@ -15,7 +15,9 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/approx"
+	"github.com/kvindex/kvindex/dumpcache"
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/groupgate"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/partition"
@@ -90,7 +92,7 @@ type Config struct {
 	// (lanes.Options.IndexedKinds); default (0) the main attention kinds.
 	IndexedGroupKinds event.GroupKinds
 	// PartitionGroupKinds: a partition's own indexed kinds, ahead of IndexedGroupKinds and
-	// behind a source's (groupkinds.go). A partition not named follows the server's.
+	// behind a source's (groupgate.Settings). A partition not named follows the server's.
 	PartitionGroupKinds map[partition.Key]event.GroupKinds
 	// Leases (lease.go): how long a stale worker keeps its ranks before they are removed
 	// (default DefaultLeaseGrace) and how often expired leases are swept (default DefaultLeaseSweep).
@@ -142,10 +144,10 @@ type Engine struct {
 	approx *approx.Set
 	pipe   *lanes.Pipeline
 	srcs   *sources
-	kinds  *groupKinds
+	kinds  *groupgate.Settings
 	leases *leases
 	acc    accuracy // outcomes (accuracy.go)
-	dumps  dumpCache
+	dumps  *dumpcache.Cache
 	adm    *admission // the ingest doors' shared bound (admission.go)
 
 	approxStop context.CancelFunc
@@ -199,7 +201,7 @@ func Open(cfg Config) (*Engine, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	e.dumps.configure(cfg.DumpCache)
+	e.dumps = dumpcache.New(dumpRanks{e}, cfg.DumpCache, cfg.SubmitTimeout, cfg.Logger)
 	if e.srcs, err = loadSources(lg, cfg.Upstream); err != nil {
 		_ = st.Close()
 		return nil, err
@@ -208,7 +210,7 @@ func Open(cfg Config) (*Engine, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	if e.kinds, err = loadGroupKinds(lg, e.parts, cfg.PartitionGroupKinds, cfg.IndexedGroupKinds); err != nil {
+	if e.kinds, err = groupgate.LoadSettings(lg, e.parts, cfg.PartitionGroupKinds, cfg.IndexedGroupKinds); err != nil {
 		_ = st.Close()
 		return nil, err
 	}
@@ -221,7 +223,7 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	e.pipe = lanes.New(lg, trees, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, CheckpointRatio: cfg.CheckpointRatio,
 		Logger: cfg.Logger, Listener: cfg.Listener, Source: e.sourceOf, Fetcher: fetcher, IndexedKinds: cfg.IndexedGroupKinds,
-		KindsOf: e.kinds.own, Evictor: evictor})
+		KindsOf: e.kinds.Own, Evictor: evictor})
 	e.approx = approx.New(e.pipe, cfg.approxOptions())
 	return e, nil
 }
@@ -243,10 +245,10 @@ func (e *Engine) partitionNames(id uint32) (model, group string, ok bool) {
 	return p.Key.ModelName, p.Key.RoutingGroup, true
 }
 
-// SetLeft installs what runs after the engine itself removed a worker (a lease past its grace),
-// with the partition the worker left. The default drops the partition when nothing is left in
-// it, as DELETE does (docs/CONTRACT.md §9); the server's also keeps a partition its Dynamo
-// registrations name.
+// SetLeft installs what runs after Remove (DELETE, the library, a lease past its grace) removed
+// a worker's ranks, with the partition the worker left. The default drops the partition when
+// nothing is left in it (docs/CONTRACT.md §9); the server's also keeps a partition its Dynamo
+// registrations name. It runs without the engine's locks held.
 func (e *Engine) SetLeft(f func(ctx context.Context, partition uint32)) { e.left.Store(&f) }
 
 // workerLeft runs the Left hook for a partition a worker left.
@@ -349,7 +351,7 @@ func (e *Engine) Close() error {
 		<-e.approxDone
 	}
 	e.pipe.Close()
-	e.dumps.close()
+	e.dumps.Close()
 	return e.st.Close()
 }
 

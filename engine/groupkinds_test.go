@@ -57,7 +57,7 @@ func TestIndexedGroupKindsResolution(t *testing.T) {
 			if tc.inGemma {
 				key = gemma
 			}
-			id, err := e.Place(context.Background(), key, 0, 1)
+			id, err := e.Place(context.Background(), Placement{Key: key, Worker: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -144,7 +144,7 @@ func TestSourceGroupKindsRegroupAndRestart(t *testing.T) {
 	}
 	e = openKindsEngine(t, fs, 0, parts)
 	defer e.Close()
-	id, err := e.Place(ctx, gemma, 0, 1)
+	id, err := e.Place(ctx, Placement{Key: gemma, Worker: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

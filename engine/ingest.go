@@ -26,46 +26,49 @@ type PlaceError struct {
 func (e *PlaceError) Error() string { return e.Err.Error() }
 func (e *PlaceError) Unwrap() error { return e.Err }
 
-// Place is the placement door: it returns the id of key's partition, creating it with
-// blockSize (0: the engine's default) when needed, and claims worker for it. A worker with
-// ranks in another partition is refused (partition.ErrWorkerElsewhere); an existing partition
-// of another block size is refused when blockSize > 0 (partition.ErrBlockSizeMismatch).
-func (e *Engine) Place(ctx context.Context, key partition.Key, blockSize int, worker uint64) (uint32, error) {
-	return e.PlaceFrom(ctx, SourceLibrary, key, blockSize, worker)
+// Placement is one door's placement of a worker's batch (Place).
+type Placement struct {
+	Door      Source        // the door's kind; empty: SourceLibrary
+	Key       partition.Key // the partition
+	BlockSize int           // 0: the partition's, or the engine's default for a new one
+	Worker    uint64
+	// EventSource: the door is an event source (ZMQ, NATS, a /register's ZMQ) whose setting of
+	// the worker's indexed KV-cache group kinds (Kinds; 0: none, the partition's or the
+	// server's) is applied with the placement, before any event of the batch is decided.
+	EventSource bool
+	Kinds       event.GroupKinds
 }
 
-// PlaceFrom is Place by a door of kind src (an event source placing a batch it then submits
-// through SourceDoor): the worker's source kind becomes src (SourceOf).
-func (e *Engine) PlaceFrom(ctx context.Context, src Source, key partition.Key, blockSize int, worker uint64) (uint32, error) {
-	id, err := e.place1(ctx, key, blockSize, worker)
+// Place is the placement door, called by every door for every batch (no door keeps a worker's
+// placement from one batch to the next: a removed worker is placed anew): it returns the id of
+// p.Key's partition, creating it with p.BlockSize when needed, and claims the worker for it. A
+// worker with ranks in another partition is refused (partition.ElsewhereError); an existing
+// partition of another block size is refused when p.BlockSize > 0
+// (partition.ErrBlockSizeMismatch). The worker's door kind becomes p.Door (SourceOf), and an
+// event source's group kinds its setting (SetSourceGroupKinds): a failure to apply them, other
+// than ctx's, is logged and the batch goes on under the kinds in effect (the source would
+// otherwise skip the batch; such a failure is the store's, which the batch's submit meets too).
+func (e *Engine) Place(ctx context.Context, p Placement) (uint32, error) {
+	if p.Door == "" {
+		p.Door = SourceLibrary
+	}
+	id, err := e.place1(ctx, p.Key, p.BlockSize, p.Worker)
 	if err != nil {
 		return 0, err
 	}
-	if e.noteSource(worker, src) { // a new worker, or another door: rare, worth its own commit
-		m := kindMeta(worker, src)
+	if e.noteSource(p.Worker, p.Door) { // a new worker, or another door: rare, worth its own commit
+		m := kindMeta(p.Worker, p.Door)
 		if err := e.CommitMeta(ctx, func(b MetaBatch) { b.SetMeta(m.Name, m.Value) }); err != nil {
-			return 0, fmt.Errorf("recording the source kind of worker %d: %w", worker, err)
+			return 0, fmt.Errorf("recording the source kind of worker %d: %w", p.Worker, err)
 		}
 	}
-	return id, nil
-}
-
-// PlaceSource is PlaceFrom for an event source (ZMQ, NATS) placing a batch, then gives the worker
-// its source's indexed KV-cache group kinds (SetSourceGroupKinds; 0: none, the partition's or
-// the server's), before any event of the batch is decided. A failure to apply the kinds, other
-// than ctx's, is logged and the batch goes on under the kinds in effect: the source would
-// otherwise skip the batch and its events; such a failure is the store's, which the batch's
-// submit then meets too.
-func (e *Engine) PlaceSource(ctx context.Context, src Source, key partition.Key, blockSize int, worker uint64, kinds event.GroupKinds) (uint32, error) {
-	id, err := e.PlaceFrom(ctx, src, key, blockSize, worker)
-	if err != nil {
-		return 0, err
-	}
-	if err := e.SetSourceGroupKinds(ctx, worker, kinds); err != nil {
-		if ctx.Err() != nil {
-			return 0, err
+	if p.EventSource {
+		if err := e.SetSourceGroupKinds(ctx, p.Worker, p.Kinds); err != nil {
+			if ctx.Err() != nil {
+				return 0, err
+			}
+			e.lg.Error("applying a source's indexed group kinds", "source", p.Door, "worker_id", p.Worker, "err", err)
 		}
-		e.lg.Error("applying a source's indexed group kinds", "source", src, "worker_id", worker, "err", err)
 	}
 	return id, nil
 }
@@ -196,7 +199,7 @@ func (e *Engine) Install(ctx context.Context, r Rank, dump []event.RouterEvent, 
 // logged through the rank's lane and applied to the side index; it returns the blocks recorded
 // and their deadline once durable. Decisions never move the rank's event cursor.
 func (e *Engine) RecordDecision(ctx context.Context, key partition.Key, rank Rank, local, seq []uint64) (int, time.Time, error) {
-	id, err := e.PlaceFrom(ctx, SourceDecisions, key, 0, rank.WorkerID)
+	id, err := e.Place(ctx, Placement{Door: SourceDecisions, Key: key, Worker: rank.WorkerID})
 	if err != nil {
 		return 0, time.Time{}, &PlaceError{Index: -1, Err: err}
 	}
@@ -207,7 +210,7 @@ func (e *Engine) RecordDecision(ctx context.Context, key partition.Key, rank Ran
 // RecordDecisionTokens is RecordDecision by tokens, hashed with the partition's block size and
 // the LoRA / namespace salt.
 func (e *Engine) RecordDecisionTokens(ctx context.Context, key partition.Key, rank Rank, tokens []uint32, lora, namespace string) (int, time.Time, error) {
-	id, err := e.PlaceFrom(ctx, SourceDecisions, key, 0, rank.WorkerID)
+	id, err := e.Place(ctx, Placement{Door: SourceDecisions, Key: key, Worker: rank.WorkerID})
 	if err != nil {
 		return 0, time.Time{}, &PlaceError{Index: -1, Err: err}
 	}
@@ -346,8 +349,7 @@ func (e *Engine) IngestBatches(ctx context.Context, batches []Batch) (Result, er
 			}
 			claims[w] = b.Key
 			if own, ok := e.parts.WorkerPartition(w); ok && (!exists || own != p.ID) {
-				return Result{}, &PlaceError{Index: offset + i, Err: fmt.Errorf("%w: worker %d has ranks in partition %s",
-					partition.ErrWorkerElsewhere, w, e.parts.Get(own).Key)}
+				return Result{}, &PlaceError{Index: offset + i, Err: &partition.ElsewhereError{Worker: w, Have: e.parts.Get(own).Key}}
 			}
 		}
 		offset += len(b.Events)

@@ -248,7 +248,7 @@ func (e *Engine) SetLease(ctx context.Context, worker uint64, ttl time.Duration,
 	if key != nil {
 		if own, ok := e.parts.WorkerPartition(worker); ok {
 			if p, found := e.parts.Lookup(*key); !found || p.ID != own {
-				return Lease{}, fmt.Errorf("%w: worker %d is not of partition (%s, %s)", partition.ErrWorkerElsewhere, worker, key.ModelName, key.RoutingGroup)
+				return Lease{}, &partition.ElsewhereError{Worker: worker, Have: e.parts.Get(own).Key}
 			}
 		}
 	}
@@ -276,6 +276,12 @@ func (e *Engine) EndLease(ctx context.Context, worker uint64) (bool, error) {
 	l := e.leases
 	l.op.Lock()
 	defer l.op.Unlock()
+	return e.endLeaseLocked(ctx, worker)
+}
+
+// endLeaseLocked is EndLease; the caller holds leases.op.
+func (e *Engine) endLeaseLocked(ctx context.Context, worker uint64) (bool, error) {
+	l := e.leases
 	l.mu.RLock()
 	_, had := l.byWorker[worker]
 	l.mu.RUnlock()
@@ -291,6 +297,41 @@ func (e *Engine) EndLease(ctx context.Context, worker uint64) (bool, error) {
 	l.mu.Unlock()
 	e.lg.Info("lease ended", "worker_id", worker)
 	return true, nil
+}
+
+// Remove removes a worker, durably: its ranks (events and side entries), what the engine kept
+// of its doors, and its lease; then, when ranks went, the partition it left is dropped if
+// nothing is left in it (the Left hook: the server's also keeps a partition its registrations
+// name). With key given, a worker of another partition is left alone (Removed is zero). The one
+// removal of DELETE /v1/workers/{id}, the lease sweep and the library.
+func (e *Engine) Remove(ctx context.Context, worker uint64, key *partition.Key) (Removed, error) {
+	l := e.leases
+	l.op.Lock()
+	gone, part, left, err := e.removeLocked(ctx, worker, key)
+	l.op.Unlock()
+	if err == nil && left {
+		// After leases.op: the Left hook takes the server's registry lock, which /register
+		// holds while it takes a lease.
+		e.workerLeft(ctx, part)
+	}
+	return gone, err
+}
+
+// removeLocked is Remove but for the Left hook: it reports the partition the worker left and
+// whether the hook is due. The caller holds leases.op.
+func (e *Engine) removeLocked(ctx context.Context, worker uint64, key *partition.Key) (gone Removed, part uint32, left bool, err error) {
+	part, placed := e.WorkerPartition(worker, key)
+	if placed {
+		if gone, err = e.RemoveWorker(ctx, worker, key); err != nil {
+			return gone, part, false, err
+		}
+	} else if key != nil {
+		return gone, part, false, nil // named another partition: as for an unknown worker
+	}
+	if _, err := e.endLeaseLocked(ctx, worker); err != nil {
+		return gone, part, false, fmt.Errorf("dropping the lease of worker %d: %w", worker, err)
+	}
+	return gone, part, placed && gone.Any(), nil
 }
 
 func (e *Engine) leaseOf(worker uint64, le leaseEntry) Lease {
@@ -348,35 +389,42 @@ func (e *Engine) SweepLeases(ctx context.Context) (workers, ranks int, err error
 	if len(l.due(e.now().UnixNano(), e.cfg.LeaseGrace)) == 0 {
 		return 0, 0, nil // nothing due: the source doors' renewals are not held up
 	}
+	var left []uint32
+	workers, ranks, left, err = e.sweepLocked(ctx)
+	for _, part := range left { // after leases.op, as Remove
+		e.workerLeft(ctx, part) // as DELETE: an emptied partition is dropped
+	}
+	return workers, ranks, err
+}
+
+// sweepLocked is SweepLeases under leases.op; it returns the partitions workers left.
+func (e *Engine) sweepLocked(ctx context.Context) (workers, ranks int, left []uint32, err error) {
+	l := e.leases
 	l.op.Lock()
 	defer l.op.Unlock()
 	now := e.now().UnixNano()
 	due := l.due(now, e.cfg.LeaseGrace) // again: a renewal may have come in between
 	slices.Sort(due)
 	for _, w := range due {
-		part, _ := e.WorkerPartition(w, nil)
-		gone, err := e.RemoveWorker(ctx, w, nil)
-		n := gone.Ranks
-		if err != nil {
-			return workers, ranks, fmt.Errorf("removing worker %d after its lease's grace: %w", w, err)
-		}
-		if err := e.CommitMeta(ctx, func(b MetaBatch) { b.DeleteMeta(leaseKey(w)) }); err != nil {
-			return workers, ranks, fmt.Errorf("dropping the lease of worker %d: %w", w, err)
-		}
-		l.mu.Lock()
+		l.mu.RLock()
 		le := l.byWorker[w]
-		delete(l.byWorker, w)
-		l.rebuildLocked(now)
-		l.mu.Unlock()
+		l.mu.RUnlock()
+		gone, part, wasLeft, err := e.removeLocked(ctx, w, nil)
+		if err != nil {
+			return workers, ranks, left, fmt.Errorf("removing worker %d after its lease's grace: %w", w, err)
+		}
+		if wasLeft {
+			left = append(left, part)
+		}
+		n := gone.Ranks
 		l.removed.Add(1)
 		l.removedRanks.Add(uint64(n))
 		workers++
 		ranks += n
-		e.workerLeft(ctx, part) // as DELETE: an emptied partition is dropped
 		e.lg.Warn("lease expired past its grace: worker removed", "worker_id", w, "removed_ranks", n,
 			"expired_at", time.Unix(0, le.deadline).UTC().Format(time.RFC3339Nano), "grace", e.cfg.LeaseGrace.String())
 	}
-	return workers, ranks, nil
+	return workers, ranks, left, nil
 }
 
 // due lists the workers whose lease expired more than grace before now.

@@ -7,24 +7,6 @@ import (
 	"github.com/kvindex/kvindex/recovery"
 )
 
-// DumpCacheCounters are the TreeDump cache's counters since Open (also in /metrics).
-type DumpCacheCounters struct{ Builds, Hits, Misses, Extensions, Shared uint64 }
-
-// DumpCacheCounters reads the TreeDump cache's counters.
-func (s *Engine) DumpCacheCounters() DumpCacheCounters {
-	d := &s.dumps
-	return DumpCacheCounters{Builds: d.builds.Load(), Hits: d.hits.Load(), Misses: d.misses.Load(),
-		Extensions: d.extensions.Load(), Shared: d.shared.Load()}
-}
-
-// SetDumpTestBuild installs a hook run on the lane before each full TreeDump build; an error
-// fails the build (tests of the single flight and of failed builds).
-func (s *Engine) SetDumpTestBuild(f func(Rank) error) { s.dumps.testBuild = f }
-
-// CloseDumpCache closes the TreeDump cache early (Close does it too): later dumps fail with
-// ErrDumpCacheClosed.
-func (s *Engine) CloseDumpCache() { s.dumps.close() }
-
 // HasSnapshot reports whether the rank has a snapshot in the log.
 func (s *Engine) HasSnapshot(rk event.Rank) (bool, error) {
 	_, ok, err := s.log.ReadSnapshot(rk)

@@ -50,7 +50,7 @@ func (s *Engine) RangeAnswer(ctx context.Context, rk Rank, req recovery.RangeReq
 		}
 		return &recovery.Answer{Kind: recovery.AnswerTooNew, RequestedStart: req.Start, RequestedEnd: end, NewestAvailable: view.Newest}, nil, nil
 	case recovery.RangeTreeDump:
-		body, err := s.treeDump(ctx, rk)
+		body, err := s.dumps.TreeDump(ctx, rk)
 		return nil, body, err
 	}
 	lim := -1 // no limit
@@ -71,7 +71,7 @@ func (s *Engine) RangeAnswer(ctx context.Context, rk Rank, req recovery.RangeReq
 		// Retention folded start away (or the rank was reset) after oldest was read: an Events
 		// answer would start late and the consumer would record a false loss (docs/CONTRACT.md §5 lifecycle
 		// rule 7). The rank's dump is exact.
-		body, err := s.treeDump(ctx, rk)
+		body, err := s.dumps.TreeDump(ctx, rk)
 		return nil, body, err
 	}
 	a := recovery.Answer{Kind: recovery.AnswerEvents, Events: evs, LastEventID: max(req.Start, 1) - 1}

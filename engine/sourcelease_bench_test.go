@@ -34,7 +34,7 @@ func BenchmarkSourceDoorSubmit(b *testing.B) {
 			const workers = 64
 			var part uint32
 			for w := range uint64(workers) {
-				if part, err = e.PlaceFrom(ctx, SourceZMQ, partition.Default, 0, w); err != nil {
+				if part, err = e.Place(ctx, Placement{Door: SourceZMQ, Key: partition.Default, Worker: w}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -29,12 +29,12 @@ func openSourceEngine(t *testing.T, fs vfs.FS, c *clock, ttl time.Duration) *Eng
 // A partition other than the default, so placement and the stale filter are checked there.
 var srcKey = partition.KeyOf("llama", "blue", "")
 
-// feedFrom places one Stored event for rk (local hash 10) as an event source does — PlaceFrom,
+// feedFrom places one Stored event for rk (local hash 10) as an event source does — Place,
 // then the source door — with event id id.
 func feedFrom(t *testing.T, e *Engine, src Source, rk event.Rank, id uint64) {
 	t.Helper()
 	ctx := context.Background()
-	p, err := e.PlaceFrom(ctx, src, srcKey, 0, rk.WorkerID)
+	p, err := e.Place(ctx, Placement{Door: src, Key: srcKey, Worker: rk.WorkerID})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/groupgate"
 	"github.com/kvindex/kvindex/wal"
 )
 
@@ -187,13 +188,11 @@ func (e *Engine) noteSources(evs []event.RouterEvent, src Source) []Meta {
 // source kind and its source's indexed group kinds (a source still running sets them again with
 // its next batch; back through another door, the worker follows its partition's setting).
 func (e *Engine) forgetWorkerMeta(ctx context.Context, worker uint64) error {
-	s, g := e.srcs, e.kinds
+	s := e.srcs
 	s.mu.RLock()
 	_, hadKind := s.kinds[worker]
 	s.mu.RUnlock()
-	g.mu.RLock()
-	_, hadGroups := g.byWorker[worker]
-	g.mu.RUnlock()
+	_, hadGroups := e.kinds.Worker(worker)
 	if !hadKind && !hadGroups {
 		return nil
 	}
@@ -203,7 +202,7 @@ func (e *Engine) forgetWorkerMeta(ctx context.Context, worker uint64) error {
 			b.DeleteMeta(kindMetaPrefix + id)
 		}
 		if hadGroups {
-			b.DeleteMeta(groupKindsMetaPrefix + id)
+			b.DeleteMeta(groupgate.MetaPrefix + id)
 		}
 	}); err != nil {
 		return err
@@ -211,9 +210,7 @@ func (e *Engine) forgetWorkerMeta(ctx context.Context, worker uint64) error {
 	s.mu.Lock()
 	delete(s.kinds, worker)
 	s.mu.Unlock()
-	g.mu.Lock()
-	delete(g.byWorker, worker)
-	g.mu.Unlock()
+	e.kinds.SetWorker(worker, 0)
 	return nil
 }
 
@@ -238,7 +235,7 @@ type SourceDoor struct {
 // SourceDoor returns the door the event sources submit through.
 func (e *Engine) SourceDoor() SourceDoor { return SourceDoor{e} }
 
-// SubmitWithMeta logs and applies events already placed by PlaceFrom and writes meta in the
+// SubmitWithMeta logs and applies events already placed by Place and writes meta in the
 // same log batch; with Config.SourceLease set, the implied leases the events renew are written
 // in that batch too (no write of their own).
 func (d SourceDoor) SubmitWithMeta(ctx context.Context, evs []event.RouterEvent, meta ...Meta) (Result, error) {

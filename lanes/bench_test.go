@@ -157,8 +157,8 @@ func BenchmarkGroupGate(b *testing.B) {
 					continue
 				}
 				if len(groups) == 0 {
-					applyEvent(p, rs, ts, &st)
-					applyEvent(p, rs, ts, &rm)
+					p.applyEvent(rs, ts, &st)
+					p.applyEvent(rs, ts, &rm)
 					continue
 				}
 				for _, g := range groups {
@@ -166,7 +166,7 @@ func BenchmarkGroupGate(b *testing.B) {
 					if g.Kind == event.GroupKindSlidingWindow {
 						st.Blocks = nil // logged without its blocks (classify)
 					}
-					applyEvent(p, rs, ts, &st)
+					p.applyEvent(rs, ts, &st)
 					st.Blocks = blocks
 				}
 				for _, g := range groups {
@@ -174,7 +174,7 @@ func BenchmarkGroupGate(b *testing.B) {
 					if g.Kind == event.GroupKindSlidingWindow {
 						rm.Removed = nil
 					}
-					applyEvent(p, rs, ts, &rm)
+					p.applyEvent(rs, ts, &rm)
 					rm.Removed = hashes
 				}
 			}

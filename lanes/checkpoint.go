@@ -91,11 +91,11 @@ func (ln *lane) checkpoint(rs *rankState, d dumper) {
 	enc := &ln.enc
 	enc.Reset()
 	var err error
-	if rs.hasGroups() {
+	if rs.grp.HasGroups() {
 		// A rank with group state: the snapshot keeps each indexed group's blocks (groups.go).
 		var evs []event.RouterEvent
 		var ok bool
-		if evs, ok, err = groupDump(rs, p.ix(r)); err == nil && !ok {
+		if evs, ok, err = rs.grp.Dump(r, p.ix(r)); err == nil && !ok {
 			err = fmt.Errorf("%w: rank holds blocks its groups' dump cannot express", ErrCheckpointSkipped)
 		}
 		for i := range evs {

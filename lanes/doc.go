@@ -65,7 +65,7 @@
 // RemoveRank goes through the rank's lane. find_matches never goes through a lane: callers read
 // the index directly.
 //
-// KV-cache groups of hybrid models (groups.go): the decider learns each rank's groups and logs
+// KV-cache groups of hybrid models (groups.go; the gate itself is package groupgate): the decider learns each rank's groups and logs
 // events of kinds that are not indexed (Options.KindsOf for the rank — a source's or a
 // partition's setting — else Options.IndexedKinds) without their blocks; the applier
 // puts a per-rank group gate in front of the tree, which with two or more indexed groups keeps

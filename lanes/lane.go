@@ -223,7 +223,7 @@ func (ln *lane) removeRank(r event.Rank) (int, error) {
 		return 0, err
 	}
 	ln.p.ix(r).RemoveRank(r)
-	rs.resetGate(true)
+	rs.grp.Reset(true)
 	rs.mu.Lock()
 	if rs.cancel != nil {
 		rs.cancel()
@@ -565,14 +565,14 @@ func (ln *lane) finishCommit(pd *pending) {
 		switch s.kind {
 		case stepReset:
 			p.ix(s.rank).ClearRank(s.rank)
-			rs.resetGate(false)
+			rs.grp.Reset(false)
 			rs.sinceSnap = 0 // the log and snapshot were deleted with it
 		case stepReplace:
 			p.ix(s.rank).ReplaceRank(s.rank, s.dump)
-			rs.resetGate(false)                  // a dump holds the tree, not the groups
+			rs.grp.Reset(false)                  // a dump holds the tree, not the groups
 			rs.applied, rs.sinceSnap = s.last, 0 // the dump is the rank's snapshot
 		case stepApply:
-			applyEvent(p, rs, p.ix(s.rank), &s.ev)
+			p.applyEvent(rs, p.ix(s.rank), &s.ev)
 			rs.applied = s.ev.EventID
 			rs.sinceSnap += recovery.OpBlocks(&s.ev)
 		}
@@ -700,7 +700,7 @@ func (ln *lane) retain(rs *rankState) {
 	upTo := rs.last - p.opts.RetainEvents
 	rs.mu.Unlock()
 	var err error
-	if rs.hasGroups() {
+	if rs.grp.HasGroups() {
 		err = p.foldGroups(context.Background(), rs, upTo) // the snapshot keeps the groups (groups.go)
 	} else {
 		err = recovery.Fold(context.Background(), p.log, rs.rank, upTo)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/groupgate"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/wal"
@@ -176,10 +177,9 @@ type rankState struct {
 	appliedInc uint64 // the incarnation the newest applied step was decided in
 	sinceSnap  uint64 // block operations applied since the rank's last snapshot (recovery.OpBlocks)
 
-	// groups: the rank's KV-cache groups, by Idx (groups.go); under mu, written by the decider
-	// (and the replay). gate: the membership of its indexed groups; the applier's (as above).
-	groups []GroupStatus
-	gate   *groupGate
+	// grp: the rank's KV-cache groups (groupgate.State: its table under its own lock, written
+	// by the decider and the replay; its gate, the applier's as above).
+	grp groupgate.State
 }
 
 // cursorState is what a lane commit changes of a rank beside its log: its cursor, ledger and
@@ -201,7 +201,7 @@ type cursorState struct {
 func (rs *rankState) status() RankStatus {
 	return RankStatus{Rank: rs.rank, Lane: rs.lane, Last: rs.last, HasLast: rs.hasLast, Degraded: rs.degraded,
 		State: rs.state, Lost: rs.lost, Recovered: rs.recovered, Pending: rs.pending, Epoch: rs.epoch, Incarnation: rs.incarnation,
-		Groups: append([]GroupStatus(nil), rs.groups...)}
+		Groups: rs.grp.Groups()}
 }
 
 // visible: listed in Status, answered by RankStatus (docs/CONTRACT.md §5 lifecycle rule 2).
@@ -790,9 +790,9 @@ func (p *Pipeline) replayRank(ctx context.Context, rd *wal.Reader, rs *rankState
 	if p.opts.Evictor != nil {
 		// Under a memory bound, event by event through the lane's evicting tree (evict.go): the
 		// bulk build would reach its final size before the bound is looked at.
-		rep, err = recovery.ReplayRankFrom(ctx, rd, gatedTree{ks: p.kindsNow(r), rs: rs, t: p.replayTree(rs)}, r, 0)
+		rep, err = recovery.ReplayRankFrom(ctx, rd, p.gated(rs, p.replayTree(rs)), r, 0)
 	} else {
-		bt := newBulkTree(gatedTree{ks: p.kindsNow(r), rs: rs, t: p.ix(r)})
+		bt := newBulkTree(p.gated(rs, p.ix(r)))
 		rep, err = recovery.ReplayRankFrom(ctx, rd, bt, r, 0)
 		bt.commit()
 	}

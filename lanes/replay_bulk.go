@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/groupgate"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/tier"
 )
@@ -12,26 +13,26 @@ import (
 // without KV-cache group go to an index.RankBuilder, which links only the rank's final state
 // into the tree (Commit); the first event the builder cannot take (a lower tier, a group, the
 // group gate in use) commits it and from then on every event goes through the gate one by one
-// (gatedTree), in log order. Either way the rank ends as if every event was applied one by one:
+// (groupgate.Replay), in log order. Either way the rank ends as if every event was applied one by one:
 // the builder runs the index's own semantics (index/bulk.go, TestRankBuilderAgainstModel).
 type bulkTree struct {
-	g gatedTree
+	g groupgate.Replay
 	b *index.RankBuilder // nil once committed, or when the rank is not built in bulk
 }
 
 // newBulkTree returns the replay tree of rs: bulk while the rank's device index has a builder
 // for it (the rank holds nothing yet) and no group gate.
-func newBulkTree(g gatedTree) *bulkTree {
+func newBulkTree(g groupgate.Replay) *bulkTree {
 	t := &bulkTree{g: g}
-	if g.rs.gate != nil {
+	if g.S.Gated() {
 		return t
 	}
-	if x, ok := g.t.(*tier.Tiers); ok {
+	if x, ok := g.T.(*tier.Tiers); ok {
 		b, _ := builders.Get().(*index.RankBuilder)
 		if b == nil {
 			b = new(index.RankBuilder)
 		}
-		if b.Reset(x.Device, g.rs.rank) {
+		if b.Reset(x.Device, g.R) {
 			t.b = b
 		} else {
 			builders.Put(b)

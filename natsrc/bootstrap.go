@@ -118,10 +118,11 @@ func (s *jsSource) bootstrap(ctx context.Context, peer string, first uint64) (ui
 	// Every rank of the partition the peer does not have goes (it would make the dumps differ).
 	installed := map[event.Rank]bool{}
 	var part *uint32
+	pl := s.newPlacements()
 	for k, last := range cursors {
 		d := dumps[k]
 		probe := []event.RouterEvent{{WorkerID: k.worker, DPRank: k.dp}}
-		if !s.partition(ctx, probe) {
+		if !pl.place(ctx, probe) {
 			return seq, fmt.Errorf("%w: worker %d of the dump belongs to another partition here", ErrBootstrap, k.worker)
 		}
 		for i := range d {

@@ -188,6 +188,7 @@ func (s *coreSource) burst(ctx context.Context, msgs []*nats.Msg) error {
 	byRank := map[event.Rank]*group{}
 	newest := map[uint64]uint64{} // publisher → newest sequence of the burst
 	pubOf := map[event.Rank][]uint64{}
+	pl := s.newPlacements()
 	for _, m := range msgs {
 		env, evs, err := DecodeEnvelope(m.Data)
 		if err != nil {
@@ -215,7 +216,7 @@ func (s *coreSource) burst(ctx context.Context, msgs []*nats.Msg) error {
 		s.ctr.messages.Add(1)
 		for i := range evs {
 			one := evs[i : i+1]
-			if !s.partition(ctx, one) {
+			if !pl.place(ctx, one) {
 				continue
 			}
 			rk := one[0].Rank()

@@ -32,5 +32,7 @@
 // "natssource/<id>".
 //
 // A source's partition and its indexed KV-cache group kinds (Config.IndexedGroupKinds) reach the
-// engine through Options.Partition, the first time a session sees a worker, before its events.
+// engine through Options.Partition, once per worker in every burst, before its events: no source
+// keeps a worker's placement from one burst to the next, so a worker removed meanwhile (DELETE,
+// a lease's expiry, its partition dropped) is placed anew, with the source's group kinds.
 package natsrc

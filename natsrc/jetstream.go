@@ -265,6 +265,7 @@ func (s *jsSource) burst(ctx context.Context, msgs []jetstream.Msg) error {
 	last := s.applied
 	var groups []*group
 	byRank := map[event.Rank]*group{}
+	pl := s.newPlacements()
 	var resync error
 	taken := msgs
 	applying := uint64(0)
@@ -303,7 +304,7 @@ func (s *jsSource) burst(ctx context.Context, msgs []jetstream.Msg) error {
 			continue
 		}
 		evs := []event.RouterEvent{ev}
-		if !s.partition(ctx, evs) {
+		if !pl.place(ctx, evs) {
 			continue
 		}
 		rk := evs[0].Rank()

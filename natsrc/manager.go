@@ -143,8 +143,6 @@ type base struct {
 	lastSeq    uint64
 	publishers int
 
-	parts map[uint64]uint32 // worker → partition (the goroutine's)
-
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -176,23 +174,41 @@ func (b *base) status() Status {
 	return st
 }
 
-// partition sets the partition of evs (all of one worker) from the source's model and group; false
+// placements places the workers of one burst: each worker once per burst, through the engine
+// (Options.Partition), never from an earlier burst's answer: a worker removed between two
+// bursts (DELETE, a lease's expiry, its partition dropped) is placed anew by its next one, and
+// gets the source's group kinds again.
+type placements struct {
+	b   *base
+	ids map[uint64]uint32 // the burst's placed workers
+	bad map[uint64]bool   // the burst's refused workers
+}
+
+func (b *base) newPlacements() *placements {
+	return &placements{b: b, ids: map[uint64]uint32{}, bad: map[uint64]bool{}}
+}
+
+// place sets the partition of evs (all of one worker) from the source's model and group; false
 // when the worker belongs to another partition (counted, logged, skipped).
-func (b *base) partition(ctx context.Context, evs []event.RouterEvent) bool {
+func (pl *placements) place(ctx context.Context, evs []event.RouterEvent) bool {
 	if len(evs) == 0 {
 		return true
 	}
-	w := evs[0].WorkerID
-	id, ok := b.parts[w]
-	if !ok {
+	b, w := pl.b, evs[0].WorkerID
+	id, ok := pl.ids[w]
+	if !ok && !pl.bad[w] {
 		var err error
 		id, err = b.m.opts.Partition(ctx, b.cfg, w)
 		if err != nil {
-			b.ctr.rejected.Add(uint64(len(evs)))
+			pl.bad[w] = true
 			b.lg.Warn("nats events refused", "worker_id", w, "err", err)
-			return false
+		} else {
+			pl.ids[w], ok = id, true
 		}
-		b.parts[w] = id
+	}
+	if !ok {
+		b.ctr.rejected.Add(uint64(len(evs)))
+		return false
 	}
 	for i := range evs {
 		evs[i].Partition = id
@@ -316,7 +332,7 @@ func (m *Manager) Add(cfg Config) (Config, error) {
 		s = &coreSource{}
 	}
 	b := s.b()
-	b.cfg, b.m, b.lg, b.state, b.parts = cfg, m, m.opts.Logger.With("source", cfg.ID), StateConnecting, map[uint64]uint32{}
+	b.cfg, b.m, b.lg, b.state = cfg, m, m.opts.Logger.With("source", cfg.ID), StateConnecting
 	b.cancel, b.done = cancel, make(chan struct{})
 	m.srcs[cfg.ID] = s
 	go s.run(ctx)

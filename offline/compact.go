@@ -10,8 +10,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/groupgate"
 	"github.com/kvindex/kvindex/index"
-	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/store"
@@ -174,7 +174,7 @@ func (c *compaction) fold(r event.Rank) error {
 		fmt.Fprintf(c.w, "rank %s: nothing to fold (%s)\n", name, snapshotWords(meta.SnapshotID))
 		return nil
 	}
-	if err := lanes.Fold(c.ctx, c.l, r, last, c.kinds(r)); err != nil { // keeps KV-cache groups (lanes/groups.go)
+	if err := groupgate.Fold(c.ctx, c.l, r, last, groupgate.Offline(c.kinds(r))); err != nil { // keeps KV-cache groups (groupgate)
 		var nf *recovery.NotFoldableError
 		if !errors.As(err, &nf) {
 			return fmt.Errorf("compact: rank %s: %w", name, err)

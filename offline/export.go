@@ -9,8 +9,8 @@ import (
 	"strconv"
 
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/groupgate"
 	"github.com/kvindex/kvindex/index"
-	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/tier"
 	"github.com/kvindex/kvindex/wal"
@@ -306,8 +306,8 @@ func exportEvents(ctx context.Context, l *wal.Log, r event.Rank, from uint64, ou
 func exportDump(ctx context.Context, l *wal.Log, r event.Rank, kinds event.GroupKinds, out *ndjson) (ExportedRank, error) {
 	er := ExportedRank{Rank: r}
 	ix := tier.New(index.New(index.Options{RankCapacity: 1})) // every tier: the dump carries them all
-	// Through the lanes' group gate: a rank of several main KV-cache groups holds what they all hold.
-	rep, err := lanes.ReplayGroups(ctx, l, ix, r, 0, kinds)
+	// Through the KV-cache group gate (groupgate): a rank of several main KV-cache groups holds what they all hold.
+	rep, err := groupgate.ReplayRank(ctx, l, ix, r, 0, kinds)
 	if err != nil {
 		return er, err
 	}

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/groupgate"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/store"
@@ -51,11 +51,11 @@ type Options struct {
 
 // groupKinds returns the indexed KV-cache group kinds of each rank of the dir (Options).
 func (o *Options) groupKinds(l *wal.Log, parts *partition.Set) (func(event.Rank) event.GroupKinds, error) {
-	k, err := engine.GroupKindsOf(l, parts, o.PartitionGroupKinds, o.IndexedGroupKinds)
+	k, err := groupgate.LoadSettings(l, parts, o.PartitionGroupKinds, o.IndexedGroupKinds)
 	if err != nil {
 		return nil, err
 	}
-	return k, nil
+	return k.Indexed, nil
 }
 
 func (o *Options) defaults() {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/groupgate"
 	"github.com/kvindex/kvindex/index"
-	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/store"
@@ -169,7 +169,7 @@ func (v *rankVerifier) run() error {
 	}
 
 	ix := tier.New(index.New(index.Options{RankCapacity: 1})) // every tier; the checks are the tree's
-	gx := lanes.GroupTree(ix, r, v.kinds)                     // ix behind the lanes' KV-cache group gate
+	gx := groupgate.NewTree(ix, r, v.kinds)                   // ix behind the KV-cache group gate
 	snap, hasSnap, err := v.l.ReadSnapshot(r)
 	switch {
 	case err != nil && errors.Is(err, wal.ErrCorruption):
@@ -207,8 +207,8 @@ func (v *rankVerifier) checkSnapshot(snap wal.Snapshot, meta wal.RankMeta) {
 		v.problem("snapshot id metadata says %d, the snapshot says %d", meta.SnapshotID, snap.LastEventID)
 	}
 	scratch := tier.New(index.New(index.Options{RankCapacity: 1}))
-	groups := lanes.GroupSnapshot(snap.Events) // each KV-cache group's blocks, not a plain dump
-	gs := lanes.GroupTree(scratch, v.r, v.kinds)
+	groups := groupgate.IsSnapshot(snap.Events) // each KV-cache group's blocks, not a plain dump
+	gs := groupgate.NewTree(scratch, v.r, v.kinds)
 	for i := range snap.Events {
 		ev := &snap.Events[i]
 		if ev.Kind != event.KindStored {
@@ -284,7 +284,7 @@ func newLogReplay(v *rankVerifier, ix recovery.Tree, snap wal.Snapshot, hasSnap 
 		p.prev, p.havePrev = snap.LastEventID, true
 	}
 	p.under = tier.New(index.New(index.Options{RankCapacity: 1}))
-	p.underG = lanes.GroupTree(p.under, v.r, v.kinds)
+	p.underG = groupgate.NewTree(p.under, v.r, v.kinds)
 	return p
 }
 
@@ -394,10 +394,10 @@ func (v *rankVerifier) checkCheckpoint(under *tier.Tiers, snap wal.Snapshot) err
 		return err
 	}
 	got := snap.Events
-	if lanes.GroupSnapshot(got) {
+	if groupgate.IsSnapshot(got) {
 		// Each group's blocks: compare the trees they rebuild.
 		st := tier.New(index.New(index.Options{RankCapacity: 1}))
-		gs := lanes.GroupTree(st, v.r, v.kinds)
+		gs := groupgate.NewTree(st, v.r, v.kinds)
 		for i := range got {
 			gs.Apply(&got[i])
 		}

@@ -14,6 +14,9 @@
 //   - A worker belongs to one partition: Claim refuses a worker that has ranks in another one
 //     (ErrWorkerElsewhere) until Release (its removal).
 //   - Reads never create a partition: Lookup answers ok=false for an unknown one.
+//   - No read waits for an fsync: Ensure writes a new partition's record outside the lock every
+//     Lookup and Get take (creations are serialized among themselves); the partition joins the
+//     set once its record is durable. (Drop still commits under it: a partition's drop is rare.)
 //
 // # Record (global metadata 'K' | "partition/" | id as decimal)
 //

@@ -28,6 +28,20 @@ var (
 	ErrDropped = errors.New("partition: dropped")
 )
 
+// ElsewhereError is a refusal of a worker that belongs to another partition (Have); it is
+// ErrWorkerElsewhere. The doors answer it with how to fix it (the server: remove the worker
+// first, or write into its partition).
+type ElsewhereError struct {
+	Worker uint64
+	Have   Key
+}
+
+func (e *ElsewhereError) Error() string {
+	return fmt.Sprintf("%v: worker %d has ranks in partition %s", ErrWorkerElsewhere, e.Worker, e.Have)
+}
+
+func (e *ElsewhereError) Unwrap() error { return ErrWorkerElsewhere }
+
 // DefaultName is the model_name and routing_group of the default partition.
 const DefaultName = "default"
 
@@ -99,6 +113,8 @@ type Set struct {
 	log       *wal.Log
 	blockSize int // the block size of a partition created by a /v1 write
 	ixOpts    index.Options
+
+	creating sync.Mutex // held by Ensure while it records a new partition (mu is not)
 
 	mu      sync.RWMutex
 	byID    map[uint32]*Partition
@@ -189,39 +205,38 @@ func (s *Set) TiersOf(id uint32) *tier.Tiers {
 
 // Ensure returns k's partition, creating and persisting it when needed. blockSize 0 takes the
 // set's default; a partition that exists (persisted) with another block size is refused.
+//
+// The record of a new partition is committed (a synced log write) under creating, not under mu:
+// every Lookup and Get (each query) takes mu, and none waits for an fsync. The partition joins
+// the set once its record is durable.
 func (s *Set) Ensure(ctx context.Context, k Key, blockSize int) (*Partition, error) {
 	if err := k.check(); err != nil {
 		return nil, err
 	}
-	// Every ingest batch ensures its partition: the one that exists is found under the read
-	// lock, which the queries' Lookup shares, not the write lock. Creating one takes the write
-	// lock across its durable commit (once per partition).
-	s.mu.RLock()
-	if p := s.byKey[k]; p != nil && p.persisted {
-		have := p.BlockSize
-		s.mu.RUnlock()
-		if blockSize != 0 && blockSize != have {
-			return nil, fmt.Errorf("%w: partition %s has block size %d, not %d", ErrBlockSizeMismatch, k, have, blockSize)
-		}
-		return p, nil
+	if p, ok, err := s.existing(k, blockSize); ok || err != nil {
+		return p, err
 	}
-	s.mu.RUnlock()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p := s.byKey[k]
-	if p != nil && p.persisted {
-		if blockSize != 0 && blockSize != p.BlockSize {
-			return nil, fmt.Errorf("%w: partition %s has block size %d, not %d", ErrBlockSizeMismatch, k, p.BlockSize, blockSize)
-		}
-		return p, nil
+	s.creating.Lock()
+	defer s.creating.Unlock()
+	if p, ok, err := s.existing(k, blockSize); ok || err != nil {
+		return p, err // made while this call waited
 	}
 	if blockSize == 0 {
 		blockSize = s.blockSize
 	}
-	if p == nil {
-		p = newPartition(s.next, k, 0, s.ixOpts)
+	// The id: an unrecorded partition of k keeps its own (the default partition, or one a
+	// damaged dir's rank made up); a new one takes the next id, reserved now so that nothing
+	// else takes it while the record is written (an id whose record fails is skipped: ids only
+	// grow).
+	s.mu.Lock()
+	p := s.byKey[k]
+	id := s.next
+	if p != nil {
+		id = p.ID
+	} else {
+		s.next++
 	}
-	p.BlockSize = blockSize
+	s.mu.Unlock()
 	if s.log != nil {
 		v, err := json.Marshal(record{ModelName: k.ModelName, RoutingGroup: k.RoutingGroup, BlockSize: blockSize})
 		if err != nil {
@@ -229,28 +244,41 @@ func (s *Set) Ensure(ctx context.Context, k Key, blockSize int) (*Partition, err
 		}
 		b := s.log.NewBatch()
 		defer b.Close()
-		b.SetMeta(metaPrefix+strconv.FormatUint(uint64(p.ID), 10), v)
+		b.SetMeta(metaPrefix+strconv.FormatUint(uint64(id), 10), v)
 		if err := s.log.Commit(ctx, b); err != nil {
 			return nil, fmt.Errorf("partition: recording %s: %w", k, err)
 		}
 	}
-	p.persisted = true
-	if _, ok := s.byID[p.ID]; !ok && p.ID == s.next {
-		s.next++
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p == nil || s.byKey[k] != p {
+		p = newPartition(id, k, 0, s.ixOpts)
 	}
+	p.BlockSize, p.persisted = blockSize, true
 	s.byID[p.ID], s.byKey[k] = p, p
 	return p, nil
+}
+
+// existing returns k's recorded partition (ok), refusing another block size; ok is false when
+// k has none yet.
+func (s *Set) existing(k Key, blockSize int) (*Partition, bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	p := s.byKey[k]
+	if p == nil || !p.persisted {
+		return nil, false, nil
+	}
+	if blockSize != 0 && blockSize != p.BlockSize {
+		return nil, false, fmt.Errorf("%w: partition %s has block size %d, not %d", ErrBlockSizeMismatch, k, p.BlockSize, blockSize)
+	}
+	return p, true, nil
 }
 
 // CheckSize reports, without changing anything, whether Ensure(k, blockSize) would refuse the
 // block size (ErrBlockSizeMismatch).
 func (s *Set) CheckSize(k Key, blockSize int) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if p := s.byKey[k]; p != nil && p.persisted && blockSize != 0 && blockSize != p.BlockSize {
-		return fmt.Errorf("%w: partition %s has block size %d, not %d", ErrBlockSizeMismatch, k, p.BlockSize, blockSize)
-	}
-	return nil
+	_, _, err := s.existing(k, blockSize)
+	return err
 }
 
 // Claim records that worker belongs to partition id; a worker of another partition is refused.
@@ -261,7 +289,7 @@ func (s *Set) Claim(worker uint64, id uint32) error {
 		return fmt.Errorf("%w: partition %d", ErrDropped, id)
 	}
 	if have, ok := s.workers[worker]; ok && have != id {
-		return fmt.Errorf("%w: worker %d has ranks in partition %s", ErrWorkerElsewhere, worker, s.byID[have].Key)
+		return &ElsewhereError{Worker: worker, Have: s.byID[have].Key}
 	}
 	s.workers[worker] = id
 	return nil

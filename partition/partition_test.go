@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -138,5 +139,59 @@ func TestDropIsDurable(t *testing.T) {
 	again, err := s.Ensure(ctx, llama.Key, 16)
 	if err != nil || again.BlockSize != 16 || again.ID == llama.ID {
 		t.Fatalf("llama again with another block size: %+v %v, want a new partition of block size 16", again, err)
+	}
+}
+
+// TestEnsureConcurrent: concurrent Ensures of the same keys agree on one partition per key, and
+// distinct keys get distinct ids (creation is serialized outside the lookup lock).
+func TestEnsureConcurrent(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open("data", store.Options{FS: vfs.NewMem(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	lg, err := wal.Open(st, wal.Options{Durability: wal.Sync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lg.Close()
+	s, err := Open(lg, 16, index.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []Key{Default, KeyOf("a", "", ""), KeyOf("b", "", ""), KeyOf("c", "g", "")}
+	got := make([][]*Partition, 8)
+	var wg sync.WaitGroup
+	for g := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, k := range keys {
+				p, err := s.Ensure(ctx, k, 0)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got[g] = append(got[g], p)
+			}
+		}()
+	}
+	wg.Wait()
+	ids := map[uint32]Key{}
+	for i, k := range keys {
+		p, ok := s.Lookup(k)
+		if !ok || !s.Recorded(p.ID) {
+			t.Fatalf("%s: %+v %v, want recorded", k, p, ok)
+		}
+		if other, dup := ids[p.ID]; dup {
+			t.Fatalf("%s and %s share id %d", k, other, p.ID)
+		}
+		ids[p.ID] = k
+		for g := range got {
+			if got[g][i] != p {
+				t.Fatalf("goroutine %d got partition %+v for %s, the set has %+v", g, got[g][i], k, p)
+			}
+		}
 	}
 }

@@ -82,6 +82,17 @@ type registration struct {
 	SourceID       string `json:"source_id"`
 }
 
+// reregisterConflict is the 409 of a /register of a registered (instance_id, dp_rank) with
+// other settings: it names the stored registration and the way out.
+func reregisterConflict(old registration) string {
+	replay := ""
+	if old.ReplayEndpoint != "" {
+		replay = ", replay_endpoint " + old.ReplayEndpoint
+	}
+	return fmt.Sprintf("instance %d dp_rank %d %v with endpoint %s%s, block_size %d: register the same settings again, "+
+		"or POST /unregister it first", old.InstanceID, old.DPRank, ErrAlreadyRegistered, old.Endpoint, replay, old.BlockSize)
+}
+
 func (r registration) key() partition.Key {
 	return partition.Key{ModelName: r.ModelName, RoutingGroup: r.RoutingGroup}
 }
@@ -287,13 +298,14 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 	defer s.reg.mu.Unlock()
 	if have := s.reg.instance(reg.InstanceID); len(have) > 0 {
 		if have[0].key() != key {
-			s.partitionError(w, fmt.Errorf("%w: instance %d is already registered for model=%s routing_group=%s",
-				partition.ErrWorkerElsewhere, reg.InstanceID, have[0].ModelName, have[0].RoutingGroup), -1)
+			writeError(w, http.StatusConflict, fmt.Sprintf("%v: instance %d is already registered for model_name=%s routing_group=%s "+
+				"(endpoint %s); register it with that model_name and routing_group, or POST /unregister it first",
+				partition.ErrWorkerElsewhere, reg.InstanceID, have[0].ModelName, have[0].RoutingGroup, have[0].Endpoint))
 			return
 		}
 		if old, ok := s.reg.regs[reg.InstanceID][reg.DPRank]; ok {
 			if old != reg {
-				writeError(w, http.StatusConflict, fmt.Errorf("instance %d dp_rank %d %w", reg.InstanceID, reg.DPRank, ErrAlreadyRegistered).Error())
+				writeError(w, http.StatusConflict, reregisterConflict(old))
 				return
 			}
 			// The same registration again (a client re-registering after an indexer restart,
@@ -315,7 +327,7 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, hadPartition := s.parts.WorkerPartition(reg.InstanceID)
-	if _, err := s.e.PlaceFrom(r.Context(), engine.SourceDynamo, key, reg.BlockSize, reg.InstanceID); err != nil {
+	if _, err := s.e.Place(r.Context(), engine.Placement{Door: engine.SourceDynamo, Key: key, BlockSize: reg.BlockSize, Worker: reg.InstanceID}); err != nil {
 		s.partitionError(w, err, -1)
 		return
 	}

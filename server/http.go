@@ -607,20 +607,15 @@ func (s *Server) removeWorker(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	// A partition that is given and is not the worker's answers as for an unknown worker.
-	id, _ := s.e.WorkerPartition(wid, namedKey(r))
-	gone, err := s.e.RemoveWorker(r.Context(), wid, namedKey(r))
+	// A partition that is given and is not the worker's answers as for an unknown worker. The
+	// engine's Remove ends the worker's lease and drops the partition it left when nothing else
+	// is in it (docs/CONTRACT.md §9; the Left hook keeps a partition a registration names).
+	gone, err := s.e.Remove(r.Context(), wid, namedKey(r))
 	if err != nil {
 		s.submitError(w, err)
 		return
 	}
-	n := gone.Ranks
-	if gone.Any() {
-		s.reg.mu.Lock()
-		s.dropIfLeft(r.Context(), id) // the partition's last worker may have left (docs/CONTRACT.md §9)
-		s.reg.mu.Unlock()
-	}
-	writeJSON(w, http.StatusOK, map[string]int{"removed_ranks": n})
+	writeJSON(w, http.StatusOK, map[string]int{"removed_ranks": gone.Ranks})
 }
 
 // pathRank reads {worker_id} and {dp_rank} from the path.

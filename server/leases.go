@@ -96,7 +96,8 @@ func (s *Server) putLease(w http.ResponseWriter, r *http.Request) {
 	l, err := s.e.SetLease(r.Context(), wid, ttl, key)
 	switch {
 	case errors.Is(err, partition.ErrWorkerElsewhere):
-		writeError(w, http.StatusConflict, err.Error())
+		msg, _ := elsewhereFix(err)
+		writeError(w, http.StatusConflict, msg)
 		return
 	case errors.Is(err, engine.ErrBadLease):
 		writeError(w, http.StatusBadRequest, err.Error())

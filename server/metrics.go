@@ -190,7 +190,7 @@ func exponentialBuckets(start, factor float64, n int) []float64 {
 
 // registerEngine adds the engine's own collectors (its TreeDump cache, its ingest bound).
 func (m *metrics) registerEngine(e *engine.Engine) {
-	m.register(e.DumpCache())
+	m.register(dumpCacheCollector{e})
 	m.register(admissionCollector{e}) // admission.go
 }
 

@@ -2,7 +2,9 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+	"net/url"
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/partition"
@@ -83,11 +85,31 @@ func (s *Server) ingestError(w http.ResponseWriter, err error) {
 		s.submitError(w, pe.Err)
 		return
 	}
+	msg := err.Error()
+	if fix, ok := elsewhereFix(err); ok {
+		msg = fix
+	}
 	if pe.Index >= 0 {
-		writeJSON(w, code, map[string]any{"error": err.Error(), "index": pe.Index})
+		writeJSON(w, code, map[string]any{"error": msg, "index": pe.Index})
 		return
 	}
-	writeError(w, code, err.Error())
+	writeError(w, code, msg)
+}
+
+// elsewhereFix words a refusal of a worker of another partition (partition.ElsewhereError) with
+// the two ways out: write into the worker's partition, or remove the worker first.
+func elsewhereFix(err error) (string, bool) {
+	var ee *partition.ElsewhereError
+	if !errors.As(err, &ee) {
+		return "", false
+	}
+	q := url.Values{"model_name": {ee.Have.ModelName}}
+	if ee.Have.RoutingGroup != partition.DefaultName {
+		q.Set("routing_group", ee.Have.RoutingGroup)
+	}
+	return fmt.Sprintf("worker %d has ranks in partition model_name=%s routing_group=%s, and a worker belongs to one partition: "+
+		"post with ?%s, or remove the worker first (DELETE /v1/workers/%d)",
+		ee.Worker, ee.Have.ModelName, ee.Have.RoutingGroup, q.Encode(), ee.Worker), true
 }
 
 // partitionError answers a placement error that is not an engine.PlaceError.

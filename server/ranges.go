@@ -24,7 +24,7 @@ import (
 // the id of the last one returned (limit=0 is a 400, as is a query parameter other than start,
 // end and limit).
 //
-// TreeDumps come from the single-flight, cached builder in dumpcache.go. newest and oldest are
+// TreeDumps come from the single-flight, cached builder of package dumpcache. newest and oldest are
 // read on the rank's lane (consistent with its writes); the Events themselves are read after,
 // from one Pebble iterator, so the lane is not held for a long read.
 func (s *Server) rankEvents(w http.ResponseWriter, r *http.Request) {

@@ -187,7 +187,7 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.e, s.parts, s.approx = e, e.Partitions(), e.Approx()
-	e.SetLeft(func(ctx context.Context, id uint32) { // a lease's grace removed a worker
+	e.SetLeft(func(ctx context.Context, id uint32) { // Remove (DELETE, a lease's grace) removed a worker
 		s.reg.mu.Lock()
 		defer s.reg.mu.Unlock()
 		s.dropIfLeft(ctx, id)

@@ -47,7 +47,8 @@ func (s *Server) newNATS() *natsrc.Manager {
 	return natsrc.NewManager(s.e.SourceDoor(), s.e, natsrc.Options{Logger: s.cfg.Logger, AuthToken: s.cfg.AuthToken, Peers: s.bootstrapPeers,
 		Partition: func(ctx context.Context, cfg natsrc.Config, worker uint64) (uint32, error) {
 			kinds, _ := event.ParseGroupKinds(cfg.IndexedGroupKinds) // checked when the source was added
-			return s.e.PlaceSource(ctx, engine.SourceNATS, partition.KeyOf(cfg.ModelName, cfg.RoutingGroup, ""), 0, worker, kinds)
+			return s.e.Place(ctx, engine.Placement{Door: engine.SourceNATS, Key: partition.KeyOf(cfg.ModelName, cfg.RoutingGroup, ""),
+				Worker: worker, EventSource: true, Kinds: kinds})
 		}})
 }
 

@@ -118,7 +118,7 @@ func (s *Server) Place(ctx context.Context, cfg vllm.Config, topic string, worke
 		src = engine.SourceDynamo // the source of a /register
 	}
 	kinds, _ := event.ParseGroupKinds(cfg.IndexedGroupKinds) // checked when the source was added
-	id, err := s.e.PlaceSource(ctx, src, key, bs, worker, kinds)
+	id, err := s.e.Place(ctx, engine.Placement{Door: src, Key: key, BlockSize: bs, Worker: worker, EventSource: true, Kinds: kinds})
 	if err != nil {
 		return 0, fmt.Errorf("source %s: %w", cfg.ID, err)
 	}

@@ -45,7 +45,7 @@
 // of a block's token_ids (event.BlockHashes, with the batch's block_size and lora_name), block_hash the
 // engine's hash. group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window and the block size of
 // a hybrid model's KV-cache group become the event's event.Group (a kind this build does not know
-// is event.GroupKindOther, logged once per source); the lanes decide what it means (lanes/groups.go).
+// is event.GroupKindOther, logged once per source); the lanes decide what it means (lanes/groups.go, groupgate).
 // Media map to storage tiers as Dynamo's do (TierOf, docs/CONTRACT.md §7): GPU, DEVICE (or
 // absent) are the device tier; CPU, CPU_PINNED, CPU_TIER1 host_pinned; CPU_TIER2, DISK, NVME,
 // STORAGE disk; EXTERNAL, NETWORK, REMOTE, SHARED external; any other medium is taken as device

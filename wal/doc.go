@@ -165,4 +165,25 @@
 //
 // Gap sequence numbers rise per rank (1, 2, ...); a gap outcome is 0 lost, 1 recovered,
 // 2 pending. Global metadata ('K'|name) values are opaque here.
+//
+// # Global metadata names
+//
+// Every name other packages keep under 'K', by prefix (one place to look before adding one; a
+// name must not start with another's prefix):
+//
+//	name                                     owner                   value
+//	partition/<id>                           partition               the partition's record (JSON: names, block size)
+//	partition-next                           partition               the next partition id once one was dropped (decimal)
+//	source/<worker_id>                       engine (sources.go)     the worker's recovery URL
+//	wsource/<worker_id>                      engine (sources.go)     the kind of door that last fed the worker
+//	groupkinds/<worker_id>                   groupgate               its event source's indexed group kinds (comma separated)
+//	lease/<worker_id>                        engine (lease.go)       the worker's lease (deadline, ttl, implied)
+//	register/<instance_id>/<dp_rank>         server (dynamo.go)      a Dynamo /register (JSON)
+//	peer/<url>                               server (dynamo.go)      a registered peer (empty)
+//	zmqsource/<id>                           server (sources.go)     a vLLM ZMQ source added over HTTP or by /register (JSON)
+//	natssource/<id>                          server (sources_nats)   a NATS source added over HTTP (JSON)
+//	zmq/<id>/seq                             vllm                    a ZMQ source's seq cursor (8 bytes)
+//	js/<id>/seq                              natsrc                  a JetStream source's applied stream sequence (8 bytes)
+//	js/<id>/rank/<part>/<worker>/<dp>        natsrc                  the newest stream sequence applied to a rank (8 bytes)
+//	nats/<id>/pub/<publisher_id>             natsrc                  a Core publisher's newest sequence (8 bytes)
 package wal

@@ -1,26 +1,26 @@
-package engine
+package dumpcache
 
 import (
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/lanes"
 	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/wal"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/zeebo/xxh3"
 )
 
-// DumpCacheOptions configure the TreeDump cache of the range route (docs/CONTRACT.md §5 "Serving ranges").
+// Options configure the TreeDump cache of the range route (docs/CONTRACT.md §5 "Serving ranges").
 // Zero values take the documented defaults.
-type DumpCacheOptions struct {
+type Options struct {
 	// MaxCost bounds the encoded bytes of the cached TreeDump answers; default 256 MiB. Negative
 	// disables the cache (builds are still single-flight).
 	MaxCost int64
@@ -33,28 +33,58 @@ type DumpCacheOptions struct {
 	NumCounters int64
 }
 
-// Defaults of DumpCacheOptions.
+// Defaults of Options.
 const (
-	DefaultDumpCacheMaxCost      = 256 << 20
-	DefaultDumpCacheAppendBudget = 4096
-	DefaultDumpCacheNumCounters  = 100_000
+	DefaultMaxCost      = 256 << 20
+	DefaultAppendBudget = 4096
+	DefaultNumCounters  = 100_000
 )
 
-func (o *DumpCacheOptions) defaults() {
+func (o *Options) defaults() {
 	if o.MaxCost == 0 {
-		o.MaxCost = DefaultDumpCacheMaxCost
+		o.MaxCost = DefaultMaxCost
 	}
 	if o.AppendBudget == 0 {
-		o.AppendBudget = DefaultDumpCacheAppendBudget
+		o.AppendBudget = DefaultAppendBudget
 	}
 	if o.NumCounters <= 0 {
-		o.NumCounters = DefaultDumpCacheNumCounters
+		o.NumCounters = DefaultNumCounters
 	}
 }
 
-// ErrDumpCacheClosed is returned by a TreeDump request after the cache was closed (the server is
-// shutting down).
-var ErrDumpCacheClosed = errors.New("server: dump cache closed")
+// Sentinels.
+var (
+	// ErrClosed is returned by a TreeDump request after the cache was closed (the server is
+	// shutting down).
+	ErrClosed = errors.New("server: dump cache closed")
+	// ErrUnknownRank is what Ranks.Do returns (wrapped or not) for a rank the lanes do not know.
+	ErrUnknownRank = errors.New("dumpcache: unknown rank")
+)
+
+// RankState is what the cache needs of a rank's status to tell whether a cached dump is still
+// valid (read on the rank's lane). Known is false for a rank with no logged id yet.
+type RankState struct {
+	Known       bool
+	Last        uint64
+	Lost, Rec   uint64
+	Degraded    bool
+	Incarnation uint64
+}
+
+// Ranks is what the cache reads of the ranks it serves (the engine).
+type Ranks interface {
+	// Do runs fn on rk's lane, consistent with its writes; an unknown rank is ErrUnknownRank.
+	Do(ctx context.Context, rk event.Rank, fn func()) error
+	// State is rk's status (on its lane).
+	State(rk event.Rank) RankState
+	// DumpRank dumps rk's state in every tier (on its lane).
+	DumpRank(rk event.Rank, fn func(ev *event.RouterEvent) error) error
+	// Range reads up to n events of rk's log from id from.
+	Range(rk event.Rank, from uint64, n int, fn func(ev *event.RouterEvent) error) error
+}
+
+// Counters are the cache's counters since New.
+type Counters struct{ Builds, Hits, Misses, Extensions, Shared uint64 }
 
 // dumpEntry is one rank's encoded TreeDump answer, immutable once built (readers share it).
 //
@@ -99,15 +129,18 @@ type flight struct {
 	err  error
 }
 
-// dumpCache owns the TreeDump cache (ristretto, keyed by rank) and the single-flight table. Its
-// zero value is usable with the default options; configure (before first use) sets others. The
-// ristretto cache, and with it its goroutine, is created on first use and stopped by close.
+// Cache owns the TreeDump cache (ristretto, keyed by rank) and the single-flight table. Its
+// ristretto cache, and with it its goroutine, is created on first use and stopped by Close.
 //
 // Invariants: an entry in the cache came from a successful build or extension; a failed build
 // deletes the rank's entry; at most one flight per rank runs at a time.
-type dumpCache struct {
+type Cache struct {
+	ranks   Ranks
+	timeout time.Duration // a flight's bound for getting onto the rank's lane
+	lg      *slog.Logger
+
 	mu      sync.Mutex // guards the fields below
-	opts    DumpCacheOptions
+	opts    Options
 	started bool
 	closed  bool
 	c       *ristretto.Cache[string, *dumpEntry]
@@ -119,21 +152,33 @@ type dumpCache struct {
 	hits, misses, builds, extensions, shared atomic.Uint64
 }
 
-// configure sets the options; it has no effect once the cache was used.
-func (d *dumpCache) configure(o DumpCacheOptions) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.started {
-		d.opts = o
+// New returns a cache of ranks' TreeDumps with options o; a flight waits at most timeout to get
+// onto a rank's lane.
+func New(ranks Ranks, o Options, timeout time.Duration, lg *slog.Logger) *Cache {
+	if lg == nil {
+		lg = slog.Default()
 	}
+	return &Cache{ranks: ranks, timeout: timeout, lg: lg, opts: o}
 }
 
+// SetTestBuild installs a hook run on the lane before each full build; an error fails the build
+// (tests of the single flight and of failed builds).
+func (d *Cache) SetTestBuild(f func(event.Rank) error) { d.testBuild = f }
+
+// Counters reads the cache's counters.
+func (d *Cache) Counters() Counters {
+	return Counters{Builds: d.builds.Load(), Hits: d.hits.Load(), Misses: d.misses.Load(), Extensions: d.extensions.Load(), Shared: d.shared.Load()}
+}
+
+// Bytes is the cache's bytes held now and its bound.
+func (d *Cache) Bytes() (used, limit uint64) { return d.usedBytes(), d.maxBytes() }
+
 // cache returns the ristretto cache (nil when disabled), creating it on first use.
-func (d *dumpCache) cache() (*ristretto.Cache[string, *dumpEntry], error) {
+func (d *Cache) cache() (*ristretto.Cache[string, *dumpEntry], error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return nil, ErrDumpCacheClosed
+		return nil, ErrClosed
 	}
 	if !d.started {
 		d.started = true
@@ -155,8 +200,8 @@ func (d *dumpCache) cache() (*ristretto.Cache[string, *dumpEntry], error) {
 	return d.c, nil
 }
 
-// close stops the ristretto goroutine; later requests get ErrDumpCacheClosed.
-func (d *dumpCache) close() {
+// Close stops the ristretto goroutine; later requests get ErrClosed.
+func (d *Cache) Close() {
 	d.mu.Lock()
 	c := d.c
 	d.closed, d.c = true, nil
@@ -187,10 +232,9 @@ func put(c *ristretto.Cache[string, *dumpEntry], e *dumpEntry) {
 	}
 }
 
-// treeDump returns rk's TreeDump answer (the whole body), single-flight: a request for a rank with
+// TreeDump returns rk's TreeDump answer (the whole body), single-flight: a request for a rank with
 // a flight in progress waits for that flight's answer instead of starting its own.
-func (s *Engine) treeDump(ctx context.Context, rk event.Rank) ([]byte, error) {
-	d := &s.dumps
+func (d *Cache) TreeDump(ctx context.Context, rk event.Rank) ([]byte, error) {
 	c, err := d.cache()
 	if err != nil {
 		return nil, err
@@ -216,16 +260,16 @@ func (s *Engine) treeDump(ctx context.Context, rk event.Rank) ([]byte, error) {
 
 	// The flight outlives its first requester's cancellation (others may wait on it), bounded
 	// by the submit timeout for getting onto the lane.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.SubmitTimeout)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.timeout)
 	func() {
 		// A panicking build must still end the flight: its followers would wait forever.
 		defer func() {
 			if p := recover(); p != nil {
 				f.err = fmt.Errorf("server: building the TreeDump of rank %v panicked: %v", rk, p)
-				s.lg.Error("TreeDump build panicked", "worker_id", rk.WorkerID, "dp_rank", rk.DPRank, "panic", fmt.Sprint(p))
+				d.lg.Error("TreeDump build panicked", "worker_id", rk.WorkerID, "dp_rank", rk.DPRank, "panic", fmt.Sprint(p))
 			}
 		}()
-		f.e, f.how, f.err = s.dumpFlight(fctx, c, rk)
+		f.e, f.how, f.err = d.flight(fctx, c, rk)
 	}()
 	cancel()
 	if c != nil {
@@ -248,7 +292,7 @@ func (s *Engine) treeDump(ctx context.Context, rk event.Rank) ([]byte, error) {
 	return f.e.buf, nil
 }
 
-func (d *dumpCache) count(how outcome) {
+func (d *Cache) count(how outcome) {
 	switch how {
 	case outcomeHit, outcomeExtended:
 		d.hits.Add(1)
@@ -260,14 +304,13 @@ func (d *dumpCache) count(how outcome) {
 // dumpFlight computes rk's answer: the cached entry if still valid, the entry plus a Stored tail
 // when that is safe, else a full build. Everything that decides is read on the rank's lane;
 // encoding happens after, off the lane.
-func (s *Engine) dumpFlight(ctx context.Context, c *ristretto.Cache[string, *dumpEntry], rk event.Rank) (*dumpEntry, outcome, error) {
-	d := &s.dumps
+func (d *Cache) flight(ctx context.Context, c *ristretto.Cache[string, *dumpEntry], rk event.Rank) (*dumpEntry, outcome, error) {
 	var cached *dumpEntry
 	if c != nil {
 		cached, _ = c.Get(cacheKey(rk))
 	}
 	var (
-		st      ruleStatus
+		st      RankState
 		how     outcome
 		dumped  []event.RouterEvent // full build
 		tail    []event.RouterEvent // extension
@@ -276,18 +319,18 @@ func (s *Engine) dumpFlight(ctx context.Context, c *ristretto.Cache[string, *dum
 		covered int
 		err     error
 	)
-	derr := s.pipe.Do(ctx, rk, func() {
-		st = s.rankStatus(rk)
-		if cached != nil && st.known && cached.incarnation == st.incarnation && cached.last <= st.last && cached.lost == st.lost &&
-			cached.rec == st.rec && cached.degraded == st.degraded {
+	derr := d.ranks.Do(ctx, rk, func() {
+		st = d.ranks.State(rk)
+		if cached != nil && st.Known && cached.incarnation == st.Incarnation && cached.last <= st.Last && cached.lost == st.Lost &&
+			cached.rec == st.Rec && cached.degraded == st.Degraded {
 			var ok bool
-			tail, fp, ok, err = s.readTail(rk, cached, st.last, d.appendBudget())
+			tail, fp, ok, err = d.readTail(rk, cached, st.Last, d.appendBudget())
 			if err != nil {
 				return
 			}
 			if ok {
-				how, covered, hasFP = outcomeExtended, int(st.last-cached.last), true
-				if st.last == cached.last {
+				how, covered, hasFP = outcomeExtended, int(st.Last-cached.last), true
+				if st.Last == cached.last {
 					how = outcomeHit
 				}
 				return
@@ -299,19 +342,19 @@ func (s *Engine) dumpFlight(ctx context.Context, c *ristretto.Cache[string, *dum
 				return
 			}
 		}
-		err = s.parts.TiersOf(rk.Partition).DumpRank(rk, func(ev *event.RouterEvent) error {
+		err = d.ranks.DumpRank(rk, func(ev *event.RouterEvent) error {
 			dumped = append(dumped, ev.Clone())
 			return nil
 		})
-		if err != nil || !st.known {
+		if err != nil || !st.Known {
 			return
 		}
-		fp, hasFP, err = s.fingerprint(rk, st.last)
+		fp, hasFP, err = d.fingerprint(rk, st.Last)
 	})
-	if errors.Is(derr, lanes.ErrUnknownRank) {
+	if errors.Is(derr, ErrUnknownRank) {
 		// Never written, or removed: an empty dump, built without registering the rank (docs/CONTRACT.md §5
 		// lifecycle rule 5) and never cached.
-		st, how, dumped, derr = ruleStatus{}, outcomeBuilt, nil, nil
+		st, how, dumped, derr = RankState{}, outcomeBuilt, nil, nil
 	}
 	if derr != nil {
 		err = derr
@@ -324,20 +367,20 @@ func (s *Engine) dumpFlight(ctx context.Context, c *ristretto.Cache[string, *dum
 		return cached, how, nil
 	case outcomeExtended:
 		d.extensions.Add(1)
-		return cached.extend(tail, st.last, fp, covered), how, nil
+		return cached.extend(tail, st.Last, fp, covered), how, nil
 	}
 	d.builds.Add(1)
 	e, err := newDumpEntry(rk, dumped, st, fp)
 	if err != nil {
 		return nil, 0, err
 	}
-	if !st.known || !hasFP {
+	if !st.Known || !hasFP {
 		how = outcomeUncached
 	}
 	return e, how, nil
 }
 
-func (d *dumpCache) appendBudget() int {
+func (d *Cache) appendBudget() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.opts.AppendBudget
@@ -359,13 +402,13 @@ var errTailUnsafe = errors.New("tail cannot extend the dump")
 // ancestor) is skipped by the consumer as it would be left out of a fresh dump, so the extended
 // dump scores like a fresh one; a lower-tier Stored applies as it did here (continuation edges
 // need no parent).
-func (s *Engine) readTail(rk event.Rank, e *dumpEntry, newest uint64, budget int) (tail []event.RouterEvent, fp uint64, ok bool, err error) {
+func (d *Cache) readTail(rk event.Rank, e *dumpEntry, newest uint64, budget int) (tail []event.RouterEvent, fp uint64, ok bool, err error) {
 	if newest-e.last > uint64(max(budget-e.appended, 0)) {
 		return nil, 0, false, nil
 	}
 	want := e.last
 	var scratch []byte
-	err = s.log.Range(rk, e.last, int(newest-e.last)+1, func(ev *event.RouterEvent) error {
+	err = d.ranks.Range(rk, e.last, int(newest-e.last)+1, func(ev *event.RouterEvent) error {
 		if ev.EventID != want {
 			return errTailUnsafe
 		}
@@ -395,8 +438,8 @@ func (s *Engine) readTail(rk event.Rank, e *dumpEntry, newest uint64, budget int
 
 // fingerprint returns the xxh3 of rk's log record with id `id`; ok is false when the log does not
 // hold it (an empty log after a restore or a fold), which makes the dump uncacheable.
-func (s *Engine) fingerprint(rk event.Rank, id uint64) (fp uint64, ok bool, err error) {
-	err = s.log.Range(rk, id, 1, func(ev *event.RouterEvent) error {
+func (d *Cache) fingerprint(rk event.Rank, id uint64) (fp uint64, ok bool, err error) {
+	err = d.ranks.Range(rk, id, 1, func(ev *event.RouterEvent) error {
 		if ev.EventID == id {
 			fp, ok = xxh3.Hash(wal.EncodeRecord(nil, ev)), true
 		}
@@ -405,17 +448,17 @@ func (s *Engine) fingerprint(rk event.Rank, id uint64) (fp uint64, ok bool, err 
 	return fp, ok, err
 }
 
-func newDumpEntry(rk event.Rank, evs []event.RouterEvent, st ruleStatus, fp uint64) (*dumpEntry, error) {
-	e := &dumpEntry{rank: rk, incarnation: st.incarnation, last: st.last, lost: st.lost, rec: st.rec, degraded: st.degraded, fp: fp, events: len(evs)}
+func newDumpEntry(rk event.Rank, evs []event.RouterEvent, st RankState, fp uint64) (*dumpEntry, error) {
+	e := &dumpEntry{rank: rk, incarnation: st.Incarnation, last: st.Last, lost: st.Lost, rec: st.Rec, degraded: st.Degraded, fp: fp, events: len(evs)}
 	size := 64
 	for i := range evs {
 		size += 96 + 64*len(evs[i].Blocks)
 	}
-	buf, err := recovery.AppendAnswerJSON(make([]byte, 0, size), &recovery.Answer{Kind: recovery.AnswerTreeDump, Events: evs, LastEventID: st.last})
+	buf, err := recovery.AppendAnswerJSON(make([]byte, 0, size), &recovery.Answer{Kind: recovery.AnswerTreeDump, Events: evs, LastEventID: st.Last})
 	if err != nil {
 		return nil, err
 	}
-	e.bodyEnd = len(buf) - len(treeDumpSuffix(nil, st.last))
+	e.bodyEnd = len(buf) - len(treeDumpSuffix(nil, st.Last))
 	e.buf = append(buf, '\n')
 	return e, nil
 }
@@ -451,34 +494,9 @@ func (e *dumpEntry) extend(tail []event.RouterEvent, newest, fp uint64, covered 
 	return &n
 }
 
-// Collector: the dump cache's counters (registered in newMetrics).
-
-var (
-	descDumpHits   = prometheus.NewDesc("kvindex_dump_cache_hits_total", "TreeDump answers served from the cache (unchanged or extended with a Stored tail).", nil, nil)
-	descDumpMisses = prometheus.NewDesc("kvindex_dump_cache_misses_total", "TreeDump answers that needed a full build (shared builds counted per request).", nil, nil)
-	descDumpBuilds = prometheus.NewDesc("kvindex_dump_builds_total", "Full TreeDump builds (DumpRank runs).", nil, nil)
-	descDumpExt    = prometheus.NewDesc("kvindex_dump_cache_extensions_total", "Cached TreeDumps extended with a Stored tail instead of rebuilt.", nil, nil)
-	descDumpShared = prometheus.NewDesc("kvindex_dump_shared_total", "TreeDump requests that waited on another request's flight.", nil, nil)
-)
-
-func (d *dumpCache) Describe(ch chan<- *prometheus.Desc) {
-	for _, x := range []*prometheus.Desc{descDumpHits, descDumpMisses, descDumpBuilds, descDumpExt, descDumpShared} {
-		ch <- x
-	}
-}
-
-func (d *dumpCache) Collect(ch chan<- prometheus.Metric) {
-	for _, x := range []struct {
-		d *prometheus.Desc
-		v *atomic.Uint64
-	}{{descDumpHits, &d.hits}, {descDumpMisses, &d.misses}, {descDumpBuilds, &d.builds}, {descDumpExt, &d.extensions}, {descDumpShared, &d.shared}} {
-		ch <- prometheus.MustNewConstMetric(x.d, prometheus.CounterValue, float64(x.v.Load()))
-	}
-}
-
 // usedBytes is the cost ristretto holds (the encoded answers' lengths); 0 before first use or
 // when disabled.
-func (d *dumpCache) usedBytes() uint64 {
+func (d *Cache) usedBytes() uint64 {
 	d.mu.Lock()
 	c := d.c
 	d.mu.Unlock()
@@ -489,18 +507,10 @@ func (d *dumpCache) usedBytes() uint64 {
 }
 
 // maxBytes is the cache's configured max cost (0 when disabled).
-func (d *dumpCache) maxBytes() uint64 {
+func (d *Cache) maxBytes() uint64 {
 	d.mu.Lock()
 	o := d.opts
 	d.mu.Unlock()
 	o.defaults()
 	return uint64(max(o.MaxCost, 0))
-}
-
-// DumpCache exports the TreeDump cache's metrics.
-func (s *Engine) DumpCache() prometheus.Collector { return &s.dumps }
-
-// DumpCacheBytes is the TreeDump cache's bytes held now and its bound.
-func (s *Engine) DumpCacheBytes() (used, limit uint64) {
-	return s.dumps.usedBytes(), s.dumps.maxBytes()
 }
