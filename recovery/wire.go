@@ -41,7 +41,7 @@ func (k AnswerKind) String() string {
 }
 
 // Answer is one range answer, the server's (MarshalJSON writes it) and the router's (the
-// Fetcher decodes it, RankState.OnAnswer applies it). Kind selects the meaningful fields:
+// Fetcher decodes it, Machine.OnAnswer applies it). Kind selects the meaningful fields:
 //
 //	AnswerEvents, AnswerTreeDump: Events, LastEventID
 //	AnswerTooNew:                 RequestedStart, RequestedEnd, NewestAvailable
