@@ -496,7 +496,7 @@ func (ln *lane) answer(o *op) {
 		if d.StaleAnswer {
 			return
 		}
-		outcome = answerOutcome(o.answer.Kind)
+		outcome = o.answer.Kind.Label()
 	}, func(st *recovery.Machine) recovery.Decision {
 		d := st.OnAnswer(o.token, o.answer)
 		if !d.StaleAnswer {
@@ -507,20 +507,6 @@ func (ln *lane) answer(o *op) {
 		}
 		return d
 	})
-}
-
-func answerOutcome(k recovery.AnswerKind) string {
-	switch k {
-	case recovery.AnswerEvents:
-		return "events"
-	case recovery.AnswerTreeDump:
-		return "treedump"
-	case recovery.AnswerTooNew:
-		return "too_new"
-	case recovery.AnswerInvalidRange:
-		return "invalid_range"
-	}
-	return "failed"
 }
 
 // launch writes the cursor of every touched rank into the batch and starts its commit; the

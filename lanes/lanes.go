@@ -123,8 +123,9 @@ type Listener struct {
 	// kind is not indexed (logged without its blocks), with the blocks it named.
 	GroupIgnored func(r event.Rank, kind event.GroupKind, blocks int)
 	// Fetch is called on the rank's lane when a recovery fetch's answer was taken, with its
-	// outcome: "events", "treedump", "too_new", "invalid_range", "failed" or "discarded" (the
-	// fetch was cancelled, superseded or its rank removed).
+	// outcome: the answer's recovery.AnswerKind.Label ("events", "treedump", "too_new",
+	// "invalid_range", "failed") or "discarded" (the fetch was cancelled, superseded or its rank
+	// removed).
 	Fetch func(r event.Rank, full bool, d time.Duration, outcome string)
 }
 
