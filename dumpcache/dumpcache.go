@@ -61,9 +61,9 @@ var (
 	ErrUnknownRank = errors.New("dumpcache: unknown rank")
 )
 
-// RankState is what the cache needs of a rank's status to tell whether a cached dump is still
+// Stamp is the part of a rank's status a cached dump is stamped with, to tell whether it is still
 // valid (read on the rank's lane). Known is false for a rank with no logged id yet.
-type RankState struct {
+type Stamp struct {
 	Known       bool
 	Last        uint64
 	Lost, Rec   uint64
@@ -76,7 +76,7 @@ type Ranks interface {
 	// Do runs fn on rk's lane, consistent with its writes; an unknown rank is ErrUnknownRank.
 	Do(ctx context.Context, rk event.Rank, fn func()) error
 	// State is rk's status (on its lane).
-	State(rk event.Rank) RankState
+	State(rk event.Rank) Stamp
 	// DumpRank dumps rk's state in every tier (on its lane).
 	DumpRank(rk event.Rank, fn func(ev *event.RouterEvent) error) error
 	// Range reads up to n events of rk's log from id from.
@@ -310,7 +310,7 @@ func (d *Cache) flight(ctx context.Context, c *ristretto.Cache[string, *dumpEntr
 		cached, _ = c.Get(cacheKey(rk))
 	}
 	var (
-		st      RankState
+		st      Stamp
 		how     outcome
 		dumped  []event.RouterEvent // full build
 		tail    []event.RouterEvent // extension
@@ -354,7 +354,7 @@ func (d *Cache) flight(ctx context.Context, c *ristretto.Cache[string, *dumpEntr
 	if errors.Is(derr, ErrUnknownRank) {
 		// Never written, or removed: an empty dump, built without registering the rank (docs/CONTRACT.md §5
 		// lifecycle rule 5) and never cached.
-		st, how, dumped, derr = RankState{}, outcomeBuilt, nil, nil
+		st, how, dumped, derr = Stamp{}, outcomeBuilt, nil, nil
 	}
 	if derr != nil {
 		err = derr
@@ -448,7 +448,7 @@ func (d *Cache) fingerprint(rk event.Rank, id uint64) (fp uint64, ok bool, err e
 	return fp, ok, err
 }
 
-func newDumpEntry(rk event.Rank, evs []event.RouterEvent, st RankState, fp uint64) (*dumpEntry, error) {
+func newDumpEntry(rk event.Rank, evs []event.RouterEvent, st Stamp, fp uint64) (*dumpEntry, error) {
 	e := &dumpEntry{rank: rk, incarnation: st.Incarnation, last: st.Last, lost: st.Lost, rec: st.Rec, degraded: st.Degraded, fp: fp, events: len(evs)}
 	size := 64
 	for i := range evs {

@@ -39,9 +39,9 @@ func (r dumpRanks) Do(ctx context.Context, rk event.Rank, fn func()) error {
 	return err
 }
 
-func (r dumpRanks) State(rk event.Rank) dumpcache.RankState {
+func (r dumpRanks) State(rk event.Rank) dumpcache.Stamp {
 	st := r.e.rankStatus(rk)
-	return dumpcache.RankState{Known: st.known, Last: st.last, Lost: st.lost, Rec: st.rec, Degraded: st.degraded, Incarnation: st.incarnation}
+	return dumpcache.Stamp{Known: st.known, Last: st.last, Lost: st.lost, Rec: st.rec, Degraded: st.degraded, Incarnation: st.incarnation}
 }
 
 func (r dumpRanks) DumpRank(rk event.Rank, fn func(ev *event.RouterEvent) error) error {

@@ -40,16 +40,16 @@ func (s *Engine) RangeAnswer(ctx context.Context, rk Rank, req recovery.RangeReq
 		}
 	}
 	switch recovery.RangeRule(req, view) {
-	case recovery.RangeInvalid:
+	case recovery.AnswerInvalidRange:
 		return &recovery.Answer{Kind: recovery.AnswerInvalidRange, StartID: req.Start, EndID: req.End}, nil, nil
-	case recovery.RangeTooNew:
+	case recovery.AnswerTooNew:
 		// requested_end is the end asked for, else the newest id (docs/CONTRACT.md §5).
 		end := req.End
 		if !req.HasEnd {
 			end = view.Newest
 		}
 		return &recovery.Answer{Kind: recovery.AnswerTooNew, RequestedStart: req.Start, RequestedEnd: end, NewestAvailable: view.Newest}, nil, nil
-	case recovery.RangeTreeDump:
+	case recovery.AnswerTreeDump:
 		body, err := s.dumps.TreeDump(ctx, rk)
 		return nil, body, err
 	}

@@ -6,6 +6,9 @@
 // wal/ encodes it on disk, index/ applies it, lanes/ and recovery/ route it, cmd/kvindex decodes it
 // from HTTP. It has no dependency on any other kvindex package.
 //
+// It also names the states of an event source (SourceState), the one vocabulary of the vLLM ZMQ
+// sources (vllm/) and the NATS sources (natsrc/), which import nothing of each other.
+//
 // Invariants:
 //   - Hashes and ids are uint64 end to end. JSON numbers are decoded digit by digit into uint64,
 //     never through float64; a value that is negative, fractional, has an exponent or exceeds

@@ -290,7 +290,7 @@ func (b *RankBuilder) publishCounts() {
 // link finds or creates the child of cur with tokens hash tok and, with hold, makes rank rs
 // hold it (rs holds no node at that position yet); without hold it pins it (kids + 1). cur is
 // held by rs, pinned, or the root, so it cannot be reclaimed meanwhile. Caller is in an epoch.
-func (ix *Index) link(rs *rankState, cur nref, tok, hash uint64, hold bool, d *deltas) nref {
+func (ix *Index) link(rs *rankEntry, cur nref, tok, hash uint64, hold bool, d *deltas) nref {
 	cn := ix.at(cur)
 	h := childHash(cur, tok)
 	s := ix.shardOf(h)

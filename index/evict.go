@@ -30,7 +30,7 @@ type orderState struct {
 func maxEvictedSet(live int) int { return live/4 + 64 }
 
 // noteStored records that rs newly holds block hash h (attach, with Options.Evictable).
-func (ix *Index) noteStored(rs *rankState, h uint64) {
+func (ix *Index) noteStored(rs *rankEntry, h uint64) {
 	o := &rs.ord
 	o.evicted.del(h)
 	if len(o.order)-o.head > 2*rs.lookup.len()+64 {
@@ -54,7 +54,7 @@ func (ix *Index) noteStored(rs *rankState, h uint64) {
 // duplicates of a hash (removed, then stored again), keeping the order of the rest. It compacts
 // in place (a pooled set finds the duplicates); with shrink (after an eviction) it reallocates to
 // give back room when the array is more than twice what is kept (plus 64).
-func (ix *Index) compactOrder(rs *rankState, shrink bool) {
+func (ix *Index) compactOrder(rs *rankEntry, shrink bool) {
 	o := &rs.ord
 	live := o.order[o.head:]
 	seen := seenSets.Get().(map[uint64]struct{})
@@ -87,7 +87,7 @@ var seenSets = sync.Pool{New: func() any { return make(map[uint64]struct{}) }}
 
 // forgetEvicted reports whether h was evicted from rs (and forgets it): a Removed of it is then
 // not block_not_found.
-func (ix *Index) forgetEvicted(rs *rankState, h uint64) bool {
+func (ix *Index) forgetEvicted(rs *rankEntry, h uint64) bool {
 	return rs.ord.evicted.del(h)
 }
 
@@ -96,7 +96,7 @@ func (ix *Index) forgetEvicted(rs *rankState, h uint64) bool {
 // it reports true; otherwise false (parent_block_not_found). A block the rank holds elsewhere
 // would move under the parent (attach): it is evicted from where it is. Invariant: a rank's
 // evicted set and its held blocks are disjoint.
-func (ix *Index) evictedBelow(rs *rankState, ev *event.RouterEvent) bool {
+func (ix *Index) evictedBelow(rs *rankEntry, ev *event.RouterEvent) bool {
 	if !rs.ord.evicted.has(ev.ParentHash) {
 		return false
 	}
@@ -116,7 +116,7 @@ func (ix *Index) evictedBelow(rs *rankState, ev *event.RouterEvent) bool {
 
 // resetOrder drops rs's order and evicted set (Cleared, ReplaceRank, RemoveRank); the eviction
 // total stays.
-func (ix *Index) resetOrder(rs *rankState) {
+func (ix *Index) resetOrder(rs *rankEntry) {
 	o := &rs.ord
 	ix.orderSlots.Add(-int64(cap(o.order)))
 	ix.evictedSlots.Add(-int64(o.evicted.cap()))
@@ -186,7 +186,7 @@ func (ix *Index) EvictLeaves(r event.Rank, n int) int {
 }
 
 // evictOne removes block hash k (held) from rs and remembers it as evicted.
-func (ix *Index) evictOne(rs *rankState, k uint64, d *deltas) {
+func (ix *Index) evictOne(rs *rankEntry, k uint64, d *deltas) {
 	nd, _ := rs.lookup.del(k)
 	d.blocks--
 	ix.release(rs, nd, d)
@@ -194,7 +194,7 @@ func (ix *Index) evictOne(rs *rankState, k uint64, d *deltas) {
 }
 
 // rememberEvicted adds k to rs's evicted set, unless the set is full.
-func (ix *Index) rememberEvicted(rs *rankState, k uint64) {
+func (ix *Index) rememberEvicted(rs *rankEntry, k uint64) {
 	o := &rs.ord
 	if o.evicted.len() >= maxEvictedSet(rs.lookup.len()) {
 		return

@@ -129,8 +129,9 @@ func (c Counts) Get(k event.Kind, s Status) uint64 {
 	return c[k][s]
 }
 
-// rankState is one known rank. lookup is owned by the rank's writer; blocks is read by anyone.
-type rankState struct {
+// rankEntry is the index's entry for one known rank (its lookup and the nodes it holds). lookup
+// is owned by the rank's writer; blocks is read by anyone.
+type rankEntry struct {
 	rank   event.Rank
 	id     uint32
 	lookup lookup // block_hash → node; writer-owned
@@ -172,7 +173,7 @@ type Index struct {
 	shards [numShards]shard
 
 	regMu  sync.RWMutex
-	byRank map[event.Rank]*rankState
+	byRank map[event.Rank]*rankEntry
 	nextID uint32
 	// table is the rank registry readers see. It is replaced (under regMu), never mutated, so
 	// readers load it without a lock.
@@ -196,11 +197,11 @@ func New(opts Options) *Index {
 	opts = opts.withDefaults()
 	ix := &Index{
 		opts:   opts,
-		byRank: make(map[event.Rank]*rankState, opts.RankCapacity),
+		byRank: make(map[event.Rank]*rankEntry, opts.RankCapacity),
 	}
 	ix.ep.global.Store(1) // 0 marks a free reader slot
 	ix.nodes.fresh()      // the root, rootRef
-	ix.table.Store(&rankTable{byID: make([]*rankState, 0, opts.RankCapacity), byOrd: make([]ordRank, 0, opts.RankCapacity)})
+	ix.table.Store(&rankTable{byID: make([]*rankEntry, 0, opts.RankCapacity), byOrd: make([]ordRank, 0, opts.RankCapacity)})
 	ix.scratch.New = func() any { return new(matchScratch) }
 	if opts.Runs {
 		ix.runs = newRunTree()
@@ -210,7 +211,7 @@ func New(opts Options) *Index {
 }
 
 // rankOf returns the state of r, or nil when r is unknown.
-func (ix *Index) rankOf(r event.Rank) *rankState {
+func (ix *Index) rankOf(r event.Rank) *rankEntry {
 	ix.regMu.RLock()
 	rs := ix.byRank[r]
 	ix.regMu.RUnlock()
@@ -220,7 +221,7 @@ func (ix *Index) rankOf(r event.Rank) *rankState {
 // register returns the state of r, creating it when r is unknown. Rank ids are never reused: a
 // removed rank that comes back gets a fresh id, so a reader holding an old id never attributes
 // a score to the wrong rank.
-func (ix *Index) register(r event.Rank) *rankState {
+func (ix *Index) register(r event.Rank) *rankEntry {
 	if rs := ix.rankOf(r); rs != nil {
 		return rs
 	}
@@ -229,7 +230,7 @@ func (ix *Index) register(r event.Rank) *rankState {
 	if rs := ix.byRank[r]; rs != nil {
 		return rs
 	}
-	rs := &rankState{rank: r, id: ix.nextID, lookup: newLookup(&ix.nodes, ix.opts.LookupCapacity)}
+	rs := &rankEntry{rank: r, id: ix.nextID, lookup: newLookup(&ix.nodes, ix.opts.LookupCapacity)}
 	ix.nextID++
 	ix.table.Store(ix.table.Load().with(rs))
 	ix.byRank[r] = rs
@@ -249,7 +250,7 @@ func (ix *Index) RegisterRanks(ranks []event.Rank) {
 		if ix.byRank[r] != nil {
 			continue
 		}
-		rs := &rankState{rank: r, id: ix.nextID, lookup: newLookup(&ix.nodes, ix.opts.LookupCapacity)}
+		rs := &rankEntry{rank: r, id: ix.nextID, lookup: newLookup(&ix.nodes, ix.opts.LookupCapacity)}
 		ix.nextID++
 		byID = append(byID, rs)
 		ix.byRank[r] = rs
@@ -271,7 +272,7 @@ func (ix *Index) RegisterRanks(ranks []event.Rank) {
 	ix.table.Store(n)
 }
 
-func (ix *Index) unregister(rs *rankState) {
+func (ix *Index) unregister(rs *rankEntry) {
 	ix.regMu.Lock()
 	defer ix.regMu.Unlock()
 	delete(ix.byRank, rs.rank)
@@ -297,14 +298,14 @@ func (ix *Index) unregister(rs *rankState) {
 // laying out an answer of hundreds of ranks touches a few cache lines per 4 (byOrd) or 8
 // (sizes) ranks rather than a rank state of two lines each, which its writer keeps dirtying.
 type rankTable struct {
-	byID  []*rankState // id → state; nil once removed
+	byID  []*rankEntry // id → state; nil once removed
 	ord   []uint32     // id → position of the rank in byOrd, for the ids below len(ord); noOrd once removed
 	byOrd []ordRank    // the live ranks of the ids below len(ord), by (worker id, dp rank)
 	// tail is the ranks of ids len(ord) and up, by (worker id, dp rank); tailPos[id-len(ord)]
 	// is the position of id in it.
 	tail    []ordRank
 	tailPos []uint32
-	// sizes holds every rank's block count (rankState.blocks points at its slot), by id, in
+	// sizes holds every rank's block count (rankEntry.blocks points at its slot), by id, in
 	// chunks that tables share and that never move: a new table only appends chunks.
 	sizes []*sizeChunk
 }
@@ -360,7 +361,7 @@ func mergeOrd(a, b []ordRank) []ordRank {
 }
 
 // rebuilt returns the table of byID whose live ranks, in order, are live: no tail.
-func rebuilt(byID []*rankState, live []ordRank, sizes []*sizeChunk) *rankTable {
+func rebuilt(byID []*rankEntry, live []ordRank, sizes []*sizeChunk) *rankTable {
 	n := &rankTable{byID: byID, ord: make([]uint32, len(byID)), byOrd: live, sizes: grownSizes(sizes, len(byID))}
 	for id := range n.ord {
 		n.ord[id] = noOrd
@@ -403,7 +404,7 @@ func (t *rankTable) knows(id uint32) bool {
 
 // with returns t plus rs, whose id is len(t.byID), and points rs.blocks at its slot of sizes. t
 // must be the registry's newest table.
-func (t *rankTable) with(rs *rankState) *rankTable {
+func (t *rankTable) with(rs *rankEntry) *rankTable {
 	me := ordRank{worker: rs.rank.WorkerID, dp: rs.rank.DPRank, id: rs.id}
 	// Appending may write past the end of t.byID in a shared array: no reader of t reads there,
 	// and t is never extended again (the registry extends only its newest table).
@@ -543,7 +544,7 @@ func (ix *Index) ClearRank(r event.Rank) {
 	}
 }
 
-func (ix *Index) clearState(rs *rankState) {
+func (ix *Index) clearState(rs *rankEntry) {
 	d := deltas{blocks: -int64(rs.lookup.len())}
 	g := ix.ep.enter()
 	for _, n := range rs.lookup.all() {

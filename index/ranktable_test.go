@@ -24,7 +24,7 @@ func TestRankTableOrder(t *testing.T) {
 				tab = tab.without(id)
 				delete(live, r)
 			} else {
-				rs := &rankState{rank: r, id: uint32(len(tab.byID))}
+				rs := &rankEntry{rank: r, id: uint32(len(tab.byID))}
 				tab = tab.with(rs)
 				rs.blocks.Store(uint64(rs.id) + 100)
 				live[r] = rs.id

@@ -232,7 +232,7 @@ func (p *pool) len() int { return len(p.free) + len(p.limbo) }
 // P, so the events that follow one another on a P take consecutive slots, whatever their
 // ranks, as Go's allocator lays out objects. An empty magazine is refilled from the index's
 // free slots (its limbo drained first), else with a run of fresh ones. The slots of the nodes a
-// rank's writer unlinks wait in the rank's pending list (rankState.pend), and a full list goes
+// rank's writer unlinks wait in the rank's pending list (rankEntry.pend), and a full list goes
 // to the index's limbo; a cleared or removed rank gives its list back.
 //
 // Where a magazine's slots lie is what a query walking a chain pays for: a chain's slots
@@ -278,7 +278,7 @@ func (ix *Index) getMag() *magazine {
 }
 
 // releaseMag gives back the magazine rank rs's writer took for its nodes, if it took one.
-func (ix *Index) releaseMag(rs *rankState) {
+func (ix *Index) releaseMag(rs *rankEntry) {
 	if m := rs.mag; m != nil {
 		rs.mag = nil
 		m.inUse.Store(false)
@@ -357,7 +357,7 @@ func (f *freeSlots) take(dst []nref, n int) []nref {
 // takeNode returns a node slot for rank rs's writer, from the magazine it holds (rs.mag, taken
 // at its event's first node and given back by releaseMag): unlinked, out of every reader's
 // reach.
-func (ix *Index) takeNode(rs *rankState) nref {
+func (ix *Index) takeNode(rs *rankEntry) nref {
 	m := rs.mag
 	if m == nil {
 		m = ix.getMag()
@@ -395,7 +395,7 @@ func (ix *Index) refill(m *magazine) {
 }
 
 // giveNode takes back the slot of node n, just unlinked by rank rs's writer.
-func (ix *Index) giveNode(rs *rankState, n nref) {
+func (ix *Index) giveNode(rs *rankEntry, n nref) {
 	rs.pend = append(rs.pend, n)
 	if len(rs.pend) >= pendSize {
 		ix.flushPend(rs)
@@ -404,7 +404,7 @@ func (ix *Index) giveNode(rs *rankState, n nref) {
 
 // flushPend moves rs's pending slots to the index's limbo, at the current epoch (after every
 // one was unlinked).
-func (ix *Index) flushPend(rs *rankState) {
+func (ix *Index) flushPend(rs *rankEntry) {
 	if len(rs.pend) == 0 {
 		return
 	}
@@ -418,4 +418,4 @@ func (ix *Index) flushPend(rs *rankState) {
 }
 
 // returnNodes gives back every slot waiting with rs (a cleared or removed rank).
-func (ix *Index) returnNodes(rs *rankState) { ix.flushPend(rs) }
+func (ix *Index) returnNodes(rs *rankEntry) { ix.flushPend(rs) }

@@ -296,7 +296,7 @@ func (s *shard) remove(c nref, h uint64) {
 // The record is written whole with plain stores: no reader can reach a slot handed out
 // (slab.go), and linking the node publishes it with an atomic store. (Storing its three
 // atomic fields one by one, each a locked instruction on amd64, cost 4 % of a 2-writer apply.)
-func (ix *Index) makeNode(rs *rankState, p nref, tokens, hash uint64) (nref, *node) {
+func (ix *Index) makeNode(rs *rankEntry, p nref, tokens, hash uint64) (nref, *node) {
 	c := ix.takeNode(rs)
 	cn := ix.at(c)
 	*cn = node{tokens: tokens, hash: hash, parent: p}
@@ -315,7 +315,7 @@ func (ix *Index) linkNode(s *shard, p nref, pn *node, c nref, h uint64) {
 
 // attach makes rank rs hold block b under cur (a node rs holds, or the root) and returns b's node.
 // A block hash rs already holds elsewhere moves to the new position.
-func (ix *Index) attach(rs *rankState, cur nref, b event.Block, d *deltas) nref {
+func (ix *Index) attach(rs *rankEntry, cur nref, b event.Block, d *deltas) nref {
 	old, had := rs.lookup.get(b.BlockHash)
 	cn := ix.at(cur)
 	if had {
@@ -363,7 +363,7 @@ func (ix *Index) attach(rs *rankState, cur nref, b event.Block, d *deltas) nref 
 
 // release drops one of rank rs's block hashes at n. When it was the last, rs leaves n, and n
 // (then its ancestors) is unlinked when nobody holds it and it has no children.
-func (ix *Index) release(rs *rankState, n nref, d *deltas) {
+func (ix *Index) release(rs *rankEntry, n nref, d *deltas) {
 	if c, ok := rs.refs[n]; ok {
 		if c > 1 {
 			rs.refs[n] = c - 1
@@ -393,7 +393,7 @@ func (ix *Index) release(rs *rankState, n nref, d *deltas) {
 // marks it dead and gives its slot back through rs, the rank whose writer unlinks it. Caller
 // holds s.mu, n's shard lock; n is reclaimable. Only n's own unlinking clears a first-child slot
 // holding n, so that slot cannot change under the lock.
-func (ix *Index) unlink(rs *rankState, s *shard, n nref, nn *node, h uint64) {
+func (ix *Index) unlink(rs *rankEntry, s *shard, n nref, nn *node, h uint64) {
 	if !ix.at(nn.parent).first.CompareAndSwap(n, 0) {
 		s.remove(n, h)
 	}
@@ -406,7 +406,7 @@ func (ix *Index) unlink(rs *rankState, s *shard, n nref, nn *node, h uint64) {
 // holding n may have attached a child (n is then held, hence not reclaimable), or another
 // writer's reclaim may have unlinked n (dead; its index is not reused while this writer is in
 // its epoch).
-func (ix *Index) reclaimUp(rs *rankState, n nref, d *deltas) {
+func (ix *Index) reclaimUp(rs *rankEntry, n nref, d *deltas) {
 	for n != rootRef {
 		nn := ix.at(n)
 		if nn.kids.Add(-1) != 0 {
@@ -435,7 +435,7 @@ type deltas struct {
 	nodes, blocks int64
 }
 
-func (ix *Index) publish(rs *rankState, d *deltas) {
+func (ix *Index) publish(rs *rankEntry, d *deltas) {
 	if d.nodes != 0 {
 		ix.nodeCount.Add(d.nodes)
 	}

@@ -27,7 +27,7 @@ func TestHolderTransitions(t *testing.T) {
 		s := &ix.shards[0]
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		_, n := ix.makeNode(&rankState{}, rootRef, 1, 1)
+		_, n := ix.makeNode(&rankEntry{}, rootRef, 1, 1)
 		var want []uint32
 		for range rapid.IntRange(1, 100).Draw(rt, "steps") {
 			id := rapid.Uint32Range(0, 5).Draw(rt, "id")

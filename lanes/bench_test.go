@@ -127,7 +127,7 @@ func BenchmarkGroupGate(b *testing.B) {
 				}
 			}
 			r := event.Rank{WorkerID: 1}
-			rs := &rankState{rank: r}
+			rs := &laneRank{rank: r}
 			ts := tier.New(nil)
 			var groups []event.Group
 			switch variant {

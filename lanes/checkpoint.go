@@ -84,7 +84,7 @@ func (ln *lane) maybeCheckpoint(bs *batchState) {
 }
 
 // checkpoint writes rs's snapshot at rs.applied from the live tree (see above).
-func (ln *lane) checkpoint(rs *rankState, d dumper) {
+func (ln *lane) checkpoint(rs *laneRank, d dumper) {
 	p := ln.p
 	start := time.Now()
 	r, at := rs.rank, rs.applied

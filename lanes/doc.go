@@ -25,13 +25,13 @@
 // The rank's lifecycle (first sight → live ⇄ recovering → degraded → removed, across restarts;
 // docs/CONTRACT.md §5 "Rank lifecycle") is split by kind of work, with one owner each:
 //
-//   - recovery.RankState decides (pure: no I/O, no clock): what to apply, buffer, fetch, reset,
+//   - recovery.Machine decides (pure: no I/O, no clock): what to apply, buffer, fetch, reset,
 //     record lost or recovered. recovery also owns how a rank is rebuilt from snapshot + log
 //     (ReplayRank) and folded (Fold), and the wire shapes of range answers.
 //   - lanes (this package) executes, and is the only executor: lane.decide feeds one input to a
-//     rank's RankState — a live event, a recovery answer, a source change (opSource), the resume
+//     rank's Machine — a live event, a recovery answer, a source change (opSource), the resume
 //     after a restart (opResume) — and lane.execute carries out the whole Decision it returns,
-//     in the batch the input belongs to. Nothing else calls a RankState. lanes also owns the rank
+//     in the batch the input belongs to. Nothing else calls a Machine. lanes also owns the rank
 //     registry (which ranks exist, their lane, whether they are listed), removal, the restart
 //     replay and online retention, and starts and cancels fetches.
 //   - server only parses requests, serves the range rules and keeps the TreeDump cache, reading
@@ -46,7 +46,7 @@
 //   - Reads never register a rank: Do, RankStatus and LaneOf answer ErrUnknownRank / false for
 //     a rank that was never written or was removed; only Submit and the replay register.
 //   - Removal (RemoveRank, RemoveWorker) cancels the fetch in flight and replaces the rank's
-//     RankState, so a late answer finds no fetch with its token and is discarded.
+//     Machine, so a late answer finds no fetch with its token and is discarded.
 //   - Every change that replaces a rank's state wholesale (reset, publisher restart, TreeDump
 //     install, removal) gives it a new Incarnation.
 //   - A damaged snapshot found by the replay is a recorded loss: the ids it covered go to the

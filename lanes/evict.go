@@ -192,7 +192,7 @@ func (ln *lane) shed(k int) int {
 
 // replayTree is the Tree the restart replay applies a rank's log to: with a bound, it looks at
 // the bound as the live applier does, so the index stays within it during the replay too.
-func (p *Pipeline) replayTree(rs *rankState) Tree {
+func (p *Pipeline) replayTree(rs *laneRank) Tree {
 	t := p.ix(rs.rank)
 	if p.opts.Evictor == nil {
 		return t

@@ -67,7 +67,7 @@ func (p *Pipeline) indexed(r event.Rank, k event.GroupKind) bool {
 // classify (decider, before the event is logged) learns ev's group and returns the event to log:
 // ev itself, a copy in scratch with the group's learned kind filled in, or, for a kind that is not
 // indexed, a copy without blocks. kind is the resolved kind when ev reports a group (ok).
-func (p *Pipeline) classify(rs *rankState, ev *event.RouterEvent, scratch *event.RouterEvent) (out *event.RouterEvent, kind event.GroupKind, ok bool) {
+func (p *Pipeline) classify(rs *laneRank, ev *event.RouterEvent, scratch *event.RouterEvent) (out *event.RouterEvent, kind event.GroupKind, ok bool) {
 	if !ev.HasGroup || ev.Kind == event.KindCleared {
 		return ev, 0, false
 	}
@@ -92,7 +92,7 @@ func (p *Pipeline) classify(rs *rankState, ev *event.RouterEvent, scratch *event
 
 // countGroup counts an accepted event of a group (decider, after its decision): ignored says it
 // was logged without its blocks (nblocks of them).
-func (p *Pipeline) countGroup(rs *rankState, g event.Group, kind event.GroupKind, nblocks int) {
+func (p *Pipeline) countGroup(rs *laneRank, g event.Group, kind event.GroupKind, nblocks int) {
 	ignored := !p.indexed(rs.rank, kind)
 	rs.grp.Count(g, ignored)
 	if f := p.opts.Listener.GroupIgnored; ignored && f != nil {
@@ -102,18 +102,18 @@ func (p *Pipeline) countGroup(rs *rankState, g event.Group, kind event.GroupKind
 
 // applyEvent applies a logged event of rs to t through the rank's group gate under the live
 // setting (the applier).
-func (p *Pipeline) applyEvent(rs *rankState, t Tree, ev *event.RouterEvent) {
+func (p *Pipeline) applyEvent(rs *laneRank, t Tree, ev *event.RouterEvent) {
 	rs.grp.Apply(liveKinds{p}, rs.rank, t, ev)
 }
 
 // gated is rs's tree t behind its group state, for a rebuild under the setting as it is now.
-func (p *Pipeline) gated(rs *rankState, t Tree) groupgate.Replay {
+func (p *Pipeline) gated(rs *laneRank, t Tree) groupgate.Replay {
 	return groupgate.Replay{KS: p.kindsNow(rs.rank), S: &rs.grp, R: rs.rank, T: t}
 }
 
 // foldGroups is retention for a rank with group state (groupgate.Fold under the setting as it
 // is now). Caller: the rank's lane, the pipeline drained.
-func (p *Pipeline) foldGroups(ctx context.Context, rs *rankState, upTo uint64) error {
+func (p *Pipeline) foldGroups(ctx context.Context, rs *laneRank, upTo uint64) error {
 	return groupgate.Fold(ctx, p.log, rs.rank, upTo, p.kindsNow(rs.rank))
 }
 
@@ -142,7 +142,7 @@ func (p *Pipeline) Regroup(ctx context.Context, workerID uint64) error {
 }
 
 // regroupRank is Regroup for one rank, on its lane, the pipeline drained.
-func (p *Pipeline) regroupRank(ctx context.Context, rs *rankState) error {
+func (p *Pipeline) regroupRank(ctx context.Context, rs *laneRank) error {
 	r := rs.rank
 	t := p.ix(r)
 	t.ClearRank(r)

@@ -24,7 +24,7 @@ func (p *Pipeline) Install(ctx context.Context, r event.Rank, dump []event.Route
 	return w.firstErr
 }
 
-// install runs an Install on the rank's lane, the pipeline drained: the rank's RankState is
+// install runs an Install on the rank's lane, the pipeline drained: the rank's Machine is
 // replaced by one at Live(last), and the install is carried out by execute like a TreeDump answer.
 func (ln *lane) install(o *op) {
 	if err := ln.failure(); err != nil {

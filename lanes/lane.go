@@ -143,12 +143,12 @@ func (ln *lane) control(o *op) {
 	case opAnswer:
 		ln.answer(o)
 	case opSource:
-		ln.input(o.rank, nil, func(st *recovery.RankState) recovery.Decision {
+		ln.input(o.rank, nil, func(st *recovery.Machine) recovery.Decision {
 			return st.SetHasSource(ln.p.hasSource(o.rank.WorkerID))
 		})
 		o.w.finish(Result{}, 0, nil)
 	case opResume:
-		ln.input(o.rank, nil, (*recovery.RankState).Resume)
+		ln.input(o.rank, nil, (*recovery.Machine).Resume)
 	case opExec:
 		o.w.finish(Result{}, 0, ln.exec(o))
 	case opInstall:
@@ -175,10 +175,10 @@ func (ln *lane) exec(o *op) error {
 	return nil
 }
 
-// input feeds one input that is not a live event to a registered, visible rank's RankState
+// input feeds one input that is not a live event to a registered, visible rank's Machine
 // through the executor, and commits what it decided. Unknown and removed ranks have nothing to
 // decide.
-func (ln *lane) input(r event.Rank, onDone func(recovery.Decision), in func(*recovery.RankState) recovery.Decision) {
+func (ln *lane) input(r event.Rank, onDone func(recovery.Decision), in func(*recovery.Machine) recovery.Decision) {
 	rs := ln.p.lookup(r)
 	if rs == nil || ln.failure() != nil {
 		return
@@ -199,7 +199,7 @@ func (ln *lane) input(r event.Rank, onDone func(recovery.Decision), in func(*rec
 
 // removeRank removes a rank on its lane, the pipeline drained: the log's RemoveRank (log,
 // snapshot, cursor, gaps, pending), then the tree; the fetch in flight is cancelled and the
-// RankState replaced by a new one, so a late answer finds no fetch with its token (docs/CONTRACT.md §5
+// Machine replaced by a new one, so a late answer finds no fetch with its token (docs/CONTRACT.md §5
 // lifecycle rule 4). The rank is listed again only after a new event.
 func (ln *lane) removeRank(r event.Rank) (int, error) {
 	rs := ln.p.lookup(r)
@@ -252,19 +252,19 @@ type step struct {
 	ev   event.RouterEvent // stepApply (a copy: Decision slices are scratch)
 	dump []event.RouterEvent
 	rank event.Rank
-	rs   *rankState
+	rs   *laneRank
 	inc  uint64 // rs.incarnation when the step was decided (online checkpoints)
 	last uint64 // stepReplace: the dump's LastEventID
 }
 
 // saved is a rank's cursor state as a batch found it, to put back if the commit fails.
 type saved struct {
-	rs *rankState
+	rs *laneRank
 	cs cursorState
 }
 
 type fetchStart struct {
-	rs *rankState
+	rs *laneRank
 	fr recovery.FetchRequest
 }
 
@@ -275,21 +275,21 @@ type batchState struct {
 	steps   []step
 	fetches []fetchStart
 	undo    []saved
-	touched map[*rankState]bool
+	touched map[*laneRank]bool
 }
 
-func (bs *batchState) touch(rs *rankState) {
+func (bs *batchState) touch(rs *laneRank) {
 	if !bs.touched[rs] {
 		bs.touched[rs] = true
 		bs.undo = append(bs.undo, saved{rs: rs, cs: rs.cursorState})
 	}
 }
 
-// decide is the single executor of RankState decisions: every input to a rank's RankState (a
+// decide is the single executor of Machine decisions: every input to a rank's Machine (a
 // live event, a recovery answer, a source change, the resume after a restart) goes through it,
 // and the Decision it returns is carried out here and nowhere else. ev is the live event, nil
 // for other inputs. Call it on the rank's lane.
-func (ln *lane) decide(rs *rankState, bs *batchState, ev *event.RouterEvent, in func(*recovery.RankState) recovery.Decision) recovery.Decision {
+func (ln *lane) decide(rs *laneRank, bs *batchState, ev *event.RouterEvent, in func(*recovery.Machine) recovery.Decision) recovery.Decision {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	bs.touch(rs)
@@ -302,7 +302,7 @@ func (ln *lane) decide(rs *rankState, bs *batchState, ev *event.RouterEvent, in 
 // the fetch, reset, install a dump, log the events to apply, record gaps, keep the buffered
 // events durable, and queue the tree steps and the fetch for after the commit. The cursor of
 // every touched rank is written at commit. Caller holds rs.mu.
-func (ln *lane) execute(rs *rankState, d recovery.Decision, ev *event.RouterEvent, bs *batchState) {
+func (ln *lane) execute(rs *laneRank, d recovery.Decision, ev *event.RouterEvent, bs *batchState) {
 	p := ln.p
 	r := rs.rank
 	if d.Reset || d.Replace != nil || d.NewEpoch {
@@ -413,7 +413,7 @@ func (ln *lane) newBatchState() *batchState {
 		return bs
 	default:
 	}
-	return &batchState{b: ln.p.log.NewBatch(), touched: map[*rankState]bool{}}
+	return &batchState{b: ln.p.log.NewBatch(), touched: map[*laneRank]bool{}}
 }
 
 // maxRecycledSteps bounds the steps a recycled batch state keeps room for.
@@ -455,7 +455,7 @@ func (ln *lane) processEvents(batch []*op) {
 			rs := p.register(ev.Rank())
 			nblocks := ev.NumBlocks()
 			ev, kind, grouped := p.classify(rs, ev, &scratch)
-			d := ln.decide(rs, bs, ev, func(st *recovery.RankState) recovery.Decision { return st.OnLive(ev) })
+			d := ln.decide(rs, bs, ev, func(st *recovery.Machine) recovery.Decision { return st.OnLive(ev) })
 			if grouped && d.Ignored == 0 {
 				p.countGroup(rs, ev.Group, kind, nblocks)
 			}
@@ -496,8 +496,8 @@ func (ln *lane) answer(o *op) {
 		if d.StaleAnswer {
 			return
 		}
-		outcome = answerOutcome(o.answer.Kind)
-	}, func(st *recovery.RankState) recovery.Decision {
+		outcome = o.answer.Kind.Label()
+	}, func(st *recovery.Machine) recovery.Decision {
 		d := st.OnAnswer(o.token, o.answer)
 		if !d.StaleAnswer {
 			// The fetch that answered is over; a follow-up gets its own cancel at start.
@@ -507,20 +507,6 @@ func (ln *lane) answer(o *op) {
 		}
 		return d
 	})
-}
-
-func answerOutcome(k recovery.AnswerKind) string {
-	switch k {
-	case recovery.AnswerEvents:
-		return "events"
-	case recovery.AnswerTreeDump:
-		return "treedump"
-	case recovery.AnswerTooNew:
-		return "too_new"
-	case recovery.AnswerInvalidRange:
-		return "invalid_range"
-	}
-	return "failed"
 }
 
 // launch writes the cursor of every touched rank into the batch and starts its commit; the
@@ -633,7 +619,7 @@ func (ln *lane) restoreFailed() {
 				continue
 			}
 			if ln.restored == nil {
-				ln.restored = map[*rankState]bool{}
+				ln.restored = map[*laneRank]bool{}
 			}
 			ln.restored[rs] = true
 			rs.mu.Lock()
@@ -654,7 +640,7 @@ func (ln *lane) restoreFailed() {
 }
 
 // startFetch runs one recovery fetch in the background and hands its answer to the rank's lane.
-func (p *Pipeline) startFetch(rs *rankState, fr recovery.FetchRequest) {
+func (p *Pipeline) startFetch(rs *laneRank, fr recovery.FetchRequest) {
 	url := ""
 	if p.opts.Source != nil {
 		url = p.opts.Source(rs.rank.WorkerID)
@@ -685,7 +671,7 @@ func (p *Pipeline) startFetch(rs *rankState, fr recovery.FetchRequest) {
 		if p.fetchCtx.Err() != nil {
 			return // closing: the rank's pending events are durable and resumed after restart
 		}
-		// A cancelled fetch still hands its answer over: the RankState discards it by token.
+		// A cancelled fetch still hands its answer over: the Machine discards it by token.
 		_ = p.enqueue(p.fetchCtx, rs.lane, &op{kind: opAnswer, rank: rs.rank, token: fr.Token, full: fr.Full, took: time.Since(began), answer: ans})
 	}()
 }
@@ -693,7 +679,7 @@ func (p *Pipeline) startFetch(rs *rankState, fr recovery.FetchRequest) {
 // retain folds the rank's log prefix older than the newest RetainEvents events into a snapshot.
 // The snapshot state is rebuilt from the previous snapshot and the log in a scratch index (the
 // live tree is ahead of the cut point), then written, and the prefix is deleted by the log.
-func (ln *lane) retain(rs *rankState) {
+func (ln *lane) retain(rs *laneRank) {
 	p := ln.p
 	start := time.Now()
 	rs.mu.Lock()

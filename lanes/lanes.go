@@ -123,8 +123,9 @@ type Listener struct {
 	// kind is not indexed (logged without its blocks), with the blocks it named.
 	GroupIgnored func(r event.Rank, kind event.GroupKind, blocks int)
 	// Fetch is called on the rank's lane when a recovery fetch's answer was taken, with its
-	// outcome: "events", "treedump", "too_new", "invalid_range", "failed" or "discarded" (the
-	// fetch was cancelled, superseded or its rank removed).
+	// outcome: the answer's recovery.AnswerKind.Label ("events", "treedump", "too_new",
+	// "invalid_range", "failed") or "discarded" (the fetch was cancelled, superseded or its rank
+	// removed).
 	Fetch func(r event.Rank, full bool, d time.Duration, outcome string)
 }
 
@@ -155,15 +156,15 @@ type RankStatus struct {
 	Groups []GroupStatus
 }
 
-// rankState is the lanes' record of one rank: its RankState (the decisions) and what the
+// laneRank is the lanes' bookkeeping for one rank: its recovery.Machine (the decisions) and what the
 // executor made of them (the durable cursor, the ledger counters, the fetch in flight).
-type rankState struct {
+type laneRank struct {
 	rank event.Rank
 	lane int
 
 	// st decides every live event and recovery answer; only the lane touches it, and only
 	// through the executor (lane.decide).
-	st     *recovery.RankState
+	st     *recovery.Machine
 	cancel context.CancelFunc // the recovery fetch in flight, if any; lane only
 
 	mu sync.Mutex // guards the fields below against readers of Status; written only by the lane
@@ -198,14 +199,14 @@ type cursorState struct {
 	epoch     uint32
 }
 
-func (rs *rankState) status() RankStatus {
+func (rs *laneRank) status() RankStatus {
 	return RankStatus{Rank: rs.rank, Lane: rs.lane, Last: rs.last, HasLast: rs.hasLast, Degraded: rs.degraded,
 		State: rs.state, Lost: rs.lost, Recovered: rs.recovered, Pending: rs.pending, Epoch: rs.epoch, Incarnation: rs.incarnation,
 		Groups: rs.grp.Groups()}
 }
 
 // visible: listed in Status, answered by RankStatus (docs/CONTRACT.md §5 lifecycle rule 2).
-func (rs *rankState) visible() bool { return rs.seen && !rs.removed }
+func (rs *laneRank) visible() bool { return rs.seen && !rs.removed }
 
 type opKind uint8
 
@@ -217,7 +218,7 @@ const (
 	opAnswer
 	opSource  // the worker's recovery source was set or removed: SetHasSource
 	opResume  // after the restart replay: Resume
-	opExec    // a side write (approximate mode): its own batch, no RankState input
+	opExec    // a side write (approximate mode): its own batch, no Machine input
 	opInstall // Install: a dump replaces the rank's state (install.go)
 )
 
@@ -275,7 +276,7 @@ type Pipeline struct {
 	evict evictShared // the memory bound (evict.go)
 
 	mu    sync.RWMutex // guards ranks and next
-	ranks map[event.Rank]*rankState
+	ranks map[event.Rank]*laneRank
 	next  int
 	lanes []*lane
 	wg    sync.WaitGroup
@@ -306,7 +307,7 @@ type lane struct {
 	failMu   sync.Mutex
 	failErr  error         // the first commit error: the lane refuses writes after it
 	failed   []*batchState // failed batches whose ranks the decider must restore
-	restored map[*rankState]bool
+	restored map[*laneRank]bool
 	// wake tells an idle decider that a failed batch waits for its ranks to be restored, so the
 	// rollback to the durable cursors happens at once, not at the lane's next op (which, with
 	// writes refused, may never come).
@@ -345,7 +346,7 @@ func New(log *wal.Log, trees Trees, opts Options) *Pipeline {
 	if opts.IndexedKinds == 0 {
 		opts.IndexedKinds = event.MainGroupKinds
 	}
-	p := &Pipeline{opts: opts, log: log, trees: trees, lg: opts.Logger, ranks: map[event.Rank]*rankState{},
+	p := &Pipeline{opts: opts, log: log, trees: trees, lg: opts.Logger, ranks: map[event.Rank]*laneRank{},
 		stop: make(chan struct{}), closing: make(chan struct{})}
 	p.fetchCtx, p.fetchCancel = context.WithCancel(context.Background())
 	for i := range opts.Lanes {
@@ -367,7 +368,7 @@ func (p *Pipeline) Start() {
 		}()
 	}
 	p.mu.RLock()
-	var resume []*rankState
+	var resume []*laneRank
 	for _, rs := range p.ranks {
 		rs.mu.Lock()
 		if rs.visible() && (rs.pending > 0 || (rs.degraded && p.hasSource(rs.rank.WorkerID))) {
@@ -422,7 +423,7 @@ func (p *Pipeline) QueueDepth() []int {
 
 // register returns the rank's state, assigning it a lane (round robin) on first sight. Only
 // writes (Submit, the restart replay) register a rank.
-func (p *Pipeline) register(r event.Rank) *rankState {
+func (p *Pipeline) register(r event.Rank) *laneRank {
 	if rs := p.lookup(r); rs != nil {
 		return rs
 	}
@@ -430,7 +431,7 @@ func (p *Pipeline) register(r event.Rank) *rankState {
 	defer p.mu.Unlock()
 	rs := p.ranks[r]
 	if rs == nil {
-		rs = &rankState{rank: r, lane: p.next % len(p.lanes), incarnation: p.incarnations.Add(1)}
+		rs = &laneRank{rank: r, lane: p.next % len(p.lanes), incarnation: p.incarnations.Add(1)}
 		rs.st = p.stateMachine(rs, nil)
 		p.next++
 		p.ranks[r] = rs
@@ -439,16 +440,16 @@ func (p *Pipeline) register(r event.Rank) *rankState {
 }
 
 // lookup returns the rank's state, or nil for a rank never registered. It creates nothing.
-func (p *Pipeline) lookup(r event.Rank) *rankState {
+func (p *Pipeline) lookup(r event.Rank) *laneRank {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	return p.ranks[r]
 }
 
-// stateMachine builds rs's recovery.RankState from its durable state (rs.last, rs.hasLast,
+// stateMachine builds rs's recovery.Machine from its durable state (rs.last, rs.hasLast,
 // rs.degraded and the durable pending events): Live(last) when the rank has a cursor, else
 // Initial. Used on first sight, after a restart, a removal and a failed commit.
-func (p *Pipeline) stateMachine(rs *rankState, pending []event.RouterEvent) *recovery.RankState {
+func (p *Pipeline) stateMachine(rs *laneRank, pending []event.RouterEvent) *recovery.Machine {
 	opts := recovery.Options{HasSource: p.hasSource(rs.rank.WorkerID)}
 	if rs.st != nil {
 		opts.TokenBase = rs.st.LastToken() // a late answer to the old state's fetch matches nothing
@@ -482,10 +483,10 @@ func (p *Pipeline) SourceChanged(ctx context.Context, workerID uint64) error {
 }
 
 // ranksOf returns the registered ranks of a worker (removed ones included).
-func (p *Pipeline) ranksOf(workerID uint64) []*rankState {
+func (p *Pipeline) ranksOf(workerID uint64) []*laneRank {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	var out []*rankState
+	var out []*laneRank
 	for r, rs := range p.ranks {
 		if r.WorkerID == workerID {
 			out = append(out, rs)
@@ -598,7 +599,7 @@ func (p *Pipeline) Do(ctx context.Context, r event.Rank, fn func()) error {
 // fn fills a log batch (approximate-mode entries: never the rank's log, cursor or ids) and
 // returns what to apply once it committed (nil: nothing). It returns once the batch is durable
 // and applied. The rank gets a lane (this is a write) but is neither listed nor given a cursor:
-// its RankState is untouched (docs/CONTRACT.md §8: routing decisions never move the event cursor).
+// its Machine is untouched (docs/CONTRACT.md §8: routing decisions never move the event cursor).
 func (p *Pipeline) Exec(ctx context.Context, r event.Rank, fn func(b *wal.Batch) func()) error {
 	w := &waiter{}
 	w.wg.Add(1)
@@ -690,7 +691,7 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 	for part, rs := range byPart {
 		p.trees(part).RegisterRanks(rs)
 	}
-	all := make([]*rankState, len(ranks))
+	all := make([]*laneRank, len(ranks))
 	for i, r := range ranks {
 		all[i] = p.register(r)
 	}
@@ -710,9 +711,9 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 	// Under a memory bound a lane's ranks replay on that lane's goroutine only, since a lane
 	// evicts from all its ranks (evict.go): one writer per rank, as live.
 	bounded := p.opts.Evictor != nil
-	var perLane [][]*rankState
+	var perLane [][]*laneRank
 	if bounded {
-		perLane = make([][]*rankState, len(p.lanes))
+		perLane = make([][]*laneRank, len(p.lanes))
 		for _, rs := range all {
 			perLane[rs.lane] = append(perLane[rs.lane], rs)
 		}
@@ -729,7 +730,7 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 			defer rd.Close()
 			var run int64 // the first of the replayRun ranks taken from next
 			for k := 0; ; k++ {
-				var rs *rankState
+				var rs *laneRank
 				if bounded {
 					if k >= len(perLane[li]) {
 						return
@@ -774,7 +775,7 @@ func (p *Pipeline) Replay(ctx context.Context, progress func(done, total int, ev
 }
 
 // replayRank rebuilds rs from rd, which has read only ranks below it (its iterators seek forward).
-func (p *Pipeline) replayRank(ctx context.Context, rd *wal.Reader, rs *rankState, events *atomic.Uint64) error {
+func (p *Pipeline) replayRank(ctx context.Context, rd *wal.Reader, rs *laneRank, events *atomic.Uint64) error {
 	r := rs.rank
 	meta, err := rd.RankMeta(r)
 	if err != nil {
@@ -838,7 +839,7 @@ func (p *Pipeline) replayRank(ctx context.Context, rd *wal.Reader, rs *rankState
 // recordDamagedSnapshot makes a damaged snapshot a recorded loss (docs/CONTRACT.md §5 lifecycle rule 6): the
 // ids it covered go to the ledger as lost, the rank is marked degraded (a later Cleared or full
 // restore repairs it), and the snapshot is dropped, in one synced batch. Caller holds rs.mu.
-func (p *Pipeline) recordDamagedSnapshot(ctx context.Context, rs *rankState, meta wal.RankMeta, cause error) error {
+func (p *Pipeline) recordDamagedSnapshot(ctx context.Context, rs *laneRank, meta wal.RankMeta, cause error) error {
 	r := rs.rank
 	// The ids below the log cut are gone; the log from the cut on was replayed without the
 	// snapshot (ReplayRank). A damaged checkpoint over a log that was never cut loses nothing.

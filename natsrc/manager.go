@@ -84,20 +84,20 @@ func (o *Options) defaults() {
 	}
 }
 
-// Source states, as shown by Status.State.
+// Source states, as shown by Status.State: the NATS sources' subset of event.SourceState.
 const (
-	StateConnecting    = "connecting"
-	StateConnected     = "connected"
-	StateBootstrapping = "bootstrapping"
-	StateBackoff       = "backoff"
-	StateStopped       = "stopped"
+	StateConnecting    = event.SourceConnecting
+	StateConnected     = event.SourceConnected
+	StateBootstrapping = event.SourceBootstrapping
+	StateBackoff       = event.SourceBackoff
+	StateStopped       = event.SourceStopped
 )
 
 // Status is a source's configuration, state and counters (GET /v1/sources).
 type Status struct {
 	Config
-	State     string `json:"state"`
-	Connected bool   `json:"connected"`
+	State     event.SourceState `json:"state"` // connecting, connected, bootstrapping, backoff, stopped
+	Connected bool              `json:"connected"`
 	// StreamSeq (JetStream) is the stream sequence up to which every message is applied (durable
 	// with the events); FirstSeq and LastSeq are the stream's, as of the last session start.
 	StreamSeq uint64 `json:"stream_seq,omitempty"`
@@ -135,7 +135,7 @@ type base struct {
 	report retry.Reporter // the reconnect log line (the source's goroutine only)
 
 	mu         sync.Mutex
-	state      string
+	state      event.SourceState
 	lastErr    string
 	lastEvent  time.Time
 	streamSeq  uint64
@@ -147,7 +147,7 @@ type base struct {
 	done   chan struct{}
 }
 
-func (b *base) setState(st string) {
+func (b *base) setState(st event.SourceState) {
 	b.mu.Lock()
 	b.state = st
 	b.mu.Unlock()

@@ -1,14 +1,14 @@
 // Package recovery owns the decisions of a rank's lifecycle (docs/CONTRACT.md §5): the per-rank state machine
 // that decides, for every live event, recovery answer, source change and restart, what to apply,
-// what to buffer, what to fetch and what was lost (RankState); how a rank is rebuilt from its
+// what to buffer, what to fetch and what was lost (Machine); how a rank is rebuilt from its
 // snapshot and log and how a log prefix is folded into a snapshot (ReplayRank, which reads the
 // log only after the snapshot's id; Fold, which only trims the log under a newer checkpoint); the client
 // of an upstream's range route (Fetcher); and the wire shapes of the range answers (Answer,
 // shared with the server side). Package lanes is the single executor of its decisions.
 //
-// # RankState: inputs → Decision
+// # Machine: inputs → Decision
 //
-// RankState is pure: no I/O, no goroutines, no clock. The rank's lane feeds it (OnLive,
+// Machine is pure: no I/O, no goroutines, no clock. The rank's lane feeds it (OnLive,
 // OnAnswer, SetHasSource, RequestRestore, Resume) and performs the returned Decision in the
 // order its doc gives (cancel, reset, replace, apply, ledger, fetch, pending). A Decision's
 // slices are scratch, valid until the next call.
@@ -35,7 +35,7 @@
 //
 //   - Tokens: every fetch gets a token, rising from 1 per rank. OnAnswer with a token other than
 //     the one in flight is discarded (StaleAnswer): a Cleared, a new epoch or a source removal
-//     cancelled it. A removed rank gets a new RankState, so its late answer is discarded too.
+//     cancelled it. A removed rank gets a new Machine, so its late answer is discarded too.
 //   - Publisher restart: an id of 0 or 1 below the cursor (for any kind, checked before the
 //     Cleared and stale rules) opens a new epoch. Decision: Reset + NewEpoch, Apply = [a
 //     synthetic Cleared carrying the new event's id, the event]. The synthetic Cleared takes the

@@ -26,7 +26,7 @@ func newLifecycleDriver() *lifecycleDriver {
 	return &lifecycleDriver{durable: map[uint64]event.RouterEvent{}, applied: map[uint64]bool{}}
 }
 
-func (r *lifecycleDriver) exec(t *rapid.T, s *RankState, before Cursor, ev *event.RouterEvent, d Decision) {
+func (r *lifecycleDriver) exec(t *rapid.T, s *Machine, before Cursor, ev *event.RouterEvent, d Decision) {
 	checkDecision(t, s, before, d)
 	if d.CancelFetch {
 		if r.inflight == nil || r.inflight.Token != d.CancelToken {
@@ -92,7 +92,7 @@ func (r *lifecycleDriver) inLost(id uint64) bool {
 
 // TestRule1AcknowledgedEventsNeverVanish (docs/CONTRACT.md §5 lifecycle rules 1 and 3) drives one rank with
 // a random stream delivered with drops and reorders, answers that succeed or fail, the source
-// set and removed, and restarts that rebuild the RankState from what the driver made durable
+// set and removed, and restarts that rebuild the Machine from what the driver made durable
 // (cursor, degraded flag, pending events). After everything is delivered and settled, every
 // event that was acknowledged (not answered ignored) was applied, or lies in a recorded lost
 // range, or was erased by a later Cleared, TreeDump or reset. And "recovering" always has a
@@ -102,7 +102,7 @@ func TestRule1AcknowledgedEventsNeverVanish(t *testing.T) {
 		hasSource := rapid.Bool().Draw(t, "source")
 		pendingCap := rapid.IntRange(1, 12).Draw(t, "cap")
 		up := newUpstream(rapid.IntRange(1, 24).Draw(t, "retain"))
-		s := NewRankState(testRank, Options{HasSource: hasSource, PendingCap: pendingCap})
+		s := NewMachine(testRank, Options{HasSource: hasSource, PendingCap: pendingCap})
 		r := newLifecycleDriver()
 		acked := map[uint64]bool{}
 		var net []event.RouterEvent

@@ -116,7 +116,7 @@ func (r *router) apply(ev *event.RouterEvent) {
 	}
 }
 
-func (r *router) exec(t *rapid.T, s *RankState, before Cursor, d Decision) {
+func (r *router) exec(t *rapid.T, s *Machine, before Cursor, d Decision) {
 	checkDecision(t, s, before, d)
 	if d.CancelFetch {
 		if r.inflight == nil || r.inflight.Token != d.CancelToken {
@@ -157,7 +157,7 @@ func TestRecoveryConverges(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		source := rapid.Bool().Draw(t, "source")
 		up := newUpstream(rapid.IntRange(1, 24).Draw(t, "retain"))
-		s := NewRankState(testRank, Options{HasSource: source, PendingCap: rapid.IntRange(1, 12).Draw(t, "cap")})
+		s := NewMachine(testRank, Options{HasSource: source, PendingCap: rapid.IntRange(1, 12).Draw(t, "cap")})
 		r := &router{held: map[uint64]bool{}}
 		failures := source && rapid.Bool().Draw(t, "failures")
 		var net []event.RouterEvent

@@ -27,44 +27,20 @@ type RangeView struct {
 	Oldest    uint64
 }
 
-// RangeAction is the answer a range request gets.
-type RangeAction uint8
-
-// The range actions.
-const (
-	RangeInvalid RangeAction = iota
-	RangeTreeDump
-	RangeTooNew
-	RangeEvents
-)
-
-func (a RangeAction) String() string {
-	switch a {
-	case RangeInvalid:
-		return "invalid"
-	case RangeTreeDump:
-		return "tree-dump"
-	case RangeTooNew:
-		return "too-new"
-	case RangeEvents:
-		return "events"
-	}
-	return "unknown"
-}
-
-// RangeRule applies the six rules in order.
-func RangeRule(req RangeRequest, v RangeView) RangeAction {
+// RangeRule applies the six rules in order and returns the kind of answer the request gets
+// (never AnswerFailed, the router's own).
+func RangeRule(req RangeRequest, v RangeView) AnswerKind {
 	switch {
 	case req.HasStart && req.HasEnd && req.End < req.Start:
-		return RangeInvalid
+		return AnswerInvalidRange
 	case !req.HasStart:
-		return RangeTreeDump
+		return AnswerTreeDump
 	case !v.Known || !v.HasOldest:
-		return RangeTreeDump
+		return AnswerTreeDump
 	case req.Start > v.Newest:
-		return RangeTooNew
+		return AnswerTooNew
 	case req.Start < v.Oldest:
-		return RangeTreeDump
+		return AnswerTreeDump
 	}
-	return RangeEvents
+	return AnswerEvents
 }

@@ -68,7 +68,7 @@ type Dump struct {
 	LastEventID uint64
 }
 
-// Options configure a RankState. The zero value is valid.
+// Options configure a Machine. The zero value is valid.
 type Options struct {
 	// HasSource: the rank's worker has a recovery source (a kvindex serving the range route).
 	// Default false: gaps are recorded as lost and the rank is reset.
@@ -76,7 +76,7 @@ type Options struct {
 	// PendingCap bounds the live events buffered during a recovery. Default (0)
 	// DefaultPendingCap (1,024); values below 1 mean the default.
 	PendingCap int
-	// TokenBase: fetch tokens are issued above it. A driver that replaces a rank's RankState
+	// TokenBase: fetch tokens are issued above it. A driver that replaces a rank's Machine
 	// (removal, a failed commit) passes the old one's LastToken, so an answer to a fetch of the
 	// old state can never match a fetch of the new one.
 	TokenBase uint64
@@ -92,7 +92,7 @@ type Options struct {
 //  6. Fetch: start this fetch and later call OnAnswer with its token and answer.
 //  7. Pending: make the rank's buffered events durable as Pending says (they were acknowledged).
 //
-// Slices in a Decision belong to the RankState and stay valid only until its next method call.
+// Slices in a Decision belong to the Machine and stay valid only until its next method call.
 // The zero Decision asks for nothing. Every field asks for an action, except the counters
 // (Ignored, Dropped) and the state flags (Degraded, Recovering), which report.
 type Decision struct {
@@ -128,7 +128,7 @@ type Decision struct {
 	// Failure is why a recovery failed (wraps ErrTooNew, ErrInvalidRange, or the fetch error).
 	Failure error
 	Fetch   *FetchRequest
-	// Degraded and Recovering describe the rank after the decision (see RankState.State).
+	// Degraded and Recovering describe the rank after the decision (see Machine.State).
 	Degraded, Recovering bool
 }
 
@@ -229,10 +229,10 @@ const (
 	trustBroken
 )
 
-// RankState is the recovery state machine of one rank (docs/CONTRACT.md §5): its cursor, the recovery in
+// Machine is the recovery state machine of one rank (docs/CONTRACT.md §5): its cursor, the recovery in
 // flight, the events buffered meanwhile, and whether its state can be trusted. It is pure: no I/O,
 // no goroutines, no clock. It is not safe for concurrent use; the rank's lane owns it.
-type RankState struct {
+type Machine struct {
 	rank       event.Rank
 	hasSource  bool
 	pendingCap int
@@ -261,13 +261,13 @@ type RankState struct {
 	apply []event.RouterEvent // scratch for Decision.Apply
 }
 
-// NewRankState returns the state of a rank seen for the first time: cursor Initial.
-func NewRankState(rank event.Rank, opts Options) *RankState {
+// NewMachine returns the machine of a rank seen for the first time: cursor Initial.
+func NewMachine(rank event.Rank, opts Options) *Machine {
 	capacity := opts.PendingCap
 	if capacity < 1 {
 		capacity = DefaultPendingCap
 	}
-	return &RankState{rank: rank, hasSource: opts.HasSource, pendingCap: capacity, lastToken: opts.TokenBase}
+	return &Machine{rank: rank, hasSource: opts.HasSource, pendingCap: capacity, lastToken: opts.TokenBase}
 }
 
 // Restore returns the state of a rank rebuilt after a restart from its log: cursor is what the
@@ -275,8 +275,8 @@ func NewRankState(rank event.Rank, opts Options) *RankState {
 // restores a rank that was degraded when the process stopped; it stays degraded until a Cleared
 // or a full restore. pending are the durable buffered events of a recovery the restart
 // interrupted (ids ≤ the cursor are dropped). Call Resume once the driver can fetch.
-func Restore(rank event.Rank, cursor Cursor, degraded bool, pending []event.RouterEvent, opts Options) *RankState {
-	s := NewRankState(rank, opts)
+func Restore(rank event.Rank, cursor Cursor, degraded bool, pending []event.RouterEvent, opts Options) *Machine {
+	s := NewMachine(rank, opts)
 	if cursor.Kind == CursorLive && cursor.HasLast {
 		s.cursor = cursor
 	}
@@ -297,7 +297,7 @@ func Restore(rank event.Rank, cursor Cursor, degraded bool, pending []event.Rout
 // Resume continues a rank restored after a restart: with durable pending events it restarts
 // their recovery (or, without a source, applies them after recording the gap lost); a degraded
 // rank with a source starts a full restore. Otherwise it does nothing.
-func (s *RankState) Resume() Decision {
+func (s *Machine) Resume() Decision {
 	s.apply = s.apply[:0]
 	var d Decision
 	switch {
@@ -314,24 +314,24 @@ func (s *RankState) Resume() Decision {
 }
 
 // Rank is the rank this state is for.
-func (s *RankState) Rank() event.Rank { return s.rank }
+func (s *Machine) Rank() event.Rank { return s.rank }
 
 // Cursor is where the rank's stream stands.
-func (s *RankState) Cursor() Cursor { return s.cursor }
+func (s *Machine) Cursor() Cursor { return s.cursor }
 
 // Pending is the number of live events buffered.
-func (s *RankState) Pending() int { return len(s.pending) }
+func (s *Machine) Pending() int { return len(s.pending) }
 
 // Recovering reports a recovery in flight.
-func (s *RankState) Recovering() bool { return s.inflight }
+func (s *Machine) Recovering() bool { return s.inflight }
 
 // Degraded reports a rank whose state is known to miss events (a loss was recorded and not yet
 // repaired).
-func (s *RankState) Degraded() bool { return s.trust != trustExact }
+func (s *Machine) Degraded() bool { return s.trust != trustExact }
 
 // State is the rank's state as GET /v1/ranks shows it: "recovering" while a recovery is in
 // flight, else "degraded" while a loss is unrepaired, else "live".
-func (s *RankState) State() State {
+func (s *Machine) State() State {
 	switch {
 	case s.inflight:
 		return StateRecovering
@@ -370,10 +370,10 @@ func (s State) String() string {
 func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // LastToken is the last fetch token issued (Options.TokenBase when none was).
-func (s *RankState) LastToken() uint64 { return s.lastToken }
+func (s *Machine) LastToken() uint64 { return s.lastToken }
 
 // FetchToken is the token of the recovery in flight (0 when none).
-func (s *RankState) FetchToken() uint64 {
+func (s *Machine) FetchToken() uint64 {
 	if !s.inflight {
 		return 0
 	}
@@ -384,7 +384,7 @@ func (s *RankState) FetchToken() uint64 {
 // lifecycle rule 3): setting it on a degraded rank with no recovery in flight starts a full
 // restore (the Decision's Fetch); removing it while a recovery is in flight cancels the fetch
 // and fails the recovery (loss recorded, buffered events applied after the gap).
-func (s *RankState) SetHasSource(has bool) Decision {
+func (s *Machine) SetHasSource(has bool) Decision {
 	s.hasSource = has
 	s.apply = s.apply[:0]
 	if has {
@@ -406,7 +406,7 @@ func (s *RankState) SetHasSource(has bool) Decision {
 // RequestRestore starts a full restore (a TreeDump) when the rank has a source and no recovery
 // in flight; otherwise it does nothing. The driver may call it on a degraded rank at any time
 // (after a restart, on an operator's request, on a timer).
-func (s *RankState) RequestRestore() Decision {
+func (s *Machine) RequestRestore() Decision {
 	s.apply = s.apply[:0]
 	var d Decision
 	if s.hasSource && !s.inflight {
@@ -417,14 +417,14 @@ func (s *RankState) RequestRestore() Decision {
 
 // OnLive decides what to do with one live event of the rank. The state keeps ev's slices while
 // it is buffered: the caller must not reuse them.
-func (s *RankState) OnLive(ev *event.RouterEvent) Decision {
+func (s *Machine) OnLive(ev *event.RouterEvent) Decision {
 	s.apply = s.apply[:0]
 	var d Decision
 	s.onLive(&d, ev)
 	return s.decide(d)
 }
 
-func (s *RankState) onLive(d *Decision, ev *event.RouterEvent) {
+func (s *Machine) onLive(d *Decision, ev *event.RouterEvent) {
 	id := ev.EventID
 	last, has := s.cursor.Last, s.cursor.HasLast
 	switch {
@@ -466,7 +466,7 @@ func (s *RankState) onLive(d *Decision, ev *event.RouterEvent) {
 
 // OnAnswer applies the answer of fetch token. An answer for another token than the one in
 // flight is discarded (Decision.StaleAnswer): the rank was cleared, reset or restored since.
-func (s *RankState) OnAnswer(token uint64, a Answer) Decision {
+func (s *Machine) OnAnswer(token uint64, a Answer) Decision {
 	s.apply = s.apply[:0]
 	var d Decision
 	if !s.inflight || token != s.token {
@@ -498,7 +498,7 @@ func (s *RankState) OnAnswer(token uint64, a Answer) Decision {
 }
 
 // decide fills the state flags, the Apply scratch and the pending summary.
-func (s *RankState) decide(d Decision) Decision {
+func (s *Machine) decide(d Decision) Decision {
 	if len(s.apply) > 0 {
 		d.Apply = s.apply
 	}
@@ -514,7 +514,7 @@ func (s *RankState) decide(d Decision) Decision {
 	return d
 }
 
-func (s *RankState) setCursor(c Cursor) {
+func (s *Machine) setCursor(c Cursor) {
 	if c != s.cursor {
 		s.blocked = false
 		if s.hasLostTo && (!c.HasLast || c.Last >= s.lostTo) {
@@ -525,7 +525,7 @@ func (s *RankState) setCursor(c Cursor) {
 }
 
 // recordLost adds [first, last] to the decision's losses, less what is already recorded.
-func (s *RankState) recordLost(d *Decision, first, last uint64) {
+func (s *Machine) recordLost(d *Decision, first, last uint64) {
 	if s.hasLostTo && s.lostTo >= first {
 		first = s.lostTo + 1
 	}
@@ -536,13 +536,13 @@ func (s *RankState) recordLost(d *Decision, first, last uint64) {
 	s.lostTo, s.hasLostTo = last, true
 }
 
-func (s *RankState) applyOne(ev *event.RouterEvent) {
+func (s *Machine) applyOne(ev *event.RouterEvent) {
 	s.apply = append(s.apply, *ev)
 	s.setCursor(LiveCursor(ev.EventID))
 }
 
 // cancel abandons the recovery in flight and drops the pending events.
-func (s *RankState) cancel(d *Decision) {
+func (s *Machine) cancel(d *Decision) {
 	if s.inflight {
 		d.CancelFetch, d.CancelToken = true, s.token
 		s.inflight = false
@@ -555,7 +555,7 @@ func (s *RankState) cancel(d *Decision) {
 
 // barrier applies a live Cleared newer than the cursor. Buffered events below it are erased by
 // it; any above it (delivered out of order) are taken again as live events after it.
-func (s *RankState) barrier(d *Decision, ev *event.RouterEvent) {
+func (s *Machine) barrier(d *Decision, ev *event.RouterEvent) {
 	var after []event.RouterEvent
 	for i := range s.pending {
 		if s.pending[i].EventID > ev.EventID {
@@ -572,7 +572,7 @@ func (s *RankState) barrier(d *Decision, ev *event.RouterEvent) {
 }
 
 // newEpoch handles a publisher restart: reset, synthetic Cleared, then the event.
-func (s *RankState) newEpoch(d *Decision, ev *event.RouterEvent) {
+func (s *Machine) newEpoch(d *Decision, ev *event.RouterEvent) {
 	s.cancel(d)
 	d.Reset, d.NewEpoch = true, true
 	if ev.Kind != event.KindCleared {
@@ -584,7 +584,7 @@ func (s *RankState) newEpoch(d *Decision, ev *event.RouterEvent) {
 
 // buffer adds ev to the pending events: in id order, duplicates ignored, the lowest id dropped
 // when the cap overflows.
-func (s *RankState) buffer(d *Decision, ev *event.RouterEvent) {
+func (s *Machine) buffer(d *Decision, ev *event.RouterEvent) {
 	i := sort.Search(len(s.pending), func(i int) bool { return s.pending[i].EventID >= ev.EventID })
 	if i < len(s.pending) && s.pending[i].EventID == ev.EventID {
 		d.Ignored++
@@ -603,7 +603,7 @@ func (s *RankState) buffer(d *Decision, ev *event.RouterEvent) {
 	}
 }
 
-func (s *RankState) startFetch(d *Decision, full bool, start uint64) {
+func (s *Machine) startFetch(d *Decision, full bool, start uint64) {
 	s.lastToken++
 	s.token = s.lastToken
 	s.inflight = true
@@ -618,7 +618,7 @@ func (s *RankState) startFetch(d *Decision, full bool, start uint64) {
 // vanish — the gap up to the last contiguous run of them is recorded lost, the rank is reset
 // (when it had state) and marked degraded, and that run is applied. Buffered events before the
 // run lie inside the lost range: the reset would erase them anyway.
-func (s *RankState) fail(d *Decision, err error) {
+func (s *Machine) fail(d *Decision, err error) {
 	d.Failure = err
 	n := len(s.pending)
 	if n == 0 {
@@ -654,7 +654,7 @@ func (s *RankState) fail(d *Decision, err error) {
 // applyEvents applies an Events answer. Events before the answer's last Cleared are skipped (the
 // Cleared erases them). It stops at a hole (a server bug) and lets the drain fetch again; it
 // reports false when the answer made no progress at all.
-func (s *RankState) applyEvents(d *Decision, a Answer) bool {
+func (s *Machine) applyEvents(d *Decision, a Answer) bool {
 	evs := a.Events
 	for i := len(evs) - 1; i >= 0; i-- {
 		if evs[i].Kind == event.KindCleared {
@@ -686,7 +686,7 @@ func (s *RankState) applyEvents(d *Decision, a Answer) bool {
 
 // recovered returns the ids the answer filled: those in (old.Last, min(cursor, highest pending)]
 // that were not buffered. Ids above the highest pending were never seen missing.
-func (s *RankState) recovered(old Cursor) []IDRange {
+func (s *Machine) recovered(old Cursor) []IDRange {
 	if !old.HasLast || len(s.pending) == 0 || s.cursor.Last <= old.Last {
 		return nil
 	}
@@ -711,7 +711,7 @@ func (s *RankState) recovered(old Cursor) []IDRange {
 
 // drain applies the pending events the cursor now reaches and starts a follow-up recovery when
 // a gap remains.
-func (s *RankState) drain(d *Decision) {
+func (s *Machine) drain(d *Decision) {
 	i := 0
 	for ; i < len(s.pending); i++ {
 		p := &s.pending[i]

@@ -13,7 +13,7 @@ import (
 
 var testRank = event.Rank{WorkerID: 7, DPRank: 1}
 
-// TestRankState runs the scripts in testdata/rankstate. Commands:
+// TestMachine runs the scripts in testdata/rankstate. Commands:
 //
 //	new [source] [cap=N] [restore=N [initial] [degraded] [pending=A..B]]
 //	live [summary]       input: one event per line: "stored|removed|cleared ID" or "KIND A..B"
@@ -24,9 +24,9 @@ var testRank = event.Rank{WorkerID: 7, DPRank: 1}
 //
 // Every command prints the decisions and then the rank's state; the harness checks the
 // package's invariants after every decision.
-func TestRankState(t *testing.T) {
+func TestMachine(t *testing.T) {
 	datadriven.Walk(t, "testdata/rankstate", func(t *testing.T, path string) {
-		var s *RankState
+		var s *Machine
 		datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
 			var out strings.Builder
 			step := func(label string, before Cursor, d Decision) {
@@ -56,7 +56,7 @@ func TestRankState(t *testing.T) {
 					}
 					s = Restore(testRank, cur, td.HasArg("degraded"), pending, opts)
 				} else {
-					s = NewRankState(testRank, opts)
+					s = NewMachine(testRank, opts)
 				}
 			case "live":
 				evs := parseEvents(t, td.Input)
@@ -101,7 +101,7 @@ func TestRankState(t *testing.T) {
 }
 
 // describe prints the rank's observable state.
-func describe(s *RankState) string {
+func describe(s *Machine) string {
 	var ids []uint64
 	for i := range s.pending {
 		ids = append(ids, s.pending[i].EventID)
@@ -128,7 +128,7 @@ type fataler interface {
 }
 
 // checkDecision asserts the invariants of doc.go after a decision.
-func checkDecision(t fataler, s *RankState, before Cursor, d Decision) {
+func checkDecision(t fataler, s *Machine, before Cursor, d Decision) {
 	for i := 1; i < len(s.pending); i++ {
 		if s.pending[i-1].EventID >= s.pending[i].EventID {
 			t.Fatalf("pending not sorted/unique: %d then %d", s.pending[i-1].EventID, s.pending[i].EventID)

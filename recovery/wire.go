@@ -24,6 +24,9 @@ const (
 	AnswerFailed
 )
 
+// String returns the kind's wire name: the answer's key in the JSON of
+// GET /v1/ranks/{w}/{r}/events ("Events", "TreeDump", "TooNew", "InvalidRange"; "Failed" is the
+// router's own and never on the wire).
 func (k AnswerKind) String() string {
 	switch k {
 	case AnswerEvents:
@@ -40,8 +43,25 @@ func (k AnswerKind) String() string {
 	return "AnswerKind(" + strconv.Itoa(int(k)) + ")"
 }
 
+// Label returns the kind's spelling in metric labels and log attributes ("events", "treedump",
+// "too_new", "invalid_range", "failed"): the result label of kvindex_recovery_fetches_total
+// (docs/API.md). An unknown kind is "failed".
+func (k AnswerKind) Label() string {
+	switch k {
+	case AnswerEvents:
+		return "events"
+	case AnswerTreeDump:
+		return "treedump"
+	case AnswerTooNew:
+		return "too_new"
+	case AnswerInvalidRange:
+		return "invalid_range"
+	}
+	return "failed"
+}
+
 // Answer is one range answer, the server's (MarshalJSON writes it) and the router's (the
-// Fetcher decodes it, RankState.OnAnswer applies it). Kind selects the meaningful fields:
+// Fetcher decodes it, Machine.OnAnswer applies it). Kind selects the meaningful fields:
 //
 //	AnswerEvents, AnswerTreeDump: Events, LastEventID
 //	AnswerTooNew:                 RequestedStart, RequestedEnd, NewestAvailable

@@ -82,3 +82,27 @@ func TestDecodeAnswerRejects(t *testing.T) {
 		})
 	}
 }
+
+// TestAnswerKindSpellings pins the two spellings of each answer kind: its wire key (String, the
+// JSON of GET /v1/ranks/{w}/{r}/events) and its metric label (Label, the result label of
+// kvindex_recovery_fetches_total); docs/API.md names both.
+func TestAnswerKindSpellings(t *testing.T) {
+	for _, tc := range []struct {
+		k           AnswerKind
+		wire, label string
+	}{
+		{AnswerEvents, "Events", "events"},
+		{AnswerTreeDump, "TreeDump", "treedump"},
+		{AnswerTooNew, "TooNew", "too_new"},
+		{AnswerInvalidRange, "InvalidRange", "invalid_range"},
+		{AnswerFailed, "Failed", "failed"},
+		{AnswerKind(0), "AnswerKind(0)", "failed"},
+	} {
+		if got := tc.k.String(); got != tc.wire {
+			t.Errorf("%d: String %q, want %q", tc.k, got, tc.wire)
+		}
+		if got := tc.k.Label(); got != tc.label {
+			t.Errorf("%d: Label %q, want %q", tc.k, got, tc.label)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/vllm"
 	"github.com/kvindex/kvindex/wal"
 )
@@ -333,7 +334,7 @@ func TestRegistrationIngestsAndPersists(t *testing.T) {
 // connected or replaying is active; a source that does not run is paused".
 func TestListenerStates(t *testing.T) {
 	for _, tc := range []struct {
-		state   string
+		state   event.SourceState
 		running bool
 		want    string
 	}{

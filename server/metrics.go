@@ -14,6 +14,7 @@ import (
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/tier"
 	"github.com/kvindex/kvindex/vllm"
 	"github.com/prometheus/client_golang/prometheus"
@@ -115,9 +116,11 @@ func newMetrics(s *Server) *metrics {
 	m.fetches = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindex_recovery_fetches_total",
 		Help: "Recovery fetches from upstream sources by kind (full = TreeDump restore, range) and result: events, treedump, too_new, invalid_range, failed, discarded."}, []string{"kind", "result"})
 	for _, kind := range []string{"full", "range"} {
-		for _, res := range []string{"events", "treedump", "too_new", "invalid_range", "failed", "discarded"} {
-			m.fetches.WithLabelValues(kind, res) // every outcome exported from the start, at 0
+		// every outcome exported from the start, at 0: each answer kind's label (lanes.Listener.Fetch)
+		for _, k := range []recovery.AnswerKind{recovery.AnswerEvents, recovery.AnswerTreeDump, recovery.AnswerTooNew, recovery.AnswerInvalidRange, recovery.AnswerFailed} {
+			m.fetches.WithLabelValues(kind, k.Label())
 		}
+		m.fetches.WithLabelValues(kind, "discarded")
 	}
 	for _, o := range []string{"lost", "recovered"} {
 		m.gaps.WithLabelValues(o)

@@ -252,7 +252,7 @@ func (s *Server) rankGroups(ranks []engine.RankStatus) ([]*stateGroup, []partiti
 func (s *Server) zmqRows(now time.Time) []zmqRow {
 	var out []zmqRow
 	for _, st := range s.zmq.Status() {
-		row := zmqRow{ID: st.ID, Endpoint: st.Endpoint, Worker: "from topic", State: st.State, Seq: "—", Connected: st.Connected,
+		row := zmqRow{ID: st.ID, Endpoint: st.Endpoint, Worker: "from topic", State: st.State.String(), Seq: "—", Connected: st.Connected,
 			Batches: st.Batches, Events: st.Events, Gaps: st.Gaps, Lost: st.Lost, SinceLast: "—", AgeAtApply: "—", LastError: st.LastError}
 		if st.Worker != nil {
 			row.Worker = strconv.FormatUint(*st.Worker, 10)

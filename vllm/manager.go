@@ -154,19 +154,19 @@ type Cursors interface {
 // Status is a source's configuration, state and counters (GET /v1/sources).
 type Status struct {
 	Config
-	State        string  `json:"state"`     // connecting, connected, replaying, backoff, stopped
-	Connected    bool    `json:"connected"` // the SUB socket is connected
-	HasSeq       bool    `json:"has_seq"`
-	Seq          uint64  `json:"seq"`                 // newest batch seq applied (when has_seq)
-	Worker       *uint64 `json:"effective_worker_id"` // the worker id in use (nil until known)
-	Batches      uint64  `json:"batches"`             // batches applied (live and replayed)
-	Events       uint64  `json:"events"`              // events submitted
-	Gaps         uint64  `json:"gaps"`                // seq gaps seen (each replayed or lost)
-	Replayed     uint64  `json:"replayed"`            // batches applied from a replay
-	Lost         uint64  `json:"lost"`                // batches neither received nor replayed
-	DecodeErrors uint64  `json:"decode_errors"`       // malformed messages or payloads skipped
-	Rejected     uint64  `json:"rejected"`            // BlockStored events rejected (token count vs block size)
-	OffDevice    uint64  `json:"off_device"`          // events of a lower tier (host_pinned, disk, external medium)
+	State        event.SourceState `json:"state"`     // connecting, connected, replaying, backoff, stopped
+	Connected    bool              `json:"connected"` // the SUB socket is connected
+	HasSeq       bool              `json:"has_seq"`
+	Seq          uint64            `json:"seq"`                 // newest batch seq applied (when has_seq)
+	Worker       *uint64           `json:"effective_worker_id"` // the worker id in use (nil until known)
+	Batches      uint64            `json:"batches"`             // batches applied (live and replayed)
+	Events       uint64            `json:"events"`              // events submitted
+	Gaps         uint64            `json:"gaps"`                // seq gaps seen (each replayed or lost)
+	Replayed     uint64            `json:"replayed"`            // batches applied from a replay
+	Lost         uint64            `json:"lost"`                // batches neither received nor replayed
+	DecodeErrors uint64            `json:"decode_errors"`       // malformed messages or payloads skipped
+	Rejected     uint64            `json:"rejected"`            // BlockStored events rejected (token count vs block size)
+	OffDevice    uint64            `json:"off_device"`          // events of a lower tier (host_pinned, disk, external medium)
 	// UnknownMedium counts events whose medium kvindex does not know: taken as device.
 	UnknownMedium uint64 `json:"unknown_medium"`
 	Epochs        uint64 `json:"epochs"`     // publisher restarts (seq back to 0)

@@ -24,13 +24,13 @@ type sinkError struct{ err error }
 func (e *sinkError) Error() string { return "submitting events: " + e.err.Error() }
 func (e *sinkError) Unwrap() error { return e.err }
 
-// Source states, as shown by Status.State.
+// Source states, as shown by Status.State: the vLLM source's subset of event.SourceState.
 const (
-	StateConnecting = "connecting"
-	StateConnected  = "connected"
-	StateReplaying  = "replaying"
-	StateBackoff    = "backoff"
-	StateStopped    = "stopped"
+	StateConnecting = event.SourceConnecting
+	StateConnected  = event.SourceConnected
+	StateReplaying  = event.SourceReplaying
+	StateBackoff    = event.SourceBackoff
+	StateStopped    = event.SourceStopped
 )
 
 // counters are a source's monotonic counters (read by Status without locks).
@@ -66,7 +66,7 @@ type subscriber struct {
 	fresh bool
 
 	mu        sync.Mutex
-	state     string
+	state     event.SourceState
 	connected bool
 	lastErr   string
 	worker    uint64
@@ -83,7 +83,7 @@ type subscriber struct {
 	done   chan struct{}
 }
 
-func (s *subscriber) setState(st string) {
+func (s *subscriber) setState(st event.SourceState) {
 	s.mu.Lock()
 	s.state = st
 	s.connected = st == StateConnected || st == StateReplaying
