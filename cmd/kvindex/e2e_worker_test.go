@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/kvindex/kvindex/event"
+)
+
+// TestE2EWorkerPlacedAgainAfterRemovalAndKill9 is issue 35's bug over HTTP, on the real binary:
+// a worker's events in a non-default partition, DELETE /v1/workers/N, more events of the same
+// worker by the same door, kill -9 and restart. The worker must then be in the partition its
+// door names (never an invented "unknown-N"), score there and nowhere else, and a post naming
+// another partition must be refused with 409.
+func TestE2EWorkerPlacedAgainAfterRemovalAndKill9(t *testing.T) {
+	dir := t.TempDir()
+	p := start(t, dir)
+	p.waitReady()
+	const part = "?model_name=m"
+	w := event.Rank{WorkerID: 3}
+	other := event.Rank{WorkerID: 4} // in partition n, the one worker 3 is refused from
+	g := newChainGen(w, 0)
+	for range 4 {
+		p.mustPost("/v1/events"+part, jsonEvents(g.next(3)...))
+	}
+	p.mustPost("/v1/events?model_name=n", jsonEvents(rootStored(other, 1, 500)))
+
+	code, b := p.do("DELETE", "/v1/workers/3", "", nil)
+	if code != 200 || string(bytes.TrimSpace(b)) != `{"removed_ranks":1}` {
+		t.Fatalf("DELETE /v1/workers/3: %d %s", code, b)
+	}
+	if _, ok := p.rankOf(w); ok {
+		t.Fatalf("worker 3 still listed after DELETE: %+v", p.ranks())
+	}
+
+	// The same door goes on: a new chain (the removal forgot the old one), ids going on.
+	g.chain = g.chain[:0]
+	for range 3 {
+		p.mustPost("/v1/events"+part, jsonEvents(g.next(3)...))
+	}
+	query := func() []uint64 {
+		q := make([]uint64, len(g.chain))
+		for i, h := range g.chain {
+			q[i] = h % 1000
+		}
+		return q
+	}()
+	check := func(p *proc, when string) {
+		t.Helper()
+		p.mustPost("/v1/flush", "")
+		rows := p.ranks()
+		var got []rankRow
+		for _, r := range rows {
+			if strings.HasPrefix(r.ModelName, "unknown-") {
+				t.Fatalf("%s: a partition nobody made: %+v", when, rows)
+			}
+			if r.WorkerID == w.WorkerID {
+				got = append(got, r)
+			}
+		}
+		if len(got) != 1 || got[0].ModelName != "m" || got[0].DPRank != 0 || got[0].LastEventID != g.id {
+			t.Fatalf("%s: worker 3's ranks %+v, want one rank in m with last_event_id %d (all: %+v)", when, got, g.id, rows)
+		}
+		p.part = part
+		sc := p.scores(query)
+		p.part = ""
+		if len(sc) != 1 || sc[0].WorkerID != w.WorkerID || sc[0].Score != uint32(len(query)) {
+			t.Fatalf("%s: find_matches%s for worker 3's chain of %d: %+v", when, part, len(query), sc)
+		}
+		if sc := p.scores(query); len(sc) != 0 {
+			t.Fatalf("%s: worker 3 scores in the default partition: %+v", when, sc)
+		}
+		// Another partition: refused, nothing written, worker 3 still only in m.
+		next := event.Stored(w, g.id+100, nil, event.Block{BlockHash: 999_999, TokensHash: 999})
+		code, b := p.post("/v1/events?model_name=n", jsonEvents(next))
+		var body struct{ Error string }
+		if err := json.Unmarshal(b, &body); code != 409 || err != nil ||
+			!strings.Contains(body.Error, "worker 3 has ranks in partition model_name=m routing_group=default") {
+			t.Fatalf("%s: a post of worker 3 to partition n: %d %s, want 409 naming partition m", when, code, b)
+		}
+		if _, ok := p.rankOf(w); !ok {
+			t.Fatalf("%s: worker 3 gone after the refused post", when)
+		}
+	}
+	check(p, "before kill -9")
+
+	p.kill()
+	p = start(t, dir)
+	p.waitReady()
+	check(p, "after kill -9")
+	if rows := p.ranks(); len(rows) != 2 {
+		t.Fatalf("after kill -9: ranks %+v, want worker 3 in m and worker 4 in n", rows)
+	}
+}
