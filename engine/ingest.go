@@ -114,7 +114,11 @@ func (e *Engine) place(ctx context.Context, key partition.Key, blockSize int, ev
 			return err
 		}
 		// The partition was dropped between Ensure and the first Claim (DropPartition): none of
-		// the batch's workers was claimed for it (a claimed worker keeps it); ensure it anew.
+		// the batch's workers was claimed for it (a claimed worker keeps it); ensure it anew,
+		// unless the caller gave up.
+		if cerr := ctx.Err(); cerr != nil {
+			return &PlaceError{Index: -1, Err: fmt.Errorf("placing the batch in %s: %w", key, cerr)}
+		}
 	}
 }
 

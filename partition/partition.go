@@ -187,7 +187,9 @@ func (s *Set) IndexOf(id uint32) *index.Index { return s.TiersOf(id).Device }
 
 // TiersOf returns partition id's state in every tier (what the lanes apply events to). Every rank
 // the lanes see belongs to a partition of the set; an unknown id (a damaged dir) gets an empty
-// partition of its own.
+// partition of its own. A dropped id gets an empty state that joins no set: a lane that still
+// visits a rank of a dropped partition (removing a worker again) finds nothing there, and no
+// partition is made up under an unknown-<id> name (which Ensure would then try to record).
 func (s *Set) TiersOf(id uint32) *tier.Tiers {
 	if p := s.Get(id); p != nil {
 		return p.Tiers
@@ -197,7 +199,11 @@ func (s *Set) TiersOf(id uint32) *tier.Tiers {
 	if p := s.byID[id]; p != nil {
 		return p.Tiers
 	}
-	p := newPartition(id, Key{ModelName: "unknown-" + strconv.FormatUint(uint64(id), 10), RoutingGroup: DefaultName}, s.blockSize, s.ixOpts)
+	name := Key{ModelName: "unknown-" + strconv.FormatUint(uint64(id), 10), RoutingGroup: DefaultName}
+	if s.dropped[id] {
+		return newPartition(id, name, s.blockSize, s.ixOpts).Tiers
+	}
+	p := newPartition(id, name, s.blockSize, s.ixOpts)
 	s.byID[id], s.byKey[p.Key] = p, p
 	s.next = max(s.next, id+1)
 	return p.Tiers
