@@ -73,8 +73,31 @@ func (e *Engine) Place(ctx context.Context, p Placement) (uint32, error) {
 	return id, nil
 }
 
+// refuseElsewhere refuses a worker that belongs to a partition other than key's before key's
+// partition is made, so that a refused batch writes nothing (the Claim after Ensure still
+// catches a claim made meanwhile).
+func (e *Engine) refuseElsewhere(key partition.Key, worker uint64) error {
+	id, ok := e.parts.WorkerPartition(worker)
+	if !ok {
+		return nil
+	}
+	if cur, found := e.parts.Lookup(key); found && cur.ID == id {
+		return nil
+	}
+	if have := e.parts.Get(id); have != nil {
+		return &partition.ElsewhereError{Worker: worker, Have: have.Key}
+	}
+	return nil
+}
+
 func (e *Engine) place1(ctx context.Context, key partition.Key, blockSize int, worker uint64) (uint32, error) {
+	if err := e.refuseElsewhere(key, worker); err != nil {
+		return 0, err
+	}
 	for {
+		if err := ctx.Err(); err != nil {
+			return 0, fmt.Errorf("placing worker %d in %s: %w", worker, key, err)
+		}
 		p, err := e.parts.Ensure(ctx, key, blockSize)
 		if err != nil {
 			return 0, err
@@ -123,6 +146,11 @@ func (e *Engine) place(ctx context.Context, key partition.Key, blockSize int, ev
 }
 
 func (e *Engine) placeOnce(ctx context.Context, key partition.Key, blockSize int, evs []event.RouterEvent) error {
+	for i := range evs {
+		if err := e.refuseElsewhere(key, evs[i].WorkerID); err != nil {
+			return &PlaceError{Index: i, Err: err}
+		}
+	}
 	p, err := e.parts.Ensure(ctx, key, blockSize)
 	if err != nil {
 		return &PlaceError{Index: -1, Err: err}
