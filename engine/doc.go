@@ -34,7 +34,7 @@
 //     Config.IngestWait, then ErrOverloaded and nothing written. A context from Admit carries its
 //     share, so nested ingest calls take none again. The query path takes no share and no lock
 //     an ingest holds across a commit (partition.Set.Ensure commits a new partition outside the
-//     lock Lookup takes; Drop still commits under it, once per dropped partition).
+//     lock Lookup takes, and Drop deletes a record outside it too).
 //   - The engine changes no process-global setting (GC percent) unless Config.TuneGC asks.
 //   - The engine imports no HTTP server, status page, pprof, ZMQ or NATS client, and no
 //     Prometheus (the TreeDump cache, package dumpcache, keeps plain counters the server

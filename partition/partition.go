@@ -333,37 +333,81 @@ func (s *Set) Recorded(id uint32) bool {
 // partition or, claiming after, gets ErrDropped and ensures it anew. The default partition
 // stays in the set, unrecorded, as in a new set.
 func (s *Set) Drop(ctx context.Context, id uint32) (bool, error) {
+	if id == 0 {
+		return s.dropDefault(ctx)
+	}
+	// The record is deleted under creating, not under mu (which every Lookup and Get, each
+	// query, takes): the partition leaves the set first, so a Claim meanwhile gets ErrDropped
+	// and its Ensure waits on creating until the deletion is durable; a failed deletion puts
+	// the partition back.
+	s.creating.Lock()
+	defer s.creating.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	p := s.byID[id]
-	if p == nil || (id == 0 && !p.persisted) {
+	if p == nil || s.claimed(id) {
+		s.mu.Unlock()
 		return false, nil
 	}
-	for _, have := range s.workers {
-		if have == id {
-			return false, nil
-		}
-	}
-	if s.log != nil && p.persisted {
-		b := s.log.NewBatch()
-		defer b.Close()
-		b.DeleteMeta(metaPrefix + strconv.FormatUint(uint64(id), 10))
-		b.SetMeta(nextMeta, []byte(strconv.FormatUint(uint64(s.next), 10)))
-		if err := s.log.Commit(ctx, b); err != nil {
-			return false, fmt.Errorf("partition: dropping %s: %w", p.Key, err)
-		}
-	}
-	if id == 0 {
-		p.persisted, p.BlockSize = false, s.blockSize
-		return true, nil
-	}
+	persisted, next := p.persisted, s.next
 	p.persisted = false
 	s.dropped[id] = true
 	delete(s.byID, id)
-	if s.byKey[p.Key] == p {
+	ownsKey := s.byKey[p.Key] == p
+	if ownsKey {
 		delete(s.byKey, p.Key)
 	}
+	s.mu.Unlock()
+	if s.log == nil || !persisted {
+		return true, nil
+	}
+	if err := s.commitDrop(ctx, id, next); err != nil {
+		s.mu.Lock()
+		p.persisted = true
+		delete(s.dropped, id)
+		s.byID[id] = p
+		if ownsKey {
+			s.byKey[p.Key] = p
+		}
+		s.mu.Unlock()
+		return false, fmt.Errorf("partition: dropping %s: %w", p.Key, err)
+	}
 	return true, nil
+}
+
+// dropDefault unrecords the default partition (it stays in the set, as in a new set).
+func (s *Set) dropDefault(ctx context.Context) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.byID[0]
+	if p == nil || !p.persisted || s.claimed(0) {
+		return false, nil
+	}
+	if s.log != nil {
+		if err := s.commitDrop(ctx, 0, s.next); err != nil {
+			return false, fmt.Errorf("partition: dropping %s: %w", p.Key, err)
+		}
+	}
+	p.persisted, p.BlockSize = false, s.blockSize
+	return true, nil
+}
+
+// claimed reports whether a worker belongs to partition id (s.mu held).
+func (s *Set) claimed(id uint32) bool {
+	for _, have := range s.workers {
+		if have == id {
+			return true
+		}
+	}
+	return false
+}
+
+// commitDrop deletes partition id's record durably and keeps next (ids are never reused).
+func (s *Set) commitDrop(ctx context.Context, id, next uint32) error {
+	b := s.log.NewBatch()
+	defer b.Close()
+	b.DeleteMeta(metaPrefix + strconv.FormatUint(uint64(id), 10))
+	b.SetMeta(nextMeta, []byte(strconv.FormatUint(uint64(next), 10)))
+	return s.log.Commit(ctx, b)
 }
 
 // All returns every partition, by id.
