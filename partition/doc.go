@@ -16,7 +16,11 @@
 //   - Reads never create a partition: Lookup answers ok=false for an unknown one.
 //   - No read waits for an fsync: Ensure writes a new partition's record outside the lock every
 //     Lookup and Get take (creations are serialized among themselves); the partition joins the
-//     set once its record is durable. (Drop still commits under it: a partition's drop is rare.)
+//     set once its record is durable. Drop takes the partition out of the set first and then
+//     deletes its record under the same creations lock (a failed deletion puts it back); only
+//     the default partition, which never leaves the set, is unrecorded under the lookup lock.
+//   - A dropped id is never registered again: TiersOf gives a rank of a dropped partition an
+//     empty state outside the set, never an unknown-<id> partition.
 //
 // # Record (global metadata 'K' | "partition/" | id as decimal)
 //
