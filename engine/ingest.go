@@ -73,25 +73,26 @@ func (e *Engine) Place(ctx context.Context, p Placement) (uint32, error) {
 	return id, nil
 }
 
-// refuseElsewhere refuses a worker that belongs to a partition other than key's before key's
-// partition is made, so that a refused batch writes nothing (the Claim after Ensure still
-// catches a claim made meanwhile).
-func (e *Engine) refuseElsewhere(key partition.Key, worker uint64) error {
-	id, ok := e.parts.WorkerPartition(worker)
-	if !ok {
-		return nil
+// refuseBeforeCreate refuses, before Ensure records key's partition, a batch whose worker
+// (worker(i), i < n) belongs to a partition already: a refused batch writes nothing. It returns
+// the refused worker's index. When key's partition is recorded, Ensure writes nothing and the
+// Claims after it refuse, so the common path costs one lookup a batch.
+func (e *Engine) refuseBeforeCreate(key partition.Key, n int, worker func(int) uint64) (int, error) {
+	if p, found := e.parts.Lookup(key); found && e.parts.Recorded(p.ID) {
+		return -1, nil
 	}
-	if cur, found := e.parts.Lookup(key); found && cur.ID == id {
-		return nil
+	for i := 0; i < n; i++ {
+		if id, ok := e.parts.WorkerPartition(worker(i)); ok {
+			if have := e.parts.Get(id); have != nil {
+				return i, &partition.ElsewhereError{Worker: worker(i), Have: have.Key}
+			}
+		}
 	}
-	if have := e.parts.Get(id); have != nil {
-		return &partition.ElsewhereError{Worker: worker, Have: have.Key}
-	}
-	return nil
+	return -1, nil
 }
 
 func (e *Engine) place1(ctx context.Context, key partition.Key, blockSize int, worker uint64) (uint32, error) {
-	if err := e.refuseElsewhere(key, worker); err != nil {
+	if _, err := e.refuseBeforeCreate(key, 1, func(int) uint64 { return worker }); err != nil {
 		return 0, err
 	}
 	for {
@@ -146,10 +147,8 @@ func (e *Engine) place(ctx context.Context, key partition.Key, blockSize int, ev
 }
 
 func (e *Engine) placeOnce(ctx context.Context, key partition.Key, blockSize int, evs []event.RouterEvent) error {
-	for i := range evs {
-		if err := e.refuseElsewhere(key, evs[i].WorkerID); err != nil {
-			return &PlaceError{Index: i, Err: err}
-		}
+	if i, err := e.refuseBeforeCreate(key, len(evs), func(i int) uint64 { return evs[i].WorkerID }); err != nil {
+		return &PlaceError{Index: i, Err: err}
 	}
 	p, err := e.parts.Ensure(ctx, key, blockSize)
 	if err != nil {
