@@ -97,6 +97,7 @@ func (t *steps) reset() {
 // NewRankBuilder returns a builder for rank r, which must hold nothing in ix (ok false
 // otherwise: apply its events one by one instead).
 func (ix *Index) NewRankBuilder(r event.Rank) (*RankBuilder, bool) {
+	ix.runsUnsupported("NewRankBuilder")
 	b := &RankBuilder{}
 	return b, b.Reset(ix, r)
 }

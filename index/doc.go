@@ -139,9 +139,11 @@
 // # Runs (prototype: Options.Runs, runs.go)
 //
 // The run layout of issue 34 lives beside the slab, selected by Options.Runs for measurements
-// (BenchmarkRunsSMG, and KVINDEX_BENCH_LAYOUT=runs for the layout benchmarks); it supports
-// Apply, FindMatches/FindMatchesInto (no early exit), Blocks, NodeCount, Ranks and
-// RankBlocks, and nothing else of the Index sees its blocks. The slab is the default and the
+// (KVINDEX_BENCH_LAYOUT=runs for the layout benchmarks, BenchmarkSMG included); it supports
+// Apply, FindMatches/FindMatchesInto (no early exit), Blocks, NodeCount, Ranks, RankBlocks and
+// MemoryBytes (its own estimate); the other writers (ClearRank, RemoveRank, ReplaceRank,
+// RemoveWorker, Reserve, EvictLeaves, NewRankBuilder, DumpRank, RankHashes) panic rather than
+// run the slab's code beside it. The slab is the default and the
 // only layout the rest of kvindex uses.
 //
 //	run         pairs  []{tokens hash, block hash}   16 B a position, contiguous; grown in place

@@ -23,6 +23,7 @@ import (
 // DumpRank reads the rank's writer-owned lookup: call it from the rank's writer, or when no
 // writer runs on r.
 func (ix *Index) DumpRank(r event.Rank, fn func(ev *event.RouterEvent) error) error {
+	ix.runsUnsupported("DumpRank")
 	rs := ix.rankOf(r)
 	if rs == nil {
 		return nil

@@ -131,6 +131,7 @@ func (ix *Index) resetOrder(rs *rankEntry) {
 // no score, and is evicted in its own turn. Without Options.Evictable, or for an unknown rank,
 // it removes nothing. A writer method (the rank's lane).
 func (ix *Index) EvictLeaves(r event.Rank, n int) int {
+	ix.runsUnsupported("EvictLeaves")
 	if !ix.opts.Evictable || n <= 0 {
 		return 0
 	}

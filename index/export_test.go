@@ -31,10 +31,6 @@ func NewRunTree() *RunTree { return &RunTree{t: newRunTree()} }
 
 func (r *RunTree) Apply(ev *event.RouterEvent) Result { return r.t.apply(ev) }
 
-// MatchInto answers q (deepest first); not safe for concurrent use of one RunTree's scratch:
-// concurrent readers use Scores.
-func (r *RunTree) MatchInto(dst []RunScore, q []uint64) []RunScore { return r.t.match(dst, q, &r.sc) }
-
 // Scores answers q by rank, on its own scratch.
 func (r *RunTree) Scores(q []uint64) map[event.Rank]uint32 {
 	var sc runScratch

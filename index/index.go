@@ -539,6 +539,7 @@ func (ix *Index) applyRemoved(ev *event.RouterEvent) Result {
 
 // ClearRank drops every block of r (a Cleared event, without counting it). r stays known.
 func (ix *Index) ClearRank(r event.Rank) {
+	ix.runsUnsupported("ClearRank")
 	if rs := ix.rankOf(r); rs != nil {
 		ix.clearState(rs)
 	}
@@ -560,6 +561,7 @@ func (ix *Index) clearState(rs *rankEntry) {
 
 // RemoveRank drops every block of r and forgets r. It reports whether r was known.
 func (ix *Index) RemoveRank(r event.Rank) bool {
+	ix.runsUnsupported("RemoveRank")
 	rs := ix.rankOf(r)
 	if rs == nil {
 		return false
@@ -573,6 +575,7 @@ func (ix *Index) RemoveRank(r event.Rank) bool {
 // size (the restart replay of a snapshot) does not grow its table step by step. r becomes known.
 // A writer method.
 func (ix *Index) Reserve(r event.Rank, blocks int) {
+	ix.runsUnsupported("Reserve")
 	if blocks <= 0 {
 		return
 	}
@@ -582,6 +585,7 @@ func (ix *Index) Reserve(r event.Rank, blocks int) {
 // ReplaceRank clears r, then applies the Stored events of a dump (DumpRank) to it, whatever rank
 // the events name. Other kinds are ignored. Nothing is counted in Counts. r becomes known.
 func (ix *Index) ReplaceRank(r event.Rank, stored []event.RouterEvent) {
+	ix.runsUnsupported("ReplaceRank")
 	rs := ix.register(r)
 	ix.clearState(rs)
 	for i := range stored {
@@ -594,6 +598,7 @@ func (ix *Index) ReplaceRank(r event.Rank, stored []event.RouterEvent) {
 // RemoveWorker removes every rank of a worker and returns how many there were. It requires that
 // no writer runs on that worker's ranks meanwhile.
 func (ix *Index) RemoveWorker(workerID uint64) int {
+	ix.runsUnsupported("RemoveWorker")
 	n := 0
 	for _, r := range ix.RanksOfWorker(workerID) {
 		if ix.RemoveRank(r) {
@@ -641,6 +646,7 @@ func (ix *Index) RankBlocks(r event.Rank) uint64 {
 // order: also the blocks DumpRank leaves out (stranded under an ancestor r no longer holds). A
 // writer method, like DumpRank.
 func (ix *Index) RankHashes(r event.Rank, fn func(blockHash, tokensHash uint64)) {
+	ix.runsUnsupported("RankHashes")
 	if rs := ix.rankOf(r); rs != nil {
 		for h, n := range rs.lookup.all() {
 			fn(h, ix.at(n).tokens)

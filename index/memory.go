@@ -18,6 +18,9 @@ const lookupBytesPerEntry = 9
 // Fixed per-rank state is left out. On the index tests' fixtures it reads within 10 % of the
 // live heap (TestMemoryBytesTracksHeap).
 func (ix *Index) MemoryBytes() uint64 {
+	if ix.runs != nil {
+		return ix.runs.memoryBytes()
+	}
 	nodes, blocks := uint64(max(ix.NodeCount(), 0)), ix.Blocks()
 	b := nodes * uint64(unsafe.Sizeof(node{}))
 	if blocks > nodes {

@@ -1,9 +1,9 @@
 package index
 
-// runs.go: a prototype of the run layout (issue 34), beside the node slab and not wired into
-// Index yet. Device-tier semantics of Apply (Stored, Removed, Cleared: parents, moves, exact
-// partial removal) and FindMatches' scores, measured on SMG's pinned workload
-// (BenchmarkRunsSMG) against the slab (BenchmarkSMG).
+// runs.go: a prototype of the run layout (issue 34), beside the node slab, behind
+// Options.Runs (runs_index.go). Device-tier semantics of Apply (Stored, Removed, Cleared:
+// parents, moves, exact partial removal) and FindMatches' scores, measured on SMG's pinned
+// workload by BenchmarkSMG with KVINDEX_BENCH_LAYOUT=runs against the slab.
 //
 // Layout:
 //
