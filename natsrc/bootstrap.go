@@ -122,7 +122,11 @@ func (s *jsSource) bootstrap(ctx context.Context, peer string, first uint64) (ui
 	for k, last := range cursors {
 		d := dumps[k]
 		probe := []event.RouterEvent{{WorkerID: k.worker, DPRank: k.dp}}
-		if !pl.place(ctx, probe) {
+		placed, err := pl.place(ctx, probe)
+		if err != nil {
+			return seq, err
+		}
+		if !placed {
 			return seq, fmt.Errorf("%w: worker %d of the dump belongs to another partition here", ErrBootstrap, k.worker)
 		}
 		for i := range d {

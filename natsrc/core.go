@@ -216,7 +216,11 @@ func (s *coreSource) burst(ctx context.Context, msgs []*nats.Msg) error {
 		s.ctr.messages.Add(1)
 		for i := range evs {
 			one := evs[i : i+1]
-			if !pl.place(ctx, one) {
+			placed, err := pl.place(ctx, one)
+			if err != nil {
+				return err
+			}
+			if !placed {
 				continue
 			}
 			rk := one[0].Rank()

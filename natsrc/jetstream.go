@@ -304,7 +304,11 @@ func (s *jsSource) burst(ctx context.Context, msgs []jetstream.Msg) error {
 			continue
 		}
 		evs := []event.RouterEvent{ev}
-		if !pl.place(ctx, evs) {
+		placed, err := pl.place(ctx, evs)
+		if err != nil {
+			return err // nothing acknowledged: the burst is delivered again
+		}
+		if !placed {
 			continue
 		}
 		rk := evs[0].Rank()

@@ -189,31 +189,37 @@ func (b *base) newPlacements() *placements {
 }
 
 // place sets the partition of evs (all of one worker) from the source's model and group; false
-// when the worker belongs to another partition (counted, logged, skipped).
-func (pl *placements) place(ctx context.Context, evs []event.RouterEvent) bool {
+// when the worker is refused (another partition, another block size: counted, logged,
+// skipped). A placement that failed because ctx ended is no refusal: place returns ctx's error,
+// and the burst stops before it moves its cursor or acknowledges anything (the events are
+// delivered again, never counted as refused).
+func (pl *placements) place(ctx context.Context, evs []event.RouterEvent) (bool, error) {
 	if len(evs) == 0 {
-		return true
+		return true, nil
 	}
 	b, w := pl.b, evs[0].WorkerID
 	id, ok := pl.ids[w]
 	if !ok && !pl.bad[w] {
 		var err error
 		id, err = b.m.opts.Partition(ctx, b.cfg, w)
-		if err != nil {
+		switch {
+		case err == nil:
+			pl.ids[w], ok = id, true
+		case ctx.Err() != nil:
+			return false, fmt.Errorf("placing worker %d: %w", w, ctx.Err())
+		default:
 			pl.bad[w] = true
 			b.lg.Warn("nats events refused", "worker_id", w, "err", err)
-		} else {
-			pl.ids[w], ok = id, true
 		}
 	}
 	if !ok {
 		b.ctr.rejected.Add(uint64(len(evs)))
-		return false
+		return false, nil
 	}
 	for i := range evs {
 		evs[i].Partition = id
 	}
-	return true
+	return true, nil
 }
 
 // submitGroups submits each rank's events with its metadata, the ranks concurrently (their lanes
