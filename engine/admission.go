@@ -132,6 +132,10 @@ func (a *admission) waitShare(ctx context.Context, n int64, bounded bool) error 
 	return nil
 }
 
+// IngestWait is how long a bounded door (HTTP) waits for its share before ErrOverloaded
+// (Config.IngestWait after its defaults; 0: it refuses at once).
+func (e *Engine) IngestWait() time.Duration { return e.adm.wait }
+
 // AdmissionStats reads the admission counters.
 func (e *Engine) AdmissionStats() AdmissionStats {
 	a := e.adm

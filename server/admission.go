@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"strconv"
 
@@ -10,9 +11,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// retryAfterSeconds is the Retry-After of a 429 for an ingest beyond the engine's bound: the
-// header counts whole seconds, and a second is the wait the batch was already given by default.
-const retryAfterSeconds = 1
+// retryAfter is the Retry-After of a 429 for an ingest beyond the engine's bound, in whole
+// seconds: the wait the batch was given (--ingest-wait), at least 1.
+func (s *Server) retryAfter() string {
+	return strconv.Itoa(max(1, int(math.Ceil(s.e.IngestWait().Seconds()))))
+}
 
 // admitIngest takes the share of an HTTP write of events (decoded, not yet placed) of the
 // engine's ingest bound (engine.Admit, waiting at most --ingest-wait). A write beyond the bound
@@ -25,7 +28,7 @@ func (s *Server) admitIngest(w http.ResponseWriter, r *http.Request, events int)
 		return ctx, release, true
 	}
 	if errors.Is(err, engine.ErrOverloaded) {
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+		w.Header().Set("Retry-After", s.retryAfter())
 		writeError(w, http.StatusTooManyRequests, err.Error())
 		return ctx, release, false
 	}

@@ -85,3 +85,17 @@ func TestEventsWaitForIngestSlot(t *testing.T) {
 		t.Fatalf("stats: %+v", st)
 	}
 }
+
+// TestRetryAfterIsTheIngestWait: a 429's Retry-After is the wait the batch was given
+// (--ingest-wait), in whole seconds rounded up, at least 1.
+func TestRetryAfterIsTheIngestWait(t *testing.T) {
+	for _, tc := range []struct {
+		wait time.Duration
+		want string
+	}{{-1, "1"}, {300 * time.Millisecond, "1"}, {2500 * time.Millisecond, "3"}, {10 * time.Second, "10"}} {
+		s, _ := rangeServer(t, Config{MaxIngestInFlight: 1, IngestWait: tc.wait}, engine.DumpCacheOptions{})
+		if got := s.retryAfter(); got != tc.want {
+			t.Errorf("--ingest-wait %v: Retry-After %q, want %q", tc.wait, got, tc.want)
+		}
+	}
+}

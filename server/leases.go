@@ -196,13 +196,12 @@ func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // leaseRows are the status page's leases (stale first, then by worker id), their times as the
-// page writes them (pageTime).
+// JSON API writes them (rfc3339).
 func (s *Server) leaseRows() []leaseJSON {
 	var live, stale []leaseJSON
 	for _, l := range s.e.Leases() {
 		_, st := s.e.LeaseOf(l.WorkerID)
 		row := leaseRow(l, st)
-		row.ExpiresAt, row.RemoveAt = pageTime(l.Deadline), pageTime(l.RemoveAt)
 		switch st {
 		case engine.LeaseStale:
 			stale = append(stale, row)

@@ -134,7 +134,7 @@ func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) statusData(refresh int) statusData {
 	now := time.Now()
-	d := statusData{Version: BuildVersion(), Go: runtime.Version(), Generated: pageTime(now),
+	d := statusData{Version: BuildVersion(), Go: runtime.Version(), Generated: rfc3339(now),
 		Uptime: now.Sub(s.start).Truncate(time.Second).String(), Refresh: refresh, Ready: s.ready.Load(),
 		Phase: s.status.Load().(string), DataDir: s.cfg.DataDir}
 	if strings.HasPrefix(d.Phase, replayingPrefix) {
@@ -321,9 +321,6 @@ func (s *Server) recoveryRows(ranks []engine.RankStatus) []recoveryRow {
 	}
 	return out
 }
-
-// pageTime is how the status page writes a time: RFC 3339 in UTC with milliseconds.
-func pageTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
 
 // humanBytes is n in binary units with one decimal ("1.5 MiB").
 func humanBytes(n uint64) string {
