@@ -17,12 +17,8 @@ type DumpCacheOptions = dumpcache.Options
 // DumpCacheCounters are the TreeDump cache's counters since Open (also in /metrics).
 type DumpCacheCounters = dumpcache.Counters
 
-// Defaults of DumpCacheOptions.
-const (
-	DefaultDumpCacheMaxCost      = dumpcache.DefaultMaxCost
-	DefaultDumpCacheAppendBudget = dumpcache.DefaultAppendBudget
-	DefaultDumpCacheNumCounters  = dumpcache.DefaultNumCounters
-)
+// DefaultDumpCacheMaxCost is DumpCacheOptions.MaxCost's default.
+const DefaultDumpCacheMaxCost = dumpcache.DefaultMaxCost
 
 // ErrDumpCacheClosed is returned by a TreeDump request after the cache was closed (the server is
 // shutting down).
@@ -39,13 +35,16 @@ func (r dumpRanks) Do(ctx context.Context, rk event.Rank, fn func()) error {
 	return err
 }
 
-func (r dumpRanks) State(rk event.Rank) dumpcache.Stamp {
-	st := r.e.rankStatus(rk)
-	return dumpcache.Stamp{Known: st.known, Last: st.last, Lost: st.lost, Rec: st.rec, Degraded: st.degraded, Incarnation: st.incarnation}
-}
+func (r dumpRanks) State(rk event.Rank) dumpcache.Stamp { return r.e.rankStatus(rk) }
 
+// DumpRank dumps rk from its partition's tiers; a partition gone (dropped since the request
+// found the rank) dumps nothing: a read makes no partition up (TiersOf would).
 func (r dumpRanks) DumpRank(rk event.Rank, fn func(ev *event.RouterEvent) error) error {
-	return r.e.parts.TiersOf(rk.Partition).DumpRank(rk, fn)
+	p := r.e.parts.Get(rk.Partition)
+	if p == nil {
+		return nil
+	}
+	return p.Tiers.DumpRank(rk, fn)
 }
 
 func (r dumpRanks) Range(rk event.Rank, from uint64, n int, fn func(ev *event.RouterEvent) error) error {

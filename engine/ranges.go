@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"github.com/kvindex/kvindex/dumpcache"
 
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/recovery"
@@ -16,14 +17,14 @@ import (
 // themselves are read after, from one Pebble iterator, so the lane is not held for a long read.
 func (s *Engine) RangeAnswer(ctx context.Context, rk Rank, req recovery.RangeRequest) (*recovery.Answer, []byte, error) {
 	var (
-		st   ruleStatus
+		st   dumpcache.Stamp
 		view recovery.RangeView
 		err  error
 	)
 	if req.HasStart && !(req.HasEnd && req.End < req.Start) {
 		derr := s.pipe.Do(ctx, rk, func() {
 			st = s.rankStatus(rk)
-			view.Known, view.Newest = st.known, st.last
+			view.Known, view.Newest = st.Known, st.Last
 			err = s.log.Range(rk, 0, 1, func(ev *event.RouterEvent) error {
 				view.Oldest, view.HasOldest = ev.EventID, true
 				return nil
@@ -65,7 +66,7 @@ func (s *Engine) RangeAnswer(ctx context.Context, rk Rank, req recovery.RangeReq
 		// After a failed commit the log may still read the failed batch's events (Pebble put
 		// them in its memtable before the WAL write or sync failed): never acknowledged, maybe
 		// not durable. Serve the rank only up to its durable cursor, read on its lane above.
-		evs = throughID(evs, st.last)
+		evs = throughID(evs, st.Last)
 	}
 	if !startsAt(evs, req.Start, lim) {
 		// Retention folded start away (or the rank was reset) after oldest was read: an Events
@@ -130,23 +131,15 @@ func startsAt(evs []event.RouterEvent, start uint64, lim int) bool {
 // errPageFull stops a range read once a page is full.
 var errPageFull = errors.New("page full")
 
-// ruleStatus is what the range rules and the dump cache need of a rank's status.
-type ruleStatus struct {
-	known       bool
-	last        uint64
-	lost, rec   uint64
-	degraded    bool
-	incarnation uint64
-}
-
-// rankStatus reads rk's status; call it on the rank's lane. A rank with no logged id yet (its
-// first events buffered during a restore) has nothing to serve: unknown to the range rules.
-func (s *Engine) rankStatus(rk Rank) ruleStatus {
+// rankStatus reads rk's status as the range rules and the TreeDump cache need it; call it on
+// the rank's lane. A rank with no logged id yet (its first events buffered during a restore)
+// has nothing to serve: unknown to the range rules.
+func (s *Engine) rankStatus(rk Rank) dumpcache.Stamp {
 	st, ok := s.pipe.RankStatus(rk)
 	if !ok || !st.HasLast {
-		return ruleStatus{}
+		return dumpcache.Stamp{}
 	}
-	return ruleStatus{known: true, last: st.Last, lost: st.Lost, rec: st.Recovered, degraded: st.Degraded, incarnation: st.Incarnation}
+	return dumpcache.Stamp{Known: true, Last: st.Last, Lost: st.Lost, Rec: st.Recovered, Degraded: st.Degraded, Incarnation: st.Incarnation}
 }
 
 // SetTestAfterOldest installs a hook the range rules run between reading a rank's oldest id and
