@@ -3,8 +3,8 @@ package engine
 import (
 	"context"
 	"errors"
-	"github.com/kvindex/kvindex/dumpcache"
 
+	"github.com/kvindex/kvindex/dumpcache"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/recovery"
 )
