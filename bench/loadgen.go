@@ -188,14 +188,16 @@ func LoadGen(ctx context.Context, o LoadOptions) (*Report, error) {
 		hc = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: o.Clients + 1, ReadBufferSize: 64 << 10}}
 		defer hc.CloseIdleConnections()
 	}
+	wl, gen, err := loadLoadWorkload(o)
+	if err != nil {
+		return nil, fmt.Errorf("loadgen: workload: %w", err)
+	}
+	// Pinned after the workload is made: generating it is no part of the measurement and needs
+	// no core taken from the server.
 	if o.Pin {
 		if err := pinApart(base, o.Logger); err != nil {
 			return nil, fmt.Errorf("loadgen: --pin: %w", err)
 		}
-	}
-	wl, gen, err := loadLoadWorkload(o)
-	if err != nil {
-		return nil, fmt.Errorf("loadgen: workload: %w", err)
 	}
 	evs := wl.Events
 	if o.MaxEvents > 0 && o.MaxEvents < len(evs) {
