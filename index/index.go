@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -89,6 +90,11 @@ type Options struct {
 	// exit), Blocks, NodeCount, Ranks and RankBlocks; nothing else of the Index sees its blocks.
 	Runs bool
 }
+
+// layoutRuns makes every Index use the run layout (KVINDEX_INDEX_LAYOUT=runs): the switch that
+// runs the whole test suite on the run layout while the slab is being replaced (issue 34). It
+// goes with the slab.
+var layoutRuns = os.Getenv("KVINDEX_INDEX_LAYOUT") == "runs"
 
 func (o Options) withDefaults() Options {
 	if o.RankCapacity <= 0 {
@@ -195,6 +201,9 @@ type Index struct {
 // New returns an empty index.
 func New(opts Options) *Index {
 	opts = opts.withDefaults()
+	if layoutRuns {
+		opts.Runs = true
+	}
 	ix := &Index{
 		opts:   opts,
 		byRank: make(map[event.Rank]*rankEntry, opts.RankCapacity),
