@@ -68,7 +68,7 @@ func (ix *Index) findMatches(dst []Score, path *[]uint64, localHashes []uint64, 
 		return dst
 	}
 	if ix.runs != nil {
-		return ix.findMatchesRuns(dst, localHashes)
+		return ix.findMatchesRuns(dst, path, localHashes, earlyExit)
 	}
 	t := ix.table.Load()
 	g := ix.ep.enter()

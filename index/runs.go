@@ -676,7 +676,7 @@ func (d *runDrops) each(fn func(ids []uint32, score uint32)) {
 
 // match appends to dst the ranks holding a prefix of q with its length, deepest first.
 func (t *runTree) match(dst []runScore, q []uint64, sc *runScratch) []runScore {
-	t.walk(q, ^uint32(0), sc)
+	t.walk(q, nil, false, nil, sc)
 	sc.drops.each(func(ids []uint32, score uint32) {
 		for _, id := range ids {
 			dst = append(dst, runScore{id, score})
@@ -685,9 +685,13 @@ func (t *runTree) match(dst []runScore, q []uint64, sc *runScratch) []runScore {
 	return dst
 }
 
-// walk leaves in sc.drops every rank below limit holding the query's first position with its
-// score (ranks from limit on are left out: a rank table older than them does not know them).
-func (t *runTree) walk(q []uint64, limit uint32, sc *runScratch) {
+// walk leaves in sc.drops every rank holding the query's first position with its score, ranks
+// that known (when not nil) does not know left out: a rank table older than a rank's
+// registration, or newer than its removal, has no place for it in an answer. With earlyExit the
+// walk stops as soon as one rank is left, which scores the depth reached. With path not nil,
+// path[d-1] is the block hash (column) of the position matched at depth d, for the deepest
+// score.
+func (t *runTree) walk(q []uint64, known *rankTable, earlyExit bool, path *[]uint64, sc *runScratch) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	active := sc.active[:0]
@@ -709,34 +713,54 @@ func (t *runTree) walk(q []uint64, limit uint32, sc *runScratch) {
 			m++
 		}
 		// holders over offsets [n, m)
-		i, at, dead := spanAt(c, n), n, false
+		i, at, stop := spanAt(c, n), n, false
 		for at < m {
 			if i < 0 || i >= len(c.spans) || c.spans[i].start > at {
-				active, dead = dropAll(&sc.drops, active, uint32(d+int(at-n))), true
+				active, m, stop = dropAll(&sc.drops, active, uint32(d+int(at-n))), at, true
 				break
 			}
 			if s := c.spans[i]; s.set != lastSet {
 				if first {
-					active, first = knownOf(active, t.sets.ids[s.set], limit), false
+					active, first = knownOf(active, t.sets.ids[s.set], known), false
 				} else {
 					active = intersect(&sc.drops, active, t.sets.ids[s.set], uint32(d+int(at-n)), &sc.next)
 				}
 				lastSet = s.set
 			}
 			if len(active) == 0 {
-				dead = true
+				m, stop = at, true
+				break
+			}
+			if earlyExit && len(active) == 1 {
+				m, stop = at+1, true
 				break
 			}
 			at = min(c.spans[i].end, m)
 			i++
 		}
-		if dead {
-			break
+		if path != nil {
+			for _, pr := range c.pairs[n:m] {
+				*path = append(*path, pr.hash)
+			}
 		}
 		d += int(m - n)
+		if stop {
+			break
+		}
 		cur = mkpos(r, m-1)
 	}
 	sc.active = dropAll(&sc.drops, active, uint32(d))
+	if path != nil {
+		*path = (*path)[:sc.drops.deepest()]
+	}
+}
+
+// deepest returns the highest score of the drops (0 when none).
+func (d *runDrops) deepest() int {
+	if n := len(d.groups); n > 0 {
+		return int(d.groups[n-1].score)
+	}
+	return 0
 }
 
 func dropAll(drops *runDrops, active []uint32, score uint32) []uint32 {
@@ -744,13 +768,13 @@ func dropAll(drops *runDrops, active []uint32, score uint32) []uint32 {
 	return active[:0]
 }
 
-// knownOf appends to dst the ids of set below limit.
-func knownOf(dst, set []uint32, limit uint32) []uint32 {
-	if len(set) == 0 || set[len(set)-1] < limit {
-		return append(dst, set...)
+// knownOf appends to dst the ids of set that t knows (all of them when t is nil).
+func knownOf(dst, set []uint32, t *rankTable) []uint32 {
+	if t == nil || len(set) == 0 || t.live() == len(t.byID) && int(set[len(set)-1]) < len(t.byID) {
+		return append(dst, set...) // no rank removed, none registered since t: t knows them all
 	}
 	for _, id := range set {
-		if id < limit {
+		if t.knows(id) {
 			dst = append(dst, id)
 		}
 	}

@@ -24,10 +24,10 @@ func (ix *Index) applyRuns(ev *event.RouterEvent) Result {
 // findMatchesRuns is findMatches on the run layout: the walk leaves each score's ranks
 // ascending by id, and each run is laid out deepest first through the rank table, as the slab's
 // answers are.
-func (ix *Index) findMatchesRuns(dst []Score, q []uint64) []Score {
+func (ix *Index) findMatchesRuns(dst []Score, path *[]uint64, q []uint64, earlyExit bool) []Score {
 	t := ix.table.Load()
 	sc := ix.scratch.Get().(*matchScratch)
-	ix.runs.walk(q, uint32(len(t.byID)), &sc.runs)
+	ix.runs.walk(q, t, earlyExit, path, &sc.runs)
 	sc.runs.drops.each(func(ids []uint32, score uint32) {
 		dst = t.appendRun(dst, ids, score, sc)
 	})

@@ -242,9 +242,18 @@ func TestRunsIndexAgainstModel(t *testing.T) {
 			checkState(rt, ix, m)
 			q := rapid.SliceOfN(rapid.Uint64Range(100, 103), 0, 8).Draw(rt, "query")
 			checkScores(rt, m, q, false, ix.FindMatches(q, false))
+			checkScores(rt, m, q, true, ix.FindMatches(q, true))
 			if held := m.HeldBlocks(r); len(held) > 0 {
 				b, _ := m.Block(r, rapid.SampledFrom(held).Draw(rt, "path of"))
 				checkScores(rt, m, b.Path, false, ix.FindMatches(b.Path, false))
+				checkScores(rt, m, b.Path, true, ix.FindMatches(b.Path, true))
+				scores, path := ix.FindMatchesPath(nil, nil, b.Path, false)
+				if deepest := 0; len(scores) > 0 {
+					deepest = int(scores[0].Score)
+					if len(path) != deepest {
+						rt.Fatalf("path %v of query %v: %d hashes, deepest score %d", path, b.Path, len(path), deepest)
+					}
+				}
 			}
 		}
 	})
