@@ -75,6 +75,9 @@ type runTree struct {
 	ranks     map[event.Rank]*runRank
 	byID      []*runRank // by id (nil for ids of other layouts' ranks)
 	positions int
+	// Writers' scratch, under the write lock: holder ids and a run's new spans.
+	idBuf   []uint32
+	spanBuf []runSpan
 	// newID names a new rank: Index's registration in its rank table (Options.Runs), or the
 	// next id when nil.
 	newID func(event.Rank) uint32
@@ -385,7 +388,7 @@ func (t *runTree) setRange(r, a, b, id uint32, add bool, buf *[]uint32) {
 		}
 	}
 	old := c.spans
-	out := make([]runSpan, 0, len(old)+2)
+	out := t.spanBuf[:0]
 	memoIn, memoOut := ^uint32(0), uint32(0)
 	apply := func(set uint32) uint32 {
 		if set != memoIn {
@@ -441,7 +444,13 @@ func (t *runTree) setRange(r, a, b, id uint32, add bool, buf *[]uint32) {
 		t.sets.unref(s.set)
 	}
 	t.sets.reap(memoOut)
-	c.spans = out
+	// The new spans replace the old in place when they fit: a run's spans are sized to what
+	// it holds, with a quarter of room from 4 spans on.
+	if cap(old) < len(out) || cap(old) > 2*len(out)+4 {
+		old = make([]runSpan, 0, len(out)+len(out)/4)
+	}
+	c.spans = append(old[:0], out...)
+	t.spanBuf = out[:0]
 }
 
 // trim cuts run r's positions past its last held or forked offset; an empty run is unlinked
@@ -452,6 +461,9 @@ func (t *runTree) trim(r uint32) {
 		end := uint32(0)
 		if n := len(c.spans); n > 0 {
 			end = c.spans[n-1].end
+		}
+		if int(end) >= len(c.pairs) {
+			return // held to its last position: nothing to cut, no fork to look at
 		}
 		for _, o := range c.kidOffs {
 			end = max(end, o+1)
@@ -513,8 +525,11 @@ func (t *runTree) rankOf(r event.Rank, make bool) *runRank {
 // apply applies one device event (Stored, Removed or Cleared) as Index.Apply does.
 func (t *runTree) apply(ev *event.RouterEvent) Result {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	var buf []uint32
+	buf := t.idBuf
+	defer func() {
+		t.idBuf = buf[:0]
+		t.mu.Unlock()
+	}()
 	switch ev.Kind {
 	case event.KindStored:
 		for i, b := range ev.Blocks {
