@@ -76,7 +76,9 @@ func (r *RunTree) Audit() error {
 			if i > 0 && (c.spans[i-1].end > s.start || c.spans[i-1].end == s.start && c.spans[i-1].set == s.set) {
 				return fmt.Errorf("run %d spans %d and %d overlap or are not merged: %+v %+v", id, i-1, i, c.spans[i-1], s)
 			}
-			refs[s.set]++
+			if s.set&setSingle == 0 {
+				refs[s.set]++
+			}
 		}
 		if id == 0 {
 			continue

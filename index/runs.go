@@ -120,10 +120,26 @@ func idsKey(ids []uint32) string {
 	return unsafe.String((*byte)(unsafe.Pointer(&ids[0])), 4*len(ids))
 }
 
+// setSingle marks a set of one rank, which is no interned set: setSingle | the rank's id. Most
+// spans are held by one rank; they cost no set, and a reader reads their holder from the span.
+const setSingle = 1 << 31
+
+// members returns the ranks of set (ascending); a set of one rank is written to one.
+func (s *setInterner) members(set uint32, one *[1]uint32) []uint32 {
+	if set&setSingle != 0 {
+		one[0] = set &^ setSingle
+		return one[:]
+	}
+	return s.ids[set]
+}
+
 // intern returns the id of the set ids (sorted, 0 for the empty set); ids is copied if new.
 func (s *setInterner) intern(ids []uint32) uint32 {
-	if len(ids) == 0 {
+	switch len(ids) {
+	case 0:
 		return 0
+	case 1:
+		return setSingle | ids[0]
 	}
 	if id, ok := s.key[idsKey(ids)]; ok {
 		return id
@@ -142,13 +158,13 @@ func (s *setInterner) intern(ids []uint32) uint32 {
 }
 
 func (s *setInterner) ref(id uint32) {
-	if id != 0 {
+	if id != 0 && id&setSingle == 0 {
 		s.refs[id]++
 	}
 }
 
 func (s *setInterner) unref(id uint32) {
-	if id != 0 {
+	if id != 0 && id&setSingle == 0 {
 		s.refs[id]--
 		s.reap(id)
 	}
@@ -156,7 +172,7 @@ func (s *setInterner) unref(id uint32) {
 
 // reap frees an unreferenced set.
 func (s *setInterner) reap(id uint32) {
-	if id != 0 && s.refs[id] == 0 && s.ids[id] != nil {
+	if id != 0 && id&setSingle == 0 && s.refs[id] == 0 && s.ids[id] != nil {
 		delete(s.key, idsKey(s.ids[id]))
 		s.ids[id] = nil
 		s.free = append(s.free, id)
@@ -165,7 +181,11 @@ func (s *setInterner) reap(id uint32) {
 
 // with returns the set id plus rank r; buf is scratch.
 func (s *setInterner) with(set, r uint32, buf *[]uint32) uint32 {
-	ids := s.ids[set]
+	if set == 0 {
+		return setSingle | r
+	}
+	var one [1]uint32
+	ids := s.members(set, &one)
 	i, ok := slices.BinarySearch(ids, r)
 	if ok {
 		return set
@@ -176,7 +196,11 @@ func (s *setInterner) with(set, r uint32, buf *[]uint32) uint32 {
 
 // without returns the set id minus rank r.
 func (s *setInterner) without(set, r uint32, buf *[]uint32) uint32 {
-	ids := s.ids[set]
+	if set == setSingle|r {
+		return 0
+	}
+	var one [1]uint32
+	ids := s.members(set, &one)
 	i, ok := slices.BinarySearch(ids, r)
 	if !ok {
 		return set
@@ -371,7 +395,8 @@ func (t *runTree) holds(p rpos, id uint32) bool {
 	if i < 0 {
 		return false
 	}
-	_, ok := slices.BinarySearch(t.sets.ids[c.spans[i].set], id)
+	var one [1]uint32
+	_, ok := slices.BinarySearch(t.sets.members(c.spans[i].set, &one), id)
 	return ok
 }
 
@@ -381,7 +406,7 @@ func (t *runTree) setRange(r, a, b, id uint32, add bool, buf *[]uint32) {
 	// Fast path: appending a range right after the last span, with the set {id} ∪ last.
 	if add && len(c.spans) > 0 {
 		if last := &c.spans[len(c.spans)-1]; last.end == a {
-			if _, ok := slices.BinarySearch(t.sets.ids[last.set], id); ok && len(t.sets.ids[last.set]) == 1 {
+			if last.set == setSingle|id {
 				last.end = b
 				return
 			}
@@ -638,6 +663,7 @@ type runScore struct{ ID, Score uint32 }
 
 // runScratch is a query's reusable memory.
 type runScratch struct {
+	one          [1]uint32
 	active, next []uint32
 	drops        runDrops
 }
@@ -736,9 +762,9 @@ func (t *runTree) walk(q []uint64, known *rankTable, earlyExit bool, path *[]uin
 			}
 			if s := c.spans[i]; s.set != lastSet {
 				if first {
-					active, first = knownOf(active, t.sets.ids[s.set], known), false
-				} else {
-					active = intersect(&sc.drops, active, t.sets.ids[s.set], uint32(d+int(at-n)), &sc.next)
+					active, first = knownOf(active, t.sets.members(s.set, &sc.one), known), false
+				} else if len(active) > 1 || s.set != setSingle|active[0] {
+					active = intersect(&sc.drops, active, t.sets.members(s.set, &sc.one), uint32(d+int(at-n)), &sc.next)
 				}
 				lastSet = s.set
 			}
