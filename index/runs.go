@@ -78,6 +78,7 @@ type runTree struct {
 	// Writers' scratch, under the write lock: holder ids and a run's new spans.
 	idBuf   []uint32
 	spanBuf []runSpan
+	sink    uint64 // runLookup.touch's
 	// newID names a new rank: Index's registration in its rank table (Options.Runs), or the
 	// next id when nil.
 	newID func(event.Rank) uint32
@@ -293,6 +294,37 @@ func (m *runLookup) grow(size int) {
 			m.insert(s)
 		}
 	}
+}
+
+// touch loads the home slot of each block's hash, so that the probes of an event's blocks
+// wait for memory together rather than one after another (a rank's lookup is far larger than
+// the caches: each probe's first load misses).
+// The result is kept in the tree (sink), under its write lock, so that the loads stay.
+func (m *runLookup) touch(blocks []event.Block, parent uint64, sink *uint64) {
+	if len(m.slots) < touchSlots {
+		return
+	}
+	v := m.slots[m.home(lkTag(parent))]
+	for _, b := range blocks {
+		v |= m.slots[m.home(lkTag(b.BlockHash))]
+	}
+	*sink = v
+}
+
+// touchSlots is the lookup size (256 KiB) from which touch pays: a smaller lookup stays in the
+// caches.
+const touchSlots = 1 << 15
+
+// touchHashes is touch for a Removed event's hashes.
+func (m *runLookup) touchHashes(hs []uint64, sink *uint64) {
+	if len(m.slots) < touchSlots {
+		return
+	}
+	var v uint64
+	for _, h := range hs {
+		v |= m.slots[m.home(lkTag(h))]
+	}
+	*sink = v
 }
 
 // lkDel removes h; it returns its position.
@@ -563,6 +595,9 @@ func (t *runTree) apply(ev *event.RouterEvent) Result {
 			}
 		}
 		rs := t.rankOf(ev.Rank(), !ev.HasParent)
+		if rs != nil {
+			rs.lk.touch(ev.Blocks, ev.ParentHash, &t.sink)
+		}
 		cur := rpos(0)
 		if ev.HasParent {
 			var ok bool
@@ -619,6 +654,9 @@ func (t *runTree) apply(ev *event.RouterEvent) Result {
 	case event.KindRemoved:
 		rs := t.rankOf(ev.Rank(), false)
 		res := Result{Status: StatusOK}
+		if rs != nil {
+			rs.lk.touchHashes(ev.Removed, &t.sink)
+		}
 		for _, h := range ev.Removed {
 			var p rpos
 			ok := false
