@@ -727,20 +727,20 @@ func Fold(ctx context.Context, log *wal.Log, r event.Rank, upTo uint64, ks Fixed
 		return err
 	}
 	if !ok {
+		// What the tree can express: its device blocks whose whole chain it holds.
+		reachable := uint64(0)
+		if err := st.DumpRank(r, func(ev *event.RouterEvent) error {
+			if ev.Tier == event.TierDevice {
+				reachable += uint64(len(ev.Blocks))
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
 		held := st.TierBlocks(r)[event.TierDevice]
-		return &recovery.NotFoldableError{Rank: r, UpTo: upTo, Held: held, Reachable: uint64(max(0, countDevice(evs)))}
+		return &recovery.NotFoldableError{Rank: r, UpTo: upTo, Held: held, Reachable: reachable}
 	}
 	return log.WriteSnapshot(ctx, r, upTo, evs)
-}
-
-func countDevice(evs []event.RouterEvent) int {
-	n := 0
-	for i := range evs {
-		if evs[i].Tier == event.TierDevice {
-			n += len(evs[i].Blocks)
-		}
-	}
-	return n
 }
 
 // ReplayRank is recovery.ReplayRank through a fresh gate (the one the lanes apply with,

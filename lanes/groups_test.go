@@ -2,8 +2,8 @@ package lanes
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"github.com/kvindex/kvindex/tier"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,8 +14,11 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/groupgate"
 	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/store"
+	"github.com/kvindex/kvindex/tier"
 	"github.com/kvindex/kvindex/wal"
 	"pgregory.net/rapid"
 )
@@ -688,5 +691,28 @@ func TestFoldSeesOneSetting(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestFoldOfStrandedGroupsSaysWhatIsReachable: a rank with group state that holds a block below
+// one it removed cannot be folded; the error (which `kvindex compact` prints) counts the blocks it
+// holds and those reachable from the root, not 0.
+func TestFoldOfStrandedGroupsSaysWhatIsReachable(t *testing.T) {
+	full := event.Group{Idx: 0, Kind: event.GroupKindFullAttention, BlockSize: 4}
+	grouped := func(ev event.RouterEvent) event.RouterEvent {
+		ev.HasGroup, ev.Group = true, full
+		return ev
+	}
+	f := open(t, vfs.NewMem(), Options{Lanes: 1})
+	defer f.close()
+	f.submit(grouped(event.Stored(groupRank, 1, nil, blk(1), blk(2), blk(3), blk(4))),
+		grouped(event.Removed(groupRank, 2, 3))) // 4 is stranded below the removed 3
+	err := groupgate.Fold(context.Background(), f.log, groupRank, 2, groupgate.Offline(0))
+	var nf *recovery.NotFoldableError
+	if !errors.As(err, &nf) {
+		t.Fatalf("fold: %v, want a NotFoldableError", err)
+	}
+	if nf.Held != 3 || nf.Reachable != 2 {
+		t.Fatalf("held %d, reachable %d: want 3 held (1, 2, 4), 2 reachable (1, 2)", nf.Held, nf.Reachable)
 	}
 }
