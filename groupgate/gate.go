@@ -720,7 +720,7 @@ func Fold(ctx context.Context, log *wal.Log, r event.Rank, upTo uint64, ks Fixed
 		return fmt.Errorf("groupgate: fold of rank %v: %w", r, rep.Damaged)
 	}
 	if !scratch.HasGroups() {
-		return recovery.Fold(ctx, log, r, upTo) // no group state at the cut
+		return recovery.WriteFold(ctx, log, r, upTo, st) // no group state at the cut: st is Fold's replay
 	}
 	evs, ok, err := scratch.Dump(r, st)
 	if err != nil {

@@ -83,6 +83,14 @@ func Fold(ctx context.Context, log *wal.Log, r event.Rank, upTo uint64) error {
 	if rep.Damaged != nil {
 		return fmt.Errorf("recovery: fold of rank %v: %w", r, rep.Damaged)
 	}
+	return WriteFold(ctx, log, r, upTo, scratch)
+}
+
+// WriteFold is the second half of Fold: it writes the snapshot at upTo of rank r from scratch,
+// a partition state holding the rank as of upTo (the replay of Fold, or a caller's own, as
+// groupgate.Fold's for a rank without group state), and lets the log delete the folded prefix.
+// It returns a NotFoldableError when the rank holds device blocks its dump cannot express.
+func WriteFold(ctx context.Context, log *wal.Log, r event.Rank, upTo uint64, scratch *tier.Tiers) error {
 	var stored []event.RouterEvent
 	device := 0
 	if err := scratch.DumpRank(r, func(ev *event.RouterEvent) error {
