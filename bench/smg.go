@@ -72,12 +72,12 @@ func RunSMG(ctx context.Context, w *workload.SMGWorkload, o SMGOptions) (*Report
 	if got := ix.Blocks(); got != w.Resident() {
 		return nil, nil, fmt.Errorf("%w: the index holds %d entries, the stream leaves %d", ErrSMGMismatch, got, w.Resident())
 	}
-	rep.add(MetricSMGHolderBlocks, resident, "count")
-	rep.add(MetricSMGStreamBlocks, float64(w.StreamBlocks), "count")
-	rep.add(MetricSMGWrite, float64(w.StreamBlocks)/fill.Seconds(), "1/s")
-	rep.add(MetricSMGHeap, float64(heapAfter-heapBefore)/resident, "bytes")
-	rep.add(MetricSMGRSSDelta, (float64(rssAfter)-float64(rssBefore))/resident, "bytes")
-	rep.add(MetricSMGRSSSettled, (float64(rssSettled)-float64(rssBefore))/resident, "bytes")
+	rep.add(MetricSMGHolderBlocks, resident, UnitCount)
+	rep.add(MetricSMGStreamBlocks, float64(w.StreamBlocks), UnitCount)
+	rep.add(MetricSMGWrite, float64(w.StreamBlocks)/fill.Seconds(), UnitRate)
+	rep.add(MetricSMGHeap, (float64(heapAfter)-float64(heapBefore))/resident, UnitBytes)
+	rep.add(MetricSMGRSSDelta, (float64(rssAfter)-float64(rssBefore))/resident, UnitBytes)
+	rep.add(MetricSMGRSSSettled, (float64(rssSettled)-float64(rssBefore))/resident, UnitBytes)
 	lg.Info("bench: SMG stream applied", "profile", w.Profile.Name, "ops", len(w.Ops), "took", fill)
 
 	var dst []index.Score
@@ -99,10 +99,10 @@ func RunSMG(ctx context.Context, w *workload.SMGWorkload, o SMGOptions) (*Report
 		}
 		slices.Sort(lat)
 		name := "smg_" + strings.NewReplacer("=", "", " ", "_").Replace(strings.ToLower(c.Name))
-		rep.add(name+"_p50_ns", float64(smgPercentile(lat, 0.50).Nanoseconds()), "ns")
-		rep.add(name+"_p99_ns", float64(smgPercentile(lat, 0.99).Nanoseconds()), "ns")
+		rep.add(name+"_p50_ns", float64(smgPercentile(lat, 0.50).Nanoseconds()), UnitNS)
+		rep.add(name+"_p99_ns", float64(smgPercentile(lat, 0.99).Nanoseconds()), UnitNS)
 	}
-	rep.add(MetricSMGAnswersChecked, float64(checked), "count")
+	rep.add(MetricSMGAnswersChecked, float64(checked), UnitCount)
 	runtime.KeepAlive(w)
 	return rep, ix, nil
 }
