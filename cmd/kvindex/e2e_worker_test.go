@@ -5,18 +5,53 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvindex/kvindex/event"
 )
 
 // TestE2EWorkerPlacedAgainAfterRemovalAndKill9 is issue 35's bug over HTTP, on the real binary:
-// a worker's events in a non-default partition, DELETE /v1/workers/N, more events of the same
-// worker by the same door, kill -9 and restart. The worker must then be in the partition its
-// door names (never an invented "unknown-N"), score there and nowhere else, and a post naming
-// another partition must be refused with 409.
+// a worker's events in a non-default partition, the worker removed (DELETE /v1/workers/N, or its
+// lease expiring past --lease-grace), more events of the same worker by the same door, kill -9
+// and restart. The worker must then be in the partition its door names (never an invented
+// "unknown-N"), score there and nowhere else, and a post naming another partition must be
+// refused with 409.
 func TestE2EWorkerPlacedAgainAfterRemovalAndKill9(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		remove func(t *testing.T, p *proc)
+	}{
+		{"delete", nil, func(t *testing.T, p *proc) {
+			code, b := p.do("DELETE", "/v1/workers/3", "", nil)
+			if code != 200 || string(bytes.TrimSpace(b)) != `{"removed_ranks":1}` {
+				t.Fatalf("DELETE /v1/workers/3: %d %s", code, b)
+			}
+		}},
+		{"lease-expiry", []string{"--lease-grace", "1ms"}, func(t *testing.T, p *proc) {
+			code, b := p.do("PUT", "/v1/workers/3/lease?model_name=m", "application/json", []byte(`{"ttl_ms":200}`))
+			if code != 200 {
+				t.Fatalf("PUT /v1/workers/3/lease: %d %s", code, b)
+			}
+			// The sweep removes the worker once its deadline and the grace have passed.
+			for deadline := time.Now().Add(20 * time.Second); ; {
+				if _, ok := p.rankOf(event.Rank{WorkerID: 3}); !ok {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("worker 3 still listed 20 s after its lease of 200 ms: %+v", p.ranks())
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { workerPlacedAgain(t, tc.args, tc.remove) })
+	}
+}
+
+func workerPlacedAgain(t *testing.T, args []string, remove func(t *testing.T, p *proc)) {
 	dir := t.TempDir()
-	p := start(t, dir)
+	p := start(t, dir, args...)
 	p.waitReady()
 	const part = "?model_name=m"
 	w := event.Rank{WorkerID: 3}
@@ -27,12 +62,9 @@ func TestE2EWorkerPlacedAgainAfterRemovalAndKill9(t *testing.T) {
 	}
 	p.mustPost("/v1/events?model_name=n", jsonEvents(rootStored(other, 1, 500)))
 
-	code, b := p.do("DELETE", "/v1/workers/3", "", nil)
-	if code != 200 || string(bytes.TrimSpace(b)) != `{"removed_ranks":1}` {
-		t.Fatalf("DELETE /v1/workers/3: %d %s", code, b)
-	}
+	remove(t, p)
 	if _, ok := p.rankOf(w); ok {
-		t.Fatalf("worker 3 still listed after DELETE: %+v", p.ranks())
+		t.Fatalf("worker 3 still listed after its removal: %+v", p.ranks())
 	}
 
 	// The same door goes on: a new chain (the removal forgot the old one), ids going on.
@@ -87,7 +119,7 @@ func TestE2EWorkerPlacedAgainAfterRemovalAndKill9(t *testing.T) {
 	check(p, "before kill -9")
 
 	p.kill()
-	p = start(t, dir)
+	p = start(t, dir, args...)
 	p.waitReady()
 	check(p, "after kill -9")
 	if rows := p.ranks(); len(rows) != 2 {
