@@ -10,7 +10,6 @@ import (
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/partition"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -208,42 +207,14 @@ func (c *accuracyCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
+// Collect exports every series of engine.Engine.AccuracySeries: those with outcomes and, at 0,
+// those of the partitions' workers without one yet (no series carries an empty source).
 func (c *accuracyCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.s.e == nil {
 		return
 	}
-	// A partition's series are per source kind of its ranks' workers, and exist at 0 from the
-	// worker's first event, before its first outcome: rate() then sees that outcome (a series
-	// born at 1 would hide it). No series carries an empty source.
-	type row struct {
-		key partition.Key
-		src string
-		engine.AccuracyCounts
-	}
-	type keySrc struct {
-		key partition.Key
-		src engine.Source
-	}
-	var rows []row
-	seen := map[keySrc]bool{}
-	for _, a := range c.s.e.Accuracies() {
-		for _, sa := range a.BySource {
-			seen[keySrc{a.Key, sa.Source}] = true
-			rows = append(rows, row{a.Key, string(sa.Source), sa.AccuracyCounts})
-		}
-	}
-	for _, st := range c.s.e.Status() {
-		p := c.s.parts.Get(st.Rank.Partition)
-		if p == nil {
-			continue
-		}
-		if ks := (keySrc{p.Key, c.s.e.SourceOf(st.Rank.WorkerID)}); !seen[ks] {
-			seen[ks] = true
-			rows = append(rows, row{ks.key, string(ks.src), engine.AccuracyCounts{Histogram: make([]uint64, len(engine.ErrorBounds)+1)}})
-		}
-	}
-	for _, a := range rows {
-		l := []string{a.key.ModelName, a.key.RoutingGroup, a.src}
+	for _, a := range c.s.e.AccuracySeries() {
+		l := []string{a.Key.ModelName, a.Key.RoutingGroup, string(a.Source)}
 		for _, m := range []struct {
 			d *prometheus.Desc
 			v uint64

@@ -48,7 +48,7 @@ func (s *Server) routes() []route {
 		{"DELETE /v1/workers/{worker_id}/source", true, true, s.deleteSource},
 		{"GET /v1/sources", true, false, s.listSources},
 		{"POST /v1/sources", true, true, s.postSource},
-		{"DELETE /v1/sources/{id}", true, true, s.deleteZMQSource},
+		{"DELETE /v1/sources/{id}", true, true, s.removeEventSource},
 		{"GET /v1/dump", true, false, s.dump},
 		{"POST /v1/flush", true, true, s.flush},
 		{"POST /v1/routing_decisions", true, true, s.postRoutingDecision},
