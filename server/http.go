@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -529,54 +528,23 @@ func (s *Server) listRanks(w http.ResponseWriter, r *http.Request) {
 		only = p.ID
 	}
 	out := []rankJSON{}
-	listed := map[event.Rank]bool{}
-	for _, st := range s.e.Status() {
-		if filter && st.Rank.Partition != only {
-			continue
+	for _, v := range s.e.Ranks(only, !filter) {
+		first := uint64(0)
+		if v.Mode != engine.ModeApproximate {
+			var err error
+			if first, err = s.e.FirstEventID(v.Rank); err != nil {
+				s.submitError(w, err)
+				return
+			}
 		}
-		listed[st.Rank] = true
-		p := s.parts.Get(st.Rank.Partition)
-		if p == nil {
-			continue
-		}
-		first, err := s.e.FirstEventID(st.Rank)
-		if err != nil {
-			s.submitError(w, err)
-			return
-		}
-		state := st.State.String()
-		if state == "" {
-			state = "live"
-		}
-		side := s.approx.RankBlocks(st.Rank)
-		tb := p.Tiers.TierBlocks(st.Rank)
-		out = append(out, rankJSON{Mode: eventFedMode(side), ApproxBlocks: side, ModelName: p.Key.ModelName, RoutingGroup: p.Key.RoutingGroup,
-			WorkerID: st.Rank.WorkerID, DPRank: st.Rank.DPRank, Blocks: tb[event.TierDevice],
-			Lane: st.Lane, FirstEventID: first, LastEventID: st.Last, State: state, Gaps: gapsJSON{Recovered: st.Recovered, Lost: st.Lost},
-			Tiers: tiersOf(tb), Groups: st.Groups, EvictedBlocks: p.Index.RankEvictions(st.Rank)})
-	}
-	// Ranks fed by routing decisions only (approximate mode).
-	for _, rk := range s.approx.Ranks() {
-		if listed[rk] || (filter && rk.Partition != only) {
-			continue
-		}
-		p := s.parts.Get(rk.Partition)
-		if p == nil {
-			continue
-		}
-		lane, _ := s.e.LaneOf(rk)
-		out = append(out, rankJSON{Mode: "approximate", ApproxBlocks: s.approx.RankBlocks(rk), ModelName: p.Key.ModelName,
-			RoutingGroup: p.Key.RoutingGroup, WorkerID: rk.WorkerID, DPRank: rk.DPRank, Lane: lane, State: "live"})
+		out = append(out, rankJSON{Mode: v.Mode, ApproxBlocks: v.SideBlocks, ModelName: v.Key.ModelName, RoutingGroup: v.Key.RoutingGroup,
+			WorkerID: v.Rank.WorkerID, DPRank: v.Rank.DPRank, Blocks: v.Blocks[event.TierDevice], Lane: v.Lane, FirstEventID: first,
+			LastEventID: v.Last, State: v.State.String(), Gaps: gapsJSON{Recovered: v.Recovered, Lost: v.Lost}, Tiers: tiersOf(v.Blocks),
+			Groups: v.Groups, EvictedBlocks: v.Evicted})
 	}
 	for i := range out {
 		s.setLeaseFields(&out[i])
 	}
-	slices.SortStableFunc(out, func(a, b rankJSON) int {
-		if a.WorkerID != b.WorkerID {
-			return cmp.Compare(a.WorkerID, b.WorkerID)
-		}
-		return cmp.Compare(a.DPRank, b.DPRank)
-	})
 	writeJSON(w, http.StatusOK, out)
 }
 

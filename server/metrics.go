@@ -415,7 +415,7 @@ func (c *indexCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descBlocks, prometheus.GaugeValue, float64(p.Index.Blocks()), model, group)
 		ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(p.Index.NodeCount()), model, group)
-		ch <- prometheus.MustNewConstMetric(descEvicted, prometheus.CounterValue, float64(p.Index.Evictions()), model, group)
+		ch <- prometheus.MustNewConstMetric(descEvicted, prometheus.CounterValue, float64(c.s.e.Evictions(p.ID)), model, group)
 		collectTiers(ch, p.Tiers, model, group)
 		if c.s.approx != nil {
 			ch <- prometheus.MustNewConstMetric(descApproxBlocks, prometheus.GaugeValue, float64(c.s.approx.Blocks(p.ID)), model, group)

@@ -155,21 +155,7 @@ func (s *Server) statusData(refresh int) statusData {
 	if err := s.storeCause(); err != nil {
 		d.StoreFailure = err.Error()
 	}
-	ranks := s.e.Status()
-	seen := make(map[event.Rank]bool, len(ranks))
-	for _, st := range ranks {
-		seen[st.Rank] = true
-	}
-	for _, rk := range s.approx.Ranks() { // ranks fed by routing decisions only: live, no log
-		if !seen[rk] {
-			lane, _ := s.e.LaneOf(rk)
-			ranks = append(ranks, engine.RankStatus{Rank: rk, Lane: lane})
-		}
-	}
-	sort.Slice(ranks, func(i, j int) bool {
-		a, b := ranks[i].Rank, ranks[j].Rank
-		return a.WorkerID < b.WorkerID || (a.WorkerID == b.WorkerID && a.DPRank < b.DPRank)
-	})
+	ranks := s.e.Ranks(0, true)
 	d.States, d.Partitions = s.rankGroups(ranks)
 	d.ZMQ = s.zmqRows(now)
 	d.Recovery = s.recoveryRows(ranks)
@@ -178,12 +164,7 @@ func (s *Server) statusData(refresh int) statusData {
 	return d
 }
 
-// stateOf is the rank's state as /v1/ranks shows it.
-func stateOf(st engine.RankStatus) string {
-	return st.State.String()
-}
-
-func (s *Server) rankGroups(ranks []engine.RankStatus) ([]*stateGroup, []partitionRow) {
+func (s *Server) rankGroups(ranks []engine.RankView) ([]*stateGroup, []partitionRow) {
 	var groups []*stateGroup
 	at := map[string]*stateGroup{}
 	group := func(name string) *stateGroup {
@@ -208,7 +189,7 @@ func (s *Server) rankGroups(ranks []engine.RankStatus) ([]*stateGroup, []partiti
 			Lanes: s.e.Lanes(), QueueDepth: queued})
 	}
 	for _, st := range ranks {
-		name := stateOf(st)
+		name := st.State.String()
 		g := group(name)
 		g.Count++
 		g.Recovered += st.Recovered
@@ -237,14 +218,12 @@ func (s *Server) rankGroups(ranks []engine.RankStatus) ([]*stateGroup, []partiti
 		if st.HasLast {
 			last = strconv.FormatUint(st.Last, 10)
 		}
-		side := s.approx.RankBlocks(st.Rank)
-		mode := eventFedMode(side)
-		if !st.HasLast && side > 0 && s.rankBlocks(st.Rank) == 0 {
-			mode = "approximate"
+		mode, device := st.Mode, st.Blocks[event.TierDevice]
+		if !st.HasLast && st.SideBlocks > 0 && device == 0 {
+			mode = engine.ModeApproximate
 		}
 		g.Ranks = append(g.Ranks, rankRow{Partition: parts[i].Name, WorkerID: st.Rank.WorkerID, DPRank: st.Rank.DPRank, Lane: st.Lane,
-			Mode: mode, Blocks: s.rankBlocks(st.Rank), ApproxBlocks: side, Last: last, Recovered: st.Recovered, Lost: st.Lost,
-			Evicted: s.rankEvictions(st.Rank)})
+			Mode: mode, Blocks: device, ApproxBlocks: st.SideBlocks, Last: last, Recovered: st.Recovered, Lost: st.Lost, Evicted: st.Evicted})
 	}
 	return groups, parts
 }
@@ -273,7 +252,7 @@ func (s *Server) zmqRows(now time.Time) []zmqRow {
 
 // recoveryRows lists the upstream recovery sources: each worker's own, then the --upstream
 // default with the ranks of every other worker that has no ZMQ source.
-func (s *Server) recoveryRows(ranks []engine.RankStatus) []recoveryRow {
+func (s *Server) recoveryRows(ranks []engine.RankView) []recoveryRow {
 	def, own := s.e.RecoverySources()
 	rows := map[string]*recoveryRow{}
 	var order []string
@@ -308,7 +287,7 @@ func (s *Server) recoveryRows(ranks []engine.RankStatus) []recoveryRow {
 		r.Ranks++
 		r.Recovered += st.Recovered
 		r.Lost += st.Lost
-		switch stateOf(st) {
+		switch st.State.String() {
 		case "recovering":
 			r.Recovering++
 		case "degraded":
@@ -334,20 +313,4 @@ func humanBytes(n uint64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
-
-// rankEvictions is a listed rank's device blocks evicted under the memory bound (a read).
-func (s *Server) rankEvictions(r event.Rank) uint64 {
-	if p := s.parts.Get(r.Partition); p != nil {
-		return p.Index.RankEvictions(r)
-	}
-	return 0
-}
-
-// rankBlocks is a listed rank's device blocks, read without creating its partition (a read).
-func (s *Server) rankBlocks(r event.Rank) uint64 {
-	if p := s.parts.Get(r.Partition); p != nil {
-		return p.Index.RankBlocks(r)
-	}
-	return 0
 }

@@ -34,7 +34,7 @@ type kindRow struct {
 
 // groupsView lists the groups of the ranks that report any (at most maxRankRows ranks; hidden
 // counts the others) and sums them by kind.
-func (s *Server) groupsView(ranks []engine.RankStatus) (rows []groupRow, kinds []kindRow, hidden int) {
+func (s *Server) groupsView(ranks []engine.RankView) (rows []groupRow, kinds []kindRow, hidden int) {
 	byKind := map[event.GroupKind]*kindRow{}
 	shown := 0
 	for _, st := range ranks {
