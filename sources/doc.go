@@ -13,7 +13,8 @@
 //   - Start runs once the lanes run: the flag sources, then the stored ones in key order; a
 //     stored source a flag also names runs once. A stored config that cannot be read is logged
 //     and skipped.
-//   - No id runs twice across the two kinds of source.
+//   - Add refuses an id under which a source of either kind runs (ErrExists), before storing
+//     anything.
 //   - Placement (Place, and the NATS partitioner): every batch is placed through
 //     engine.Engine.Place (no placement is kept from one batch to the next). A ZMQ source's
 //     partition is the one its config names (model_name, routing_group), else the model of its
