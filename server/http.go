@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/url"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/internal/jsondec"
 	"github.com/kvindex/kvindex/partition"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -375,66 +374,9 @@ func writeAnswer(w http.ResponseWriter, ctype string, body []byte) {
 	_, _ = w.Write(body)
 }
 
-// decodeStrict decodes a JSON object body into v: unknown fields are ignored, numbers into uint
-// fields must be exact unsigned integers (encoding/json rejects negatives, fractions and overflow).
-func decodeStrict(body []byte, v any) error {
-	body = bytes.TrimSpace(body)
-	if len(body) == 0 || body[0] != '{' {
-		return errors.New("body must be a JSON object")
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(v); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return fmt.Errorf("field %s: JSON %s, want %s", jsonPath(reflect.TypeOf(v), te.Field), te.Value, event.JSONTypeName(te.Type))
-		}
-		return fmt.Errorf("malformed JSON: %v", err)
-	}
-	if dec.More() {
-		return errors.New("trailing data after the JSON object")
-	}
-	return nil
-}
-
-// jsonPath is encoding/json's path of a field of t (UnmarshalTypeError.Field) as the client
-// wrote it: json names the fields of an embedded struct after its Go type
-// ("answerShape.top_k"), which the client never saw; those segments are dropped ("top_k").
-func jsonPath(t reflect.Type, goPath string) string {
-	var out []string
-	for _, seg := range strings.Split(goPath, ".") {
-		for t != nil && (t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array || t.Kind() == reflect.Map) {
-			t = t.Elem()
-		}
-		if t == nil || t.Kind() != reflect.Struct {
-			out = append(out, seg)
-			t = nil
-			continue
-		}
-		f, ok := t.FieldByName(seg)
-		if ok && f.Anonymous && f.Tag.Get("json") == "" {
-			t = f.Type // an embedded struct's name: not in the JSON
-			continue
-		}
-		out = append(out, seg)
-		t = jsonField(t, seg)
-	}
-	return strings.Join(out, ".")
-}
-
-// jsonField is the type of t's field (promoted ones included) whose JSON name is name; nil when
-// none is.
-func jsonField(t reflect.Type, name string) reflect.Type {
-	for _, f := range reflect.VisibleFields(t) {
-		if !f.IsExported() || f.Anonymous {
-			continue
-		}
-		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if tag == name || (tag == "" && strings.EqualFold(f.Name, name)) {
-			return f.Type
-		}
-	}
-	return nil
-}
+// decodeStrict decodes a JSON object body into v (jsondec.Object): errors name the JSON field
+// as the client wrote it and what was expected, never a Go type.
+func decodeStrict(body []byte, v any) error { return jsondec.Object(body, v) }
 
 func (s *Server) findMatches(w http.ResponseWriter, r *http.Request) {
 	body, _, ok := s.readPooledBody(w, r, bodyJSON)
