@@ -43,7 +43,7 @@ func (e *Engine) Ranks(only uint32, all bool) []RankView {
 				}
 			}
 			out = append(out, RankView{RankStatus: st, Key: p.Key, Mode: mode, Blocks: p.Tiers.TierBlocks(st.Rank), SideBlocks: side,
-				Evicted: p.Tiers.Device.RankEvictions(st.Rank)})
+				Evicted: e.RankEvictions(st.Rank)})
 		}
 	}
 	for _, st := range e.Status() {

@@ -122,18 +122,8 @@ func (s *Server) postSource(w http.ResponseWriter, r *http.Request) {
 	case found:
 		writeJSON(w, http.StatusOK, listedSource(src))
 	default:
-		writeJSON(w, http.StatusOK, map[string]string{"id": idOf(src)})
+		writeJSON(w, http.StatusOK, map[string]string{"id": src.ID})
 	}
-}
-
-func idOf(src sources.Source) string {
-	if src.NATS != nil {
-		return src.NATS.ID
-	}
-	if src.ZMQ != nil {
-		return src.ZMQ.ID
-	}
-	return ""
 }
 
 func (s *Server) removeEventSource(w http.ResponseWriter, r *http.Request) {

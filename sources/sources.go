@@ -219,8 +219,10 @@ func (s *Sources) JetStreamFeeds(key partition.Key) bool {
 	return false
 }
 
-// Source is one running source as GET /v1/sources lists it: exactly one of ZMQ and NATS.
+// Source is one running source as GET /v1/sources lists it: exactly one of ZMQ and NATS (none
+// when it stopped before it could be listed).
 type Source struct {
+	ID     string
 	ZMQ    *vllm.Status
 	NATS   *natsrc.Status
 	Stored bool // added at run time (else from a flag)
@@ -234,14 +236,14 @@ func (s *Sources) List() ([]Source, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Source{ZMQ: &st, Stored: ok})
+		out = append(out, Source{ID: st.ID, ZMQ: &st, Stored: ok})
 	}
 	for _, st := range s.nats.Status() {
 		_, ok, err := s.e.Meta(NATSMetaPrefix + st.ID)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Source{NATS: &st, Stored: ok})
+		out = append(out, Source{ID: st.ID, NATS: &st, Stored: ok})
 	}
 	return out, nil
 }
@@ -250,15 +252,15 @@ func (s *Sources) List() ([]Source, error) {
 func (s *Sources) find(id string, stored bool) (Source, bool) {
 	for _, st := range s.zmq.Status() {
 		if st.ID == id {
-			return Source{ZMQ: &st, Stored: stored}, true
+			return Source{ID: id, ZMQ: &st, Stored: stored}, true
 		}
 	}
 	for _, st := range s.nats.Status() {
 		if st.ID == id {
-			return Source{NATS: &st, Stored: stored}, true
+			return Source{ID: id, NATS: &st, Stored: stored}, true
 		}
 	}
-	return Source{}, false
+	return Source{ID: id, Stored: stored}, false
 }
 
 // Has reports whether a source of either kind runs under id.

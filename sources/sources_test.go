@@ -35,7 +35,7 @@ func TestAddListRemove(t *testing.T) {
 		t.Fatalf("nats without a subject: %v, %d stored", err, stored())
 	}
 	src, ok, err := s.AddZMQ(ctx, vllm.Config{ID: "a", Endpoint: "tcp://127.0.0.1:1"})
-	if err != nil || !ok || src.ZMQ == nil || src.ZMQ.ID != "a" || !src.Stored || stored() != 1 {
+	if err != nil || !ok || src.ZMQ == nil || src.ID != "a" || src.ZMQ.ID != "a" || !src.Stored || stored() != 1 {
 		t.Fatalf("add: %+v %v %v, %d stored", src, ok, err, stored())
 	}
 	if _, _, err := s.AddZMQ(ctx, vllm.Config{ID: "a", Endpoint: "tcp://127.0.0.1:2"}); !errors.Is(err, ErrExists) {
