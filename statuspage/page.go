@@ -84,7 +84,7 @@ type data struct {
 	Recovery                       []recoveryRow
 	Leases                         any            // Input.Leases
 	Accuracy                       []accuracyView // accuracy.go
-	// KV-cache groups of hybrid models (status_groups.go)
+	// KV-cache groups of hybrid models (groups.go)
 	Groups       []groupRow
 	GroupKinds   []kindRow
 	GroupsHidden int
