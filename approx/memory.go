@@ -27,3 +27,26 @@ func (s *Set) Partitions() int {
 	defer s.mu.Unlock()
 	return len(s.parts)
 }
+
+// MemoryLimit is MemoryBytes' bound under Options.MaxBlocks (false when unbounded): MaxBlocks
+// entries in each partition with a side index (at least one), each at the side index's cost
+// per entry now (MemoryBytes over its entries; EntryBytes while it holds none). No constant
+// per-entry cost of the tree is assumed: its share follows index.Index.MemoryBytes.
+func (s *Set) MemoryLimit() (uint64, bool) {
+	if s.opts.MaxBlocks <= 0 {
+		return 0, false
+	}
+	s.mu.Lock()
+	parts := uint64(max(len(s.parts), 1))
+	var b, n uint64
+	for _, sd := range s.parts {
+		b += uint64(len(sd.entries))*uint64(EntryBytes) + sd.tree.MemoryBytes()
+		n += uint64(len(sd.entries))
+	}
+	s.mu.Unlock()
+	per := uint64(EntryBytes)
+	if n > 0 {
+		per = b / n
+	}
+	return uint64(s.opts.MaxBlocks) * parts * per, true
+}

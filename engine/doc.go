@@ -1,8 +1,9 @@
 // Package engine is kvindex's one engine behind every door (docs/ENGINE.md): it opens and
 // recovers a data dir (store, log, partitions, lanes, side index, tiers) and offers one ingest
-// door and one query. The HTTP server (server/), the event sources (vllm/, natsrc/, wired by the
-// server), the peers' bootstrap, the Go library (the root package) and `kvindex bench` all call
-// it; none keeps its own copy of placement, logging or scoring.
+// door and one query. The HTTP server (server/), the event sources (sources/ over vllm/ and
+// natsrc/), the peers' bootstrap (peers/), the status page (statuspage/), the Go library (the
+// root package) and `kvindex bench` all call it; none keeps its own copy of placement, logging
+// or scoring.
 //
 // Invariants:
 //   - One ingest door: every event is placed in its partition (created when needed) and its
@@ -35,6 +36,10 @@
 //     share, so nested ingest calls take none again. The query path takes no share and no lock
 //     an ingest holds across a commit (partition.Set.Ensure commits a new partition outside the
 //     lock Lookup takes, and Drop deletes a record outside it too).
+//   - The views every door reads are computed here once: every rank with its mode, tier blocks,
+//     side entries and evictions (Ranks, ranks.go), the memory parts and their bounds (Memory,
+//     memory.go: each part's own accounting or estimate, no cost per entry assumed here), and
+//     the accuracy series (AccuracySeries: no rank is read, so a scrape locks none).
 //   - The engine changes no process-global setting (GC percent) unless Config.TuneGC asks.
 //   - The engine imports no HTTP server, status page, pprof, ZMQ or NATS client, and no
 //     Prometheus (the TreeDump cache, package dumpcache, keeps plain counters the server

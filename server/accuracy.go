@@ -6,11 +6,9 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/partition"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -208,42 +206,14 @@ func (c *accuracyCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
+// Collect exports every series of engine.Engine.AccuracySeries: those with outcomes and, at 0,
+// those of the partitions' workers without one yet (no series carries an empty source).
 func (c *accuracyCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.s.e == nil {
 		return
 	}
-	// A partition's series are per source kind of its ranks' workers, and exist at 0 from the
-	// worker's first event, before its first outcome: rate() then sees that outcome (a series
-	// born at 1 would hide it). No series carries an empty source.
-	type row struct {
-		key partition.Key
-		src string
-		engine.AccuracyCounts
-	}
-	type keySrc struct {
-		key partition.Key
-		src engine.Source
-	}
-	var rows []row
-	seen := map[keySrc]bool{}
-	for _, a := range c.s.e.Accuracies() {
-		for _, sa := range a.BySource {
-			seen[keySrc{a.Key, sa.Source}] = true
-			rows = append(rows, row{a.Key, string(sa.Source), sa.AccuracyCounts})
-		}
-	}
-	for _, st := range c.s.e.Status() {
-		p := c.s.parts.Get(st.Rank.Partition)
-		if p == nil {
-			continue
-		}
-		if ks := (keySrc{p.Key, c.s.e.SourceOf(st.Rank.WorkerID)}); !seen[ks] {
-			seen[ks] = true
-			rows = append(rows, row{ks.key, string(ks.src), engine.AccuracyCounts{Histogram: make([]uint64, len(engine.ErrorBounds)+1)}})
-		}
-	}
-	for _, a := range rows {
-		l := []string{a.key.ModelName, a.key.RoutingGroup, a.src}
+	for _, a := range c.s.e.AccuracySeries() {
+		l := []string{a.Key.ModelName, a.Key.RoutingGroup, string(a.Source)}
 		for _, m := range []struct {
 			d *prometheus.Desc
 			v uint64
@@ -259,77 +229,4 @@ func (c *accuracyCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstHistogram(descPredictionErr, a.Outcomes, float64(a.ErrorSum), buckets, l...)
 	}
-}
-
-// accuracyView is a status page row: a partition's accuracy (Source "all"), or that of its
-// workers of one source kind, with its histogram as labelled bars (one block character per
-// bucket, scaled to the fullest bucket).
-type accuracyView struct {
-	ModelName, RoutingGroup, Source string
-	countsJSON
-	ExactPercent string
-	Buckets      []histBucket
-}
-
-// histBucket is one bar of the page's error histogram.
-type histBucket struct {
-	Label string // the bucket's upper bound ("≤−64", "0", ">64")
-	Range string // what it counts, in words (the bar's title)
-	Bar   string // a block character, " " when empty
-	Count uint64
-}
-
-var sparks = []rune("▁▂▃▄▅▆▇█")
-
-// histLabels are the buckets' labels and ranges over engine.ErrorBounds: bucket i counts
-// bounds[i-1] < d ≤ bounds[i] (whole blocks), the last those above the last bound.
-var histLabels = func() (out []histBucket) {
-	b := engine.ErrorBounds
-	num := func(v int64) string { return strings.Replace(strconv.FormatInt(v, 10), "-", "−", 1) }
-	for i := range len(b) + 1 {
-		var h histBucket
-		switch {
-		case i == 0:
-			h.Label, h.Range = "≤"+num(b[0]), "predicted "+num(-b[0])+" or more blocks below realized"
-		case i == len(b):
-			h.Label, h.Range = ">"+num(b[i-1]), "more than "+num(b[i-1])+" blocks over"
-		case b[i]-b[i-1] == 1:
-			h.Label, h.Range = num(b[i]), "predicted − realized = "+num(b[i])
-		default:
-			h.Label, h.Range = num(b[i]), "predicted − realized from "+num(b[i-1]+1)+" to "+num(b[i])
-		}
-		out = append(out, h)
-	}
-	return out
-}()
-
-func (s *Server) accuracyViews() []accuracyView {
-	var out []accuracyView
-	for _, a := range s.e.Accuracies() {
-		row := accuracyRow(a)
-		out = append(out, accuracyViewOf(row, "all", row.countsJSON))
-		for _, sa := range row.BySource {
-			out = append(out, accuracyViewOf(row, sa.Source, sa.countsJSON))
-		}
-	}
-	return out
-}
-
-func accuracyViewOf(row accuracyJSON, src string, c countsJSON) accuracyView {
-	v := accuracyView{ModelName: row.ModelName, RoutingGroup: row.RoutingGroup, Source: src, countsJSON: c}
-	v.ExactPercent = strconv.FormatFloat(100*c.ExactRatio, 'f', 1, 64) + "%"
-	top := uint64(0)
-	for _, n := range c.Histogram.Counts {
-		top = max(top, n)
-	}
-	v.Buckets = make([]histBucket, len(c.Histogram.Counts))
-	for i, n := range c.Histogram.Counts {
-		b := histLabels[i]
-		b.Bar, b.Count = " ", n
-		if n > 0 {
-			b.Bar = string(sparks[(n*uint64(len(sparks)-1)+top-1)/top])
-		}
-		v.Buckets[i] = b
-	}
-	return v
 }

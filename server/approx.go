@@ -69,12 +69,3 @@ func (s *Server) postRoutingDecision(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"recorded": n, "expires_at": rfc3339(deadline)})
 }
-
-// eventFedMode is the /v1/ranks mode of an event-fed rank: mixed when it also has side entries
-// (a rank with side entries only is "approximate").
-func eventFedMode(side int) string {
-	if side > 0 {
-		return "mixed"
-	}
-	return "events"
-}

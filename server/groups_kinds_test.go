@@ -11,71 +11,10 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/natsrc"
 	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/wal"
 	"github.com/vmihailenco/msgpack/v5"
 )
-
-func TestParsePartitionGroupKinds(t *testing.T) {
-	fa, swa := event.GroupKinds(0).With(event.GroupKindFullAttention), event.GroupKinds(0).With(event.GroupKindSlidingWindow)
-	for _, tc := range []struct {
-		in   []string
-		want map[partition.Key]event.GroupKinds
-		err  string
-	}{
-		{in: nil, want: map[partition.Key]event.GroupKinds{}},
-		{in: []string{"gemma=full_attention+sliding_window"}, want: map[partition.Key]event.GroupKinds{partition.KeyOf("gemma", "", ""): fa | swa}},
-		{in: []string{"gemma@prod=sliding_window", "", "llama = full_attention"},
-			want: map[partition.Key]event.GroupKinds{partition.KeyOf("gemma", "prod", ""): swa, partition.KeyOf("llama", "", ""): fa}},
-		{in: []string{"org/model:8b=full_attention"}, want: map[partition.Key]event.GroupKinds{partition.KeyOf("org/model:8b", "", ""): fa}},
-		{in: []string{"gemma"}, err: "want MODEL[@ROUTING_GROUP]=KIND"},
-		{in: []string{"=full_attention"}, err: "want MODEL[@ROUTING_GROUP]=KIND"},
-		{in: []string{"gemma="}, err: "no kind named"},
-		{in: []string{"gemma=sliding"}, err: `unknown KV-cache group kind "sliding"`},
-		{in: []string{"gemma=mamba", "gemma@default=full_attention"}, err: "named twice"},
-	} {
-		got, err := ParsePartitionGroupKinds(tc.in)
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("%q: error %v, want %q", tc.in, err, tc.err)
-			}
-			continue
-		}
-		if err != nil || fmt.Sprint(got) != fmt.Sprint(tc.want) {
-			t.Errorf("%q: %v %v, want %v", tc.in, got, err, tc.want)
-		}
-	}
-}
-
-func TestZMQFlagGroupKinds(t *testing.T) {
-	for _, tc := range []struct {
-		in, want, err string
-	}{
-		{in: "tcp://h:1", want: "[]"},
-		{in: "tcp://h:1?indexed_group_kinds=full_attention+sliding_window", want: "[full_attention sliding_window]"},
-		{in: "tcp://h:1?indexed_group_kinds=mamba&indexed_group_kinds=full_attention", want: "[full_attention mamba]"},
-		{in: "tcp://h:1?indexed_group_kinds=sliding_window,full_attention+sliding_window", want: "[full_attention sliding_window]"},
-		{in: "tcp://h:1?indexed_group_kinds=window", err: `unknown KV-cache group kind "window"`},
-	} {
-		zcfg, err := ParseZMQFlag(tc.in)
-		check := func(door string, got []string, err error) {
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Errorf("%s %q: error %v, want %q", door, tc.in, err, tc.err)
-				}
-				return
-			}
-			if err != nil || fmt.Sprint(got) != tc.want {
-				t.Errorf("%s %q: %v %v, want %s", door, tc.in, got, err, tc.want)
-			}
-		}
-		check("--zmq", zcfg.IndexedGroupKinds, err)
-		// The same option on a NATS source (nats:// instead of tcp://).
-		ncfg, err := natsrc.ParseFlag(natsrc.KindCore, "nats://h:1?subject=s&"+strings.TrimPrefix(strings.TrimPrefix(tc.in, "tcp://h:1"), "?"))
-		check("--nats", ncfg.IndexedGroupKinds, err)
-	}
-}
 
 // TestPostSourceGroupKinds: POST /v1/sources takes indexed_group_kinds, keeps it with the
 // stored source, and refuses an unknown kind with 400, storing nothing.

@@ -1,8 +1,6 @@
 package server
 
 import (
-	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +8,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/url"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +16,7 @@ import (
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/internal/jsondec"
 	"github.com/kvindex/kvindex/partition"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -48,7 +46,7 @@ func (s *Server) routes() []route {
 		{"DELETE /v1/workers/{worker_id}/source", true, true, s.deleteSource},
 		{"GET /v1/sources", true, false, s.listSources},
 		{"POST /v1/sources", true, true, s.postSource},
-		{"DELETE /v1/sources/{id}", true, true, s.deleteZMQSource},
+		{"DELETE /v1/sources/{id}", true, true, s.removeEventSource},
 		{"GET /v1/dump", true, false, s.dump},
 		{"POST /v1/flush", true, true, s.flush},
 		{"POST /v1/routing_decisions", true, true, s.postRoutingDecision},
@@ -376,66 +374,9 @@ func writeAnswer(w http.ResponseWriter, ctype string, body []byte) {
 	_, _ = w.Write(body)
 }
 
-// decodeStrict decodes a JSON object body into v: unknown fields are ignored, numbers into uint
-// fields must be exact unsigned integers (encoding/json rejects negatives, fractions and overflow).
-func decodeStrict(body []byte, v any) error {
-	body = bytes.TrimSpace(body)
-	if len(body) == 0 || body[0] != '{' {
-		return errors.New("body must be a JSON object")
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(v); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return fmt.Errorf("field %s: JSON %s, want %s", jsonPath(reflect.TypeOf(v), te.Field), te.Value, event.JSONTypeName(te.Type))
-		}
-		return fmt.Errorf("malformed JSON: %v", err)
-	}
-	if dec.More() {
-		return errors.New("trailing data after the JSON object")
-	}
-	return nil
-}
-
-// jsonPath is encoding/json's path of a field of t (UnmarshalTypeError.Field) as the client
-// wrote it: json names the fields of an embedded struct after its Go type
-// ("answerShape.top_k"), which the client never saw; those segments are dropped ("top_k").
-func jsonPath(t reflect.Type, goPath string) string {
-	var out []string
-	for _, seg := range strings.Split(goPath, ".") {
-		for t != nil && (t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array || t.Kind() == reflect.Map) {
-			t = t.Elem()
-		}
-		if t == nil || t.Kind() != reflect.Struct {
-			out = append(out, seg)
-			t = nil
-			continue
-		}
-		f, ok := t.FieldByName(seg)
-		if ok && f.Anonymous && f.Tag.Get("json") == "" {
-			t = f.Type // an embedded struct's name: not in the JSON
-			continue
-		}
-		out = append(out, seg)
-		t = jsonField(t, seg)
-	}
-	return strings.Join(out, ".")
-}
-
-// jsonField is the type of t's field (promoted ones included) whose JSON name is name; nil when
-// none is.
-func jsonField(t reflect.Type, name string) reflect.Type {
-	for _, f := range reflect.VisibleFields(t) {
-		if !f.IsExported() || f.Anonymous {
-			continue
-		}
-		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if tag == name || (tag == "" && strings.EqualFold(f.Name, name)) {
-			return f.Type
-		}
-	}
-	return nil
-}
+// decodeStrict decodes a JSON object body into v (jsondec.Object): errors name the JSON field
+// as the client wrote it and what was expected, never a Go type.
+func decodeStrict(body []byte, v any) error { return jsondec.Object(body, v) }
 
 func (s *Server) findMatches(w http.ResponseWriter, r *http.Request) {
 	body, _, ok := s.readPooledBody(w, r, bodyJSON)
@@ -529,54 +470,23 @@ func (s *Server) listRanks(w http.ResponseWriter, r *http.Request) {
 		only = p.ID
 	}
 	out := []rankJSON{}
-	listed := map[event.Rank]bool{}
-	for _, st := range s.e.Status() {
-		if filter && st.Rank.Partition != only {
-			continue
+	for _, v := range s.e.Ranks(only, !filter) {
+		first := uint64(0)
+		if v.Mode != engine.ModeApproximate {
+			var err error
+			if first, err = s.e.FirstEventID(v.Rank); err != nil {
+				s.submitError(w, err)
+				return
+			}
 		}
-		listed[st.Rank] = true
-		p := s.parts.Get(st.Rank.Partition)
-		if p == nil {
-			continue
-		}
-		first, err := s.e.FirstEventID(st.Rank)
-		if err != nil {
-			s.submitError(w, err)
-			return
-		}
-		state := st.State.String()
-		if state == "" {
-			state = "live"
-		}
-		side := s.approx.RankBlocks(st.Rank)
-		tb := p.Tiers.TierBlocks(st.Rank)
-		out = append(out, rankJSON{Mode: eventFedMode(side), ApproxBlocks: side, ModelName: p.Key.ModelName, RoutingGroup: p.Key.RoutingGroup,
-			WorkerID: st.Rank.WorkerID, DPRank: st.Rank.DPRank, Blocks: tb[event.TierDevice],
-			Lane: st.Lane, FirstEventID: first, LastEventID: st.Last, State: state, Gaps: gapsJSON{Recovered: st.Recovered, Lost: st.Lost},
-			Tiers: tiersOf(tb), Groups: st.Groups, EvictedBlocks: p.Index.RankEvictions(st.Rank)})
-	}
-	// Ranks fed by routing decisions only (approximate mode).
-	for _, rk := range s.approx.Ranks() {
-		if listed[rk] || (filter && rk.Partition != only) {
-			continue
-		}
-		p := s.parts.Get(rk.Partition)
-		if p == nil {
-			continue
-		}
-		lane, _ := s.e.LaneOf(rk)
-		out = append(out, rankJSON{Mode: "approximate", ApproxBlocks: s.approx.RankBlocks(rk), ModelName: p.Key.ModelName,
-			RoutingGroup: p.Key.RoutingGroup, WorkerID: rk.WorkerID, DPRank: rk.DPRank, Lane: lane, State: "live"})
+		out = append(out, rankJSON{Mode: v.Mode, ApproxBlocks: v.SideBlocks, ModelName: v.Key.ModelName, RoutingGroup: v.Key.RoutingGroup,
+			WorkerID: v.Rank.WorkerID, DPRank: v.Rank.DPRank, Blocks: v.Blocks[event.TierDevice], Lane: v.Lane, FirstEventID: first,
+			LastEventID: v.Last, State: v.State.String(), Gaps: gapsJSON{Recovered: v.Recovered, Lost: v.Lost}, Tiers: tiersOf(v.Blocks),
+			Groups: v.Groups, EvictedBlocks: v.Evicted})
 	}
 	for i := range out {
 		s.setLeaseFields(&out[i])
 	}
-	slices.SortStableFunc(out, func(a, b rankJSON) int {
-		if a.WorkerID != b.WorkerID {
-			return cmp.Compare(a.WorkerID, b.WorkerID)
-		}
-		return cmp.Compare(a.DPRank, b.DPRank)
-	})
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -56,7 +56,7 @@ func TestMemoryMetrics(t *testing.T) {
 		}
 		return v
 	}
-	for _, part := range []string{memMemtable, memCache, memIndex, memDumpCache, memApprox} {
+	for _, part := range []string{engine.MemMemtable, engine.MemCache, engine.MemIndex, engine.MemDumpCache, engine.MemApprox} {
 		val(`kvindex_memory_bytes{part="` + part + `"}`)
 	}
 	if v := val(`kvindex_memory_bytes{part="memtable"}`); v <= 0 {
@@ -72,7 +72,7 @@ func TestMemoryMetrics(t *testing.T) {
 	if per := want / (ranks * events * blocks); per < 40 || per > 120 {
 		t.Errorf("index estimate %.1f B per (rank, block), want about 61", per)
 	}
-	for part, want := range map[string]float64{memMemtable: 2 << 20, memCache: 2 << 20, memDumpCache: engine.DefaultDumpCacheMaxCost} {
+	for part, want := range map[string]float64{engine.MemMemtable: 2 << 20, engine.MemCache: 2 << 20, engine.MemDumpCache: engine.DefaultDumpCacheMaxCost} {
 		if v := val(`kvindex_memory_limit_bytes{part="` + part + `"}`); v != want {
 			t.Errorf("limit of %s %v, want %v", part, v, want)
 		}
@@ -86,13 +86,23 @@ func TestMemoryMetrics(t *testing.T) {
 }
 
 // TestMemoryLimitApprox checks the rule "with --approx-max-blocks N the approx part's limit is N ×
-// partitions (at least one) × the bytes per side entry".
+// partitions (at least one) × the side index's bytes per entry" (approx.Set.MemoryLimit), before
+// and after decisions.
 func TestMemoryLimitApprox(t *testing.T) {
-	_, url, stop := serveConfig(t, Config{DataDir: "data", FS: vfs.NewMem(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	s, url, stop := serveConfig(t, Config{DataDir: "data", FS: vfs.NewMem(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Lanes: 1, ApproxMaxBlocks: 1000})
 	defer func() { _ = stop() }()
-	_, scrape := call(t, "GET", url+"/metrics", "")
-	if v, ok := metricValue(t, scrape, `kvindex_memory_limit_bytes{part="approx"}`); !ok || v != float64(1000*approxBytesPerBlock) {
-		t.Errorf("approx limit %v (present %v), want %d", v, ok, 1000*approxBytesPerBlock)
+	check := func(when string) {
+		t.Helper()
+		want, _ := s.e.Approx().MemoryLimit()
+		_, scrape := call(t, "GET", url+"/metrics", "")
+		if v, ok := metricValue(t, scrape, `kvindex_memory_limit_bytes{part="approx"}`); !ok || v != float64(want) || want < 1000 {
+			t.Errorf("%s: approx limit %v (present %v), want %d", when, v, ok, want)
+		}
 	}
+	check("empty")
+	if code, body := call(t, "POST", url+"/v1/routing_decisions", `{"worker_id":1,"block_hashes":[1,2,3]}`); code != 200 {
+		t.Fatalf("decision: %d %s", code, body)
+	}
+	check("after a decision")
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
+	"github.com/kvindex/kvindex/internal/buildinfo"
 	"github.com/kvindex/kvindex/recovery"
 	"github.com/kvindex/kvindex/tier"
 	"github.com/kvindex/kvindex/vllm"
@@ -28,35 +28,8 @@ import (
 var Version = ""
 
 // BuildVersion is Version when set, else the main module's version and VCS revision from the
-// build info (e.g. "devel-8495b73a1c2e-dirty"), else "devel".
-func BuildVersion() string {
-	if Version != "" {
-		return Version
-	}
-	v := "devel"
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return v
-	}
-	if mv := bi.Main.Version; mv != "" && mv != "(devel)" {
-		v = mv
-	}
-	var rev, dirty string
-	for _, st := range bi.Settings {
-		switch st.Key {
-		case "vcs.revision":
-			rev = st.Value[:min(12, len(st.Value))]
-		case "vcs.modified":
-			if st.Value == "true" {
-				dirty = "-dirty"
-			}
-		}
-	}
-	if rev != "" && v == "devel" {
-		v += "-" + rev + dirty
-	}
-	return v
-}
+// build info (e.g. "devel-8495b73a1c2e-dirty"), else "devel" (internal/buildinfo).
+func BuildVersion() string { return buildinfo.Version(Version) }
 
 // routeUnmatched is the route label of requests no route matched (answered 404 or 405).
 const routeUnmatched = "unmatched"
@@ -415,7 +388,7 @@ func (c *indexCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descBlocks, prometheus.GaugeValue, float64(p.Index.Blocks()), model, group)
 		ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(p.Index.NodeCount()), model, group)
-		ch <- prometheus.MustNewConstMetric(descEvicted, prometheus.CounterValue, float64(p.Index.Evictions()), model, group)
+		ch <- prometheus.MustNewConstMetric(descEvicted, prometheus.CounterValue, float64(c.s.e.Evictions(p.ID)), model, group)
 		collectTiers(ch, p.Tiers, model, group)
 		if c.s.approx != nil {
 			ch <- prometheus.MustNewConstMetric(descApproxBlocks, prometheus.GaugeValue, float64(c.s.approx.Blocks(p.ID)), model, group)

@@ -155,28 +155,6 @@ func serveUnrecovered(t *testing.T, cfg Config) (*Server, string) {
 	return s, ts.URL
 }
 
-// TestSplitDumpKey checks the rule "a peer dump key \"model:group\" splits at the first ':', as
-// Dynamo's split_once does".
-func TestSplitDumpKey(t *testing.T) {
-	for _, tc := range []struct {
-		key          string
-		model, group string
-		ok           bool
-	}{
-		{"llama:default", "llama", "default", true},
-		{"mistral:team:a", "mistral", "team:a", true},
-		{"llama3:8b:default", "llama3", "8b:default", true},
-		{"nocolon", "", "", false},
-		{":default", "", "", false},
-		{"llama:", "", "", false},
-	} {
-		k, ok := splitDumpKey(tc.key)
-		if ok != tc.ok || k.ModelName != tc.model || k.RoutingGroup != tc.group {
-			t.Errorf("splitDumpKey(%q) = %+v %v, want %s / %s %v", tc.key, k, ok, tc.model, tc.group, tc.ok)
-		}
-	}
-}
-
 // TestPeersBootstrapFromADynamoShapedDump checks the rules "a Dynamo peer's dump bootstraps
 // kvindex: fields kvindex does not know (residency_domain, start_position, mm_extra_info) are
 // ignored, under --strict too; a key with two colons splits at the first; an {\"error\"}

@@ -17,8 +17,9 @@ import (
 	"github.com/kvindex/kvindex/approx"
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
-	"github.com/kvindex/kvindex/natsrc"
 	"github.com/kvindex/kvindex/partition"
+	"github.com/kvindex/kvindex/peers"
+	"github.com/kvindex/kvindex/sources"
 	"github.com/kvindex/kvindex/vllm"
 )
 
@@ -42,8 +43,8 @@ type Config struct {
 	Logger          *slog.Logger            // default slog.Default()
 	FS              vfs.FS                  // default the OS file system (tests pass a crashable MemFS)
 	DumpCache       engine.DumpCacheOptions // the TreeDump cache of the range route; defaults in DumpCacheOptions
-	ZMQ             []string                // vLLM publishers to subscribe to: ENDPOINT[?replay=ENDPOINT&worker_id=N] (ParseZMQFlag)
-	Peers           []string                // kvindex or Dynamo indexers whose GET /dump fills partitions empty at start (peers.go)
+	ZMQ             []string                // vLLM publishers to subscribe to: ENDPOINT[?replay=ENDPOINT&worker_id=N] (sources.ParseZMQFlag)
+	Peers           []string                // kvindex or Dynamo indexers whose GET /dump fills partitions empty at start (package peers)
 	NATS            []string                // NATS Core sources: URL?subject=…[&model_name=…] (natsrc.ParseFlag)
 	JetStream       []string                // JetStream sources: URL?stream=…&durable=…[&peers=…] (natsrc.ParseFlag)
 	// Approximate mode (docs/CONTRACT.md §8): how long a routing decision's blocks live (default 120 s;
@@ -141,14 +142,14 @@ type Server struct {
 
 	m      *metrics
 	ready  atomic.Bool
-	status atomic.Value    // string: what the replay is doing, for /readyz
-	conns  connStats       // HTTP connections and slow bodies (conns.go)
-	zmq    *vllm.Manager   // vLLM ZMQ sources (sources_zmq.go), started by Recover
-	reg    *registry       // Dynamo registrations and peers (dynamo.go)
-	peerM  *peerMetrics    // peer bootstrap progress (peers.go)
-	nats   *natsrc.Manager // NATS Core and JetStream sources (sources_nats.go), started by Recover
-	alog   *accessLog      // --access-log (accesslog.go); nil when none
-	start  time.Time       // when Open began (uptime on the status page)
+	status atomic.Value        // string: what the replay is doing, for /readyz
+	conns  connStats           // HTTP connections and slow bodies (conns.go)
+	src    *sources.Sources    // the event sources (package sources), started by Recover
+	zmq    *vllm.Manager       // src's ZMQ sources (Dynamo's /register adds its own)
+	reg    *registry           // Dynamo registrations and peers (dynamo.go)
+	boot   *peers.Bootstrapper // the --peers bootstrap (peers.go)
+	alog   *accessLog          // --access-log (accesslog.go); nil when none
+	start  time.Time           // when Open began (uptime on the status page)
 
 	unknownFields atomic.Uint64 // unknown fields ignored in posted events (body.go)
 	unknownNames  sync.Map      // field name → struct{}: the names already logged
@@ -169,10 +170,8 @@ func (c *Config) engineConfig(l engine.Listener) engine.Config {
 // for a newer format) and builds the engine. Call Recover before serving writes.
 func Open(cfg Config) (*Server, error) {
 	cfg.defaults()
-	if _, err := zmqConfigs(cfg.ZMQ); err != nil {
-		return nil, err
-	}
-	if _, err := natsConfigs(cfg.NATS, cfg.JetStream); err != nil {
+	flags := sources.Flags{ZMQ: cfg.ZMQ, NATS: cfg.NATS, JetStream: cfg.JetStream}
+	if err := flags.Check(); err != nil {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, lg: cfg.Logger, start: time.Now()}
@@ -197,16 +196,21 @@ func Open(cfg Config) (*Server, error) {
 		_ = e.Close()
 		return nil, err
 	}
-	s.peerM = newPeerMetrics(s.m)
-	s.zmq = vllm.NewManager(e.SourceDoor(), e, vllm.Options{Logger: cfg.Logger, Placer: s})
-	e.SetLocalFeed(s.zmq.Feeds)
+	if s.src, err = sources.New(e, sources.Options{Flags: flags, Logger: cfg.Logger, AuthToken: cfg.AuthToken,
+		Peers: s.bootstrapPeers, RegistryPrefix: registrySourcePrefix}); err != nil {
+		_ = e.Close()
+		return nil, err
+	}
+	s.zmq = s.src.ZMQ()
 	s.m.register(s.zmq)
-	s.nats = s.newNATS()
-	s.m.register(s.nats)
+	s.m.register(s.src.NATS())
+	s.boot = peers.New(e, peers.Options{Logger: cfg.Logger, Skip: s.src.JetStreamFeeds})
+	for _, c := range peerCollectors(s.boot) {
+		s.m.register(c)
+	}
 	if cfg.AccessLog != "" {
 		if s.alog, err = openAccessLog(cfg.AccessLog, cfg.TraceIDHeader); err != nil {
-			s.zmq.Close()
-			s.nats.Close()
+			s.src.Close()
 			_ = e.Close()
 			return nil, err
 		}
@@ -238,10 +242,7 @@ func (s *Server) Recover(ctx context.Context) error {
 	s.claimRegistered()
 	s.dropLeftPartitions(ctx)
 	s.bootstrapFromPeers(ctx)
-	if err := s.startZMQ(); err != nil {
-		return err
-	}
-	if err := s.startNATS(); err != nil {
+	if err := s.src.Start(); err != nil {
 		return err
 	}
 	took := time.Since(start)
@@ -270,8 +271,7 @@ func (s *Server) replayProgress(done, total int, events uint64) {
 // Close stops the sources, drains the lanes and closes the data dir cleanly.
 func (s *Server) Close() error {
 	s.ready.Store(false)
-	s.zmq.Close() // before the lanes: a source may be submitting
-	s.nats.Close()
+	s.src.Close() // before the lanes: a source may be submitting
 	err := s.e.Close()
 	if s.alog != nil {
 		err = errors.Join(err, s.alog.close())

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -80,40 +79,6 @@ func listZMQ(t *testing.T, url string) []sourceJSON {
 		t.Fatal(err)
 	}
 	return out
-}
-
-func TestParseZMQFlag(t *testing.T) {
-	w7 := uint64(7)
-	cases := []struct {
-		in      string
-		want    vllm.Config
-		wantErr string
-	}{
-		{in: "tcp://h:5557", want: vllm.Config{ID: vllm.SourceID("tcp://h:5557"), Endpoint: "tcp://h:5557"}},
-		{in: "tcp://h:5557?replay=tcp://h:5558&worker_id=7",
-			want: vllm.Config{ID: vllm.SourceID("tcp://h:5557"), Endpoint: "tcp://h:5557", ReplayEndpoint: "tcp://h:5558", WorkerID: &w7}},
-		{in: "tcp://h:5557?model_name=llama&routing_group=g",
-			want: vllm.Config{ID: vllm.SourceID("tcp://h:5557"), Endpoint: "tcp://h:5557", ModelName: "llama", RoutingGroup: "g"}},
-		{in: "tcp://h", wantErr: "want tcp://host:port"},
-		{in: "tcp://h:1?worker_id=-1", wantErr: "worker_id"},
-		{in: "tcp://h:1?replay=udp://h:2", wantErr: "replay endpoint"},
-		{in: "tcp://h:1?color=red", wantErr: "unknown option"},
-	}
-	for _, c := range cases {
-		got, err := ParseZMQFlag(c.in)
-		if c.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
-				t.Errorf("%q: err %v, want one containing %q", c.in, err, c.wantErr)
-			}
-			continue
-		}
-		if err != nil || !reflect.DeepEqual(got, c.want) {
-			t.Errorf("%q: %+v %v, want %+v", c.in, got, err, c.want)
-		}
-	}
-	if _, err := Open(Config{DataDir: t.TempDir(), ZMQ: []string{"nope"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}); err == nil {
-		t.Error("Open accepted a bad --zmq")
-	}
 }
 
 // TestSourcesRoutes: POST validates and persists, GET lists with state and counters, DELETE
@@ -352,6 +317,18 @@ func TestZMQSourcePartitionFromConfigTopicOrDefault(t *testing.T) {
 	for _, src := range listZMQ(t, url) {
 		if src.Endpoint == confPub.ep && (src.ModelName != "qwen" || src.RoutingGroup != "g") {
 			t.Errorf("the stored source lost its partition: %+v", src.Config)
+		}
+	}
+}
+
+// TestOpenRefusesBadSourceFlags: a bad --zmq, --nats or --jetstream fails Open, before the data
+// dir is touched.
+func TestOpenRefusesBadSourceFlags(t *testing.T) {
+	for _, cfg := range []Config{{ZMQ: []string{"nope"}}, {NATS: []string{"nats://h:1"}}, {JetStream: []string{"nats://h:1?stream=s"}}} {
+		cfg.DataDir, cfg.Logger = t.TempDir(), slog.New(slog.NewTextHandler(io.Discard, nil))
+		if s, err := Open(cfg); err == nil {
+			_ = s.Close()
+			t.Errorf("Open accepted %v %v %v", cfg.ZMQ, cfg.NATS, cfg.JetStream)
 		}
 	}
 }

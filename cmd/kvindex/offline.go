@@ -8,9 +8,9 @@ import (
 	"os"
 
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/groupgate"
 	"github.com/kvindex/kvindex/offline"
 	"github.com/kvindex/kvindex/partition"
-	"github.com/kvindex/kvindex/server"
 	"github.com/kvindex/kvindex/store"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
@@ -54,7 +54,7 @@ func rebuildOptions(c *cli.Context) (offline.Options, error) {
 		o.IndexedGroupKinds = k
 	}
 	if v := c.StringSlice("partition-group-kinds"); len(v) > 0 {
-		m, err := server.ParsePartitionGroupKinds(v)
+		m, err := groupgate.ParsePartitionGroupKinds(v)
 		if err != nil {
 			return o, usagef("--partition-group-kinds: %v", err)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/groupgate"
 	"github.com/kvindex/kvindex/server"
 	"github.com/kvindex/kvindex/store"
 	"github.com/kvindex/kvindex/wal"
@@ -170,7 +171,7 @@ func serveCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			partKinds, err := server.ParsePartitionGroupKinds(c.StringSlice("partition-group-kinds"))
+			partKinds, err := groupgate.ParsePartitionGroupKinds(c.StringSlice("partition-group-kinds"))
 			if err != nil {
 				return usageError{err}
 			}

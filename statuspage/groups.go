@@ -1,4 +1,4 @@
-package server
+package statuspage
 
 import (
 	"sort"
@@ -34,7 +34,7 @@ type kindRow struct {
 
 // groupsView lists the groups of the ranks that report any (at most maxRankRows ranks; hidden
 // counts the others) and sums them by kind.
-func (s *Server) groupsView(ranks []engine.RankStatus) (rows []groupRow, kinds []kindRow, hidden int) {
+func groupsView(e *engine.Engine, ranks []engine.RankView) (rows []groupRow, kinds []kindRow, hidden int) {
 	byKind := map[event.GroupKind]*kindRow{}
 	shown := 0
 	for _, st := range ranks {
@@ -57,10 +57,10 @@ func (s *Server) groupsView(ranks []engine.RankStatus) (rows []groupRow, kinds [
 		}
 		shown++
 		name := "—"
-		if p := s.parts.Get(st.Rank.Partition); p != nil {
+		if p := e.Partitions().Get(st.Rank.Partition); p != nil {
 			name = p.Key.String()
 		}
-		indexes := strings.Join(s.e.IndexedGroupKinds(st.Rank).Names(), " ")
+		indexes := strings.Join(e.IndexedGroupKinds(st.Rank).Names(), " ")
 		for _, g := range st.Groups {
 			rows = append(rows, groupRow{Partition: name, WorkerID: st.Rank.WorkerID, DPRank: st.Rank.DPRank, Indexes: indexes,
 				Idx: g.Idx, Kind: g.Kind.String(), Indexed: g.Indexed, BlockSize: g.BlockSize, SlidingWindow: g.SlidingWindow,

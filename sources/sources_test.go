@@ -1,0 +1,60 @@
+package sources
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/kvindex/kvindex/natsrc"
+	"github.com/kvindex/kvindex/vllm"
+)
+
+// TestAddListRemove checks the lifecycle rules: a bad config is refused and nothing stored; an
+// added source is stored, then runs and is listed as stored; an id already running, of either
+// kind, is refused; Remove stops the source and forgets its config and cursor in one commit;
+// an unknown id is ErrNotFound.
+func TestAddListRemove(t *testing.T) {
+	e, s := openSources(t)
+	ctx := context.Background()
+	stored := func() int {
+		t.Helper()
+		n := 0
+		for _, prefix := range []string{ZMQMetaPrefix, NATSMetaPrefix, "zmq/"} {
+			m, err := e.Metas(prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += len(m)
+		}
+		return n
+	}
+	if _, _, err := s.AddZMQ(ctx, vllm.Config{ID: "a b", Endpoint: "tcp://127.0.0.1:1"}); !errors.Is(err, ErrBadConfig) || stored() != 0 {
+		t.Fatalf("an id with a space: %v, %d stored", err, stored())
+	}
+	if _, _, err := s.AddNATS(ctx, natsrc.Config{Kind: natsrc.KindCore, URL: "nats://127.0.0.1:1"}); !errors.Is(err, ErrBadConfig) || stored() != 0 {
+		t.Fatalf("nats without a subject: %v, %d stored", err, stored())
+	}
+	src, ok, err := s.AddZMQ(ctx, vllm.Config{ID: "a", Endpoint: "tcp://127.0.0.1:1"})
+	if err != nil || !ok || src.ZMQ == nil || src.ID != "a" || src.ZMQ.ID != "a" || !src.Stored || stored() != 1 {
+		t.Fatalf("add: %+v %v %v, %d stored", src, ok, err, stored())
+	}
+	if _, _, err := s.AddZMQ(ctx, vllm.Config{ID: "a", Endpoint: "tcp://127.0.0.1:2"}); !errors.Is(err, ErrExists) {
+		t.Fatalf("the same id again: %v", err)
+	}
+	if _, _, err := s.AddNATS(ctx, natsrc.Config{ID: "a", Kind: natsrc.KindCore, URL: "nats://127.0.0.1:1", Subject: "s"}); !errors.Is(err, ErrExists) {
+		t.Fatalf("the same id as a nats source: %v", err)
+	}
+	list, err := s.List()
+	if err != nil || len(list) != 1 || list[0].ZMQ == nil || !list[0].Stored {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	if err := e.SetMeta(ctx, vllm.CursorMeta("a"), []byte{0, 0, 0, 0, 0, 0, 0, 7}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remove(ctx, "a"); err != nil || s.Has("a") || stored() != 0 {
+		t.Fatalf("remove: %v, running %v, %d stored", err, s.Has("a"), stored())
+	}
+	if err := s.Remove(ctx, "a"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("remove again: %v", err)
+	}
+}
