@@ -163,8 +163,21 @@ type runBlock struct {
 	hash, tok uint64
 }
 
-// blocksLocked returns rs's entries, sorted by position, then block hash. t.mu is held.
-func (t *runTree) blocksLocked(rs *runRank) []runBlock {
+// blocksLocked returns rs's entries; sorted, by position, then block hash. t.mu is held.
+//
+// A slot's block hash is its position's column, so a position has at most one slot: the slots'
+// positions are sorted as plain integers, and only a rank with hashes in its side map (rare)
+// pays a sort of its entries.
+func (t *runTree) blocksLocked(rs *runRank, sorted bool) []runBlock {
+	ps := make([]rpos, 0, rs.lk.n)
+	for _, s := range rs.lk.slots {
+		if s != 0 {
+			ps = append(ps, s&lkPosMask)
+		}
+	}
+	if sorted {
+		slices.Sort(ps)
+	}
 	out := make([]runBlock, 0, rs.blocks)
 	add := func(p rpos, h uint64) {
 		c := &t.runs[posRun(p)]
@@ -174,22 +187,32 @@ func (t *runTree) blocksLocked(rs *runRank) []runBlock {
 		}
 		out = append(out, runBlock{pos: p, up: up, hash: h, tok: c.pairs[posOff(p)].tok})
 	}
-	for _, s := range rs.lk.slots {
-		if s != 0 {
-			p := s & lkPosMask
-			add(p, t.column(p))
-		}
+	for _, p := range ps {
+		add(p, t.column(p))
 	}
+	if len(rs.lk.other) == 0 {
+		return out
+	}
+	n := len(out)
 	for h, p := range rs.lk.other {
 		add(p, h)
 	}
-	slices.SortFunc(out, func(a, b runBlock) int {
-		if c := cmp.Compare(a.pos, b.pos); c != 0 {
-			return c
+	if !sorted {
+		return out
+	}
+	// Sort the side map's entries and merge them in.
+	byPos := func(a, b runBlock) int { return cmp.Or(cmp.Compare(a.pos, b.pos), cmp.Compare(a.hash, b.hash)) }
+	slices.SortFunc(out[n:], byPos)
+	merged := make([]runBlock, 0, len(out))
+	a, b := out[:n], out[n:]
+	for len(a) > 0 && len(b) > 0 {
+		if byPos(b[0], a[0]) < 0 {
+			merged, b = append(merged, b[0]), b[1:]
+		} else {
+			merged, a = append(merged, a[0]), a[1:]
 		}
-		return cmp.Compare(a.hash, b.hash)
-	})
-	return out
+	}
+	return append(append(merged, a...), b...)
 }
 
 // rankHashesRuns is RankHashes on the run layout: the entries are read under the read lock,
@@ -199,7 +222,7 @@ func (ix *Index) rankHashesRuns(r event.Rank, fn func(blockHash, tokensHash uint
 	t.mu.RLock()
 	var bs []runBlock
 	if rs := t.ranks[r]; rs != nil {
-		bs = t.blocksLocked(rs)
+		bs = t.blocksLocked(rs, false)
 	}
 	t.mu.RUnlock()
 	for _, b := range bs {
@@ -221,7 +244,7 @@ func (ix *Index) dumpRankRuns(r event.Rank, fn func(ev *event.RouterEvent) error
 		t.mu.RUnlock()
 		return nil
 	}
-	bs := t.blocksLocked(rs)
+	bs := t.blocksLocked(rs, true)
 	t.mu.RUnlock()
 
 	// Distinct positions: pos[i], its block hashes bs[first[i]:first[i+1]].

@@ -12,7 +12,7 @@ import (
 // rankOpsIndex returns an index of ranks ranks on the given layout, each holding chains chains
 // of depth blocks under a prefix of 8 positions every chain shares; rank w holds chain c when
 // (w+c)%2 == 0 or c%3 == 0, so that the positions of a chain are held by one of a few holder
-// sets. Block hashes are the rank's own.
+// sets. A position has one block hash whoever stores it.
 func rankOpsIndex(runs bool, ranks, chains, depth int) *index.Index {
 	ix := index.New(index.Options{Runs: runs})
 	for w := range ranks {
@@ -27,10 +27,7 @@ func rankOpsIndex(runs bool, ranks, chains, depth int) *index.Index {
 				if j >= 8 {
 					tok = uint64(c)<<16 | uint64(j)
 				}
-				blocks[j] = event.Block{BlockHash: uint64(w+1)<<40 | uint64(c)<<16 | uint64(j) + 1, TokensHash: tok}
-				if j < 8 {
-					blocks[j].BlockHash = uint64(w+1)<<40 | uint64(j) + 1 // the prefix: one hash per rank
-				}
+				blocks[j] = event.Block{BlockHash: tok + 1, TokensHash: tok} // one hash a position, as sequence hashes are
 			}
 			ev := event.Stored(r, 0, nil, blocks...)
 			ix.Apply(&ev)
@@ -40,7 +37,7 @@ func rankOpsIndex(runs bool, ranks, chains, depth int) *index.Index {
 }
 
 // BenchmarkRankOps measures the rank operations on both layouts, one rank of an index of 32
-// ranks (about 660 blocks each, 32 chains of 32 under a shared prefix) at a time, per block of
+// ranks (about 500 blocks each, 21 chains of 32 under a shared prefix) at a time, per block of
 // the rank: dump (DumpRank), clear (ClearRank), remove (RemoveRank), replace (ReplaceRank with
 // the rank's dump: a clear and a rebuild). The rank is rebuilt (untimed) before each clear and
 // remove.
