@@ -63,8 +63,8 @@ func (m *runLookup) reserve(n int) {
 	}
 }
 
-// publishRunsLocked publishes rs's block count in its rank entry and the index's totals. t.mu
-// is held (either side), so that publishes of successive writes are ordered.
+// publishRunsLocked publishes blocks as r's block count (in its rank table slot) and the index's
+// totals. t.mu is held (either side), so that the publishes of successive writes are ordered.
 func (ix *Index) publishRunsLocked(r event.Rank, blocks int) {
 	if e := ix.rankOf(r); e != nil {
 		n := uint64(blocks)
@@ -137,10 +137,10 @@ func (ix *Index) replaceRankRuns(r event.Rank, stored []event.RouterEvent) {
 		ev := stored[i] // a shallow copy: the blocks are only read
 		ev.Partition, ev.WorkerID, ev.DPRank = r.Partition, r.WorkerID, r.DPRank
 		t.apply(&ev)
+		t.mu.RLock() // published after each event, as Apply does
+		ix.publishRunsLocked(r, t.ranks[r].blocks)
+		t.mu.RUnlock()
 	}
-	t.mu.RLock()
-	ix.publishRunsLocked(r, t.ranks[r].blocks)
-	t.mu.RUnlock()
 }
 
 // registerRanksRuns gives every rank of ranks the Index knows (RegisterRanks registered them)
