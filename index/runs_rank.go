@@ -18,11 +18,10 @@ import (
 // clearLocked makes rs leave every position it holds: the id is taken out of every span of each
 // run rs touches (one setRange over the run: O(its spans), whatever the order rs stored its
 // blocks in), the runs are trimmed (an emptied run unlinked), and rs's lookup and extra refs
-// are dropped. t.mu is held for writing.
+// are dropped. t.mu is held for writing. It is the one place a rank's lookup is dropped (Apply's
+// Cleared, ClearRank, ReplaceRank, RemoveRank): what else a rank keeps and a clear forgets goes
+// here too, for an empty rank as well.
 func (t *runTree) clearLocked(rs *runRank) {
-	if rs.blocks == 0 && len(rs.lk.slots) == 0 && rs.lk.other == nil {
-		return
-	}
 	touched := make([]uint32, 0, 8)
 	last := ^uint32(0)
 	for _, s := range rs.lk.slots {
@@ -55,9 +54,9 @@ func (t *runTree) forgetLocked(rs *runRank) {
 	t.byID[rs.id] = nil
 }
 
-// reserve makes room for n entries in m's slots (at most 4/5 full, lkPut's bound), so that n
+// lkReserve makes room for n entries in m's slots (at most 4/5 full, lkPut's bound), so that n
 // puts do not grow it step by step. The other map is not sized: it is rare.
-func (m *runLookup) reserve(n int) {
+func (t *runTree) lkReserve(m *runLookup, n int) {
 	if size := (5*n + 3) / 4; size > len(m.slots) {
 		m.grow(max(16, size))
 	}
@@ -119,7 +118,7 @@ func (ix *Index) reserveRuns(r event.Rank, blocks int) {
 	}
 	rs := ix.ensureRunRank(r)
 	ix.runs.mu.Lock()
-	rs.lk.reserve(blocks)
+	ix.runs.lkReserve(&rs.lk, blocks)
 	ix.runs.mu.Unlock()
 }
 
