@@ -140,11 +140,11 @@
 //
 // The run layout of issue 34 lives beside the slab, selected by Options.Runs for measurements
 // (KVINDEX_BENCH_LAYOUT=runs for the layout benchmarks, BenchmarkSMG included); it supports
-// Apply, FindMatches/FindMatchesInto (no early exit), Blocks, NodeCount, Ranks, RankBlocks and
-// MemoryBytes (its own estimate); the other writers (ClearRank, RemoveRank, ReplaceRank,
-// RemoveWorker, Reserve, EvictLeaves, NewRankBuilder, DumpRank, RankHashes) panic rather than
-// run the slab's code beside it. The slab is the default and the
-// only layout the rest of kvindex uses.
+// Apply, FindMatches/FindMatchesInto (no early exit), Blocks, NodeCount, Ranks, RankBlocks,
+// MemoryBytes (its own estimate) and the rank operations (runs_rank.go: ClearRank, RemoveRank,
+// RemoveWorker, ReplaceRank, Reserve, RegisterRanks, RankHashes, DumpRank); the other writers
+// (EvictLeaves, NewRankBuilder) panic rather than run the slab's code beside it. The slab is
+// the default and the only layout the rest of kvindex uses.
 //
 //	run         pairs  []{tokens hash, block hash}   16 B a position, contiguous; grown in place
 //	                                                  by a quarter (8 positions at least)
@@ -175,6 +175,15 @@
 //   - A rank's lookup names only positions the rank holds; a block hash that is not the column
 //     of its position (another rank stored that position first under another hash) is kept
 //     in the rank's side map.
+//
+// Ranks: the Index's registry (rank table) and the tree's (runRank by rank and by id) are kept
+// in step: every rank the Index knows has a runRank of its id (RegisterRanks and Reserve make
+// one), and RemoveRank drops both. Removing or clearing a rank takes its id out of every span of
+// each run it touches (one pass over the run's spans) and trims those runs; the tree forgets the
+// id before the rank table does, so a reader never gets an id its table cannot place. A removed
+// rank that comes back gets a fresh id. DumpRank and RankHashes read the rank's entries under
+// the read lock and call back without it; both layouts dump through one emitter (emitDump), so
+// the events are the slab's. Lock order: the tree's lock, then the registry's.
 //
 // Concurrency: one sync.RWMutex per tree (SMG's choice for its keyspaces): an event holds the
 // write side for its whole application, a query the read side for its walk. A reader therefore

@@ -23,7 +23,9 @@ import (
 // DumpRank reads the rank's writer-owned lookup: call it from the rank's writer, or when no
 // writer runs on r.
 func (ix *Index) DumpRank(r event.Rank, fn func(ev *event.RouterEvent) error) error {
-	ix.runsUnsupported("DumpRank")
+	if ix.runs != nil {
+		return ix.dumpRankRuns(r, fn)
+	}
 	rs := ix.rankOf(r)
 	if rs == nil {
 		return nil
@@ -45,58 +47,9 @@ func (ix *Index) DumpRank(r event.Rank, fn func(ev *event.RouterEvent) error) er
 		slices.SortFunc(k, func(a, b nref) int { return cmp.Compare(ix.at(a).tokens, ix.at(b).tokens) })
 	}
 
-	ev := event.RouterEvent{Partition: r.Partition, WorkerID: r.WorkerID, DPRank: r.DPRank, Kind: event.KindStored}
-	var buf []event.Block
-	emit := func(hasParent bool, parent uint64, blocks []event.Block) error {
-		ev.HasParent, ev.ParentHash, ev.Blocks = hasParent, parent, blocks
-		err := fn(&ev)
-		ev.EventID++
-		return err
-	}
-	type frame struct {
-		n         nref
-		hasParent bool
-		parent    uint64
-	}
-	// Each frame is the head of a chain, under the parent block hash it names.
-	roots := kids[rootRef]
-	stack := make([]frame, 0, len(roots))
-	for i := len(roots) - 1; i >= 0; i-- {
-		stack = append(stack, frame{n: roots[i]})
-	}
-	for len(stack) > 0 {
-		f := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		// f.n is the head of a chain under f.parent: follow single-block single-child nodes.
-		buf = buf[:0]
-		n := f.n
-		for {
-			hs := hashes[n]
-			buf = append(buf, event.Block{BlockHash: hs[0], TokensHash: ix.at(n).tokens})
-			if c := kids[n]; len(hs) == 1 && len(c) == 1 {
-				n = c[0]
-				continue
-			}
-			break
-		}
-		hasParent, parent := f.hasParent, f.parent
-		if len(buf) >= 2 {
-			hasParent, parent = true, buf[len(buf)-2].BlockHash
-		}
-		last := buf[len(buf)-1].BlockHash
-		if err := emit(f.hasParent, f.parent, buf); err != nil {
-			return err
-		}
-		for _, h := range hashes[n][1:] {
-			buf = append(buf[:0], event.Block{BlockHash: h, TokensHash: ix.at(n).tokens})
-			if err := emit(hasParent, parent, buf); err != nil {
-				return err
-			}
-		}
-		c := kids[n]
-		for i := len(c) - 1; i >= 0; i-- {
-			stack = append(stack, frame{n: c[i], hasParent: true, parent: last})
-		}
-	}
-	return nil
+	return emitDump(r, kids[rootRef], dumpNodes[nref]{
+		hashes: func(n nref) []uint64 { return hashes[n] },
+		tokens: func(n nref) uint64 { return ix.at(n).tokens },
+		kids:   func(n nref) []nref { return kids[n] },
+	}, fn)
 }

@@ -87,7 +87,8 @@ type Options struct {
 	Evictable bool
 	// Runs selects the run-layout prototype (runs.go) instead of the node slab: experimental,
 	// for measurements only. It supports Apply, FindMatches and FindMatchesInto (without early
-	// exit), Blocks, NodeCount, Ranks and RankBlocks; nothing else of the Index sees its blocks.
+	// exit), Blocks, NodeCount, Ranks, RankBlocks and the rank operations (runs_rank.go); not
+	// EvictLeaves and NewRankBuilder yet.
 	Runs bool
 }
 
@@ -251,6 +252,9 @@ func (ix *Index) register(r event.Rank) *rankEntry {
 // restart replay calls it with every rank of the log before applying anything. It may run
 // concurrently with readers and with writers of other ranks.
 func (ix *Index) RegisterRanks(ranks []event.Rank) {
+	if ix.runs != nil {
+		defer ix.registerRanksRuns(ranks) // deferred first: runs once regMu is released
+	}
 	ix.regMu.Lock()
 	defer ix.regMu.Unlock()
 	t := ix.table.Load()
@@ -548,7 +552,10 @@ func (ix *Index) applyRemoved(ev *event.RouterEvent) Result {
 
 // ClearRank drops every block of r (a Cleared event, without counting it). r stays known.
 func (ix *Index) ClearRank(r event.Rank) {
-	ix.runsUnsupported("ClearRank")
+	if ix.runs != nil {
+		ix.clearRankRuns(r)
+		return
+	}
 	if rs := ix.rankOf(r); rs != nil {
 		ix.clearState(rs)
 	}
@@ -570,7 +577,9 @@ func (ix *Index) clearState(rs *rankEntry) {
 
 // RemoveRank drops every block of r and forgets r. It reports whether r was known.
 func (ix *Index) RemoveRank(r event.Rank) bool {
-	ix.runsUnsupported("RemoveRank")
+	if ix.runs != nil {
+		return ix.removeRankRuns(r)
+	}
 	rs := ix.rankOf(r)
 	if rs == nil {
 		return false
@@ -584,7 +593,10 @@ func (ix *Index) RemoveRank(r event.Rank) bool {
 // size (the restart replay of a snapshot) does not grow its table step by step. r becomes known.
 // A writer method.
 func (ix *Index) Reserve(r event.Rank, blocks int) {
-	ix.runsUnsupported("Reserve")
+	if ix.runs != nil {
+		ix.reserveRuns(r, blocks)
+		return
+	}
 	if blocks <= 0 {
 		return
 	}
@@ -594,7 +606,10 @@ func (ix *Index) Reserve(r event.Rank, blocks int) {
 // ReplaceRank clears r, then applies the Stored events of a dump (DumpRank) to it, whatever rank
 // the events name. Other kinds are ignored. Nothing is counted in Counts. r becomes known.
 func (ix *Index) ReplaceRank(r event.Rank, stored []event.RouterEvent) {
-	ix.runsUnsupported("ReplaceRank")
+	if ix.runs != nil {
+		ix.replaceRankRuns(r, stored)
+		return
+	}
 	rs := ix.register(r)
 	ix.clearState(rs)
 	for i := range stored {
@@ -607,7 +622,6 @@ func (ix *Index) ReplaceRank(r event.Rank, stored []event.RouterEvent) {
 // RemoveWorker removes every rank of a worker and returns how many there were. It requires that
 // no writer runs on that worker's ranks meanwhile.
 func (ix *Index) RemoveWorker(workerID uint64) int {
-	ix.runsUnsupported("RemoveWorker")
 	n := 0
 	for _, r := range ix.RanksOfWorker(workerID) {
 		if ix.RemoveRank(r) {
@@ -655,7 +669,10 @@ func (ix *Index) RankBlocks(r event.Rank) uint64 {
 // order: also the blocks DumpRank leaves out (stranded under an ancestor r no longer holds). A
 // writer method, like DumpRank.
 func (ix *Index) RankHashes(r event.Rank, fn func(blockHash, tokensHash uint64)) {
-	ix.runsUnsupported("RankHashes")
+	if ix.runs != nil {
+		ix.rankHashesRuns(r, fn)
+		return
+	}
 	if rs := ix.rankOf(r); rs != nil {
 		for h, n := range rs.lookup.all() {
 			fn(h, ix.at(n).tokens)

@@ -1,6 +1,7 @@
 package index
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -61,24 +62,40 @@ func checkTable(t interface{ Fatalf(string, ...any) }, tab *rankTable) {
 }
 
 // TestRegisterRanksMatchesOneByOne: registering ranks in bulk (as the restart replay does) and
-// then applying, mixed with single registrations and removals, gives the same answers as
-// registering each rank on its first Stored, and keeps the table's invariants.
+// then applying, mixed with single registrations, removals and a registered rank's Removed or
+// Cleared before its first Stored, gives the same answers as registering each rank on its first
+// Stored, and keeps the table's invariants; on the run layout too, where every registered rank
+// has its runRank (AuditRuns).
 func TestRegisterRanksMatchesOneByOne(t *testing.T) {
 	defer SetTailFrom(0)()
+	for _, runs := range []bool{false, true} {
+		t.Run(fmt.Sprintf("runs=%v", runs), func(t *testing.T) { testRegisterRanks(t, Options{Runs: runs}) })
+	}
+}
+
+func testRegisterRanks(t *testing.T, opts Options) {
 	rapid.Check(t, func(rt *rapid.T) {
-		bulk, single := New(Options{}), New(Options{})
+		bulk, single := New(opts), New(opts)
 		rank := rapid.Custom(func(t *rapid.T) event.Rank {
 			return event.Rank{WorkerID: rapid.Uint64Range(0, 30).Draw(t, "w"), DPRank: rapid.Uint32Range(0, 2).Draw(t, "dp")}
 		})
 		id := uint64(0)
 		for range rapid.IntRange(1, 60).Draw(rt, "steps") {
-			switch rapid.IntRange(0, 3).Draw(rt, "op") {
+			switch rapid.IntRange(0, 4).Draw(rt, "op") {
 			case 0:
 				bulk.RegisterRanks(rapid.SliceOfN(rank, 0, 20).Draw(rt, "ranks"))
 			case 1:
 				r := rank.Draw(rt, "removed")
 				bulk.RemoveRank(r)
 				single.RemoveRank(r)
+			case 2:
+				r := rank.Draw(rt, "removed or cleared")
+				ev := event.Cleared(r, 0)
+				if rapid.Bool().Draw(rt, "removed") {
+					ev = event.Removed(r, 0, r.WorkerID<<8|uint64(r.DPRank))
+				}
+				bulk.Apply(&ev)
+				single.Apply(&ev)
 			default:
 				r := rank.Draw(rt, "stored")
 				id++
@@ -88,6 +105,13 @@ func TestRegisterRanksMatchesOneByOne(t *testing.T) {
 				single.Apply(&ev)
 			}
 			checkTable(rt, bulk.table.Load())
+			if bulk.runs != nil {
+				for _, ix := range []*Index{bulk, single} {
+					if err := ix.AuditRuns(); err != nil {
+						rt.Fatal(err)
+					}
+				}
+			}
 			for h := uint64(1); h <= 5; h++ {
 				a, b := bulk.FindMatches([]uint64{h}, false), single.FindMatches([]uint64{h}, false)
 				if !reflect.DeepEqual(a, b) {

@@ -677,19 +677,7 @@ func (t *runTree) apply(ev *event.RouterEvent) Result {
 		return res
 	case event.KindCleared:
 		if rs := t.rankOf(ev.Rank(), false); rs != nil {
-			var ps []rpos
-			for _, s := range rs.lk.slots {
-				if s != 0 {
-					ps = append(ps, s&lkPosMask)
-				}
-			}
-			for _, p := range rs.lk.other {
-				ps = append(ps, p)
-			}
-			rs.lk, rs.extra, rs.blocks = runLookup{}, nil, 0
-			for _, p := range ps {
-				t.unref(rs, p, &buf)
-			}
+			t.clearLocked(rs) // runs_rank.go
 		}
 		return Result{Status: StatusOK}
 	}

@@ -3,7 +3,6 @@ package index_test
 import (
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -105,62 +104,28 @@ func TestRunsConcurrentReaders(t *testing.T) {
 	rs := index.NewRunTree()
 	m := testutil.NewModel()
 	ranks := []event.Rank{{WorkerID: 1}, {WorkerID: 2}, {WorkerID: 3, DPRank: 1}}
-	var queries [][]uint64
-	for range 24 {
-		q := make([]uint64, 1+rng.IntN(12))
-		for i := range q {
-			q[i] = 100 + uint64(rng.IntN(2))
-		}
-		queries = append(queries, q)
-	}
-	answers := func() []map[event.Rank]uint32 {
-		out := make([]map[event.Rank]uint32, len(queries))
-		for i, q := range queries {
-			out[i] = map[event.Rank]uint32{}
-			for _, r := range m.Ranks() {
-				if s := m.HeldPrefix(r, q); s > 0 {
-					out[i][r] = uint32(s)
-				}
-			}
-		}
-		return out
-	}
+	queries := twoTokenQueries(rng, 24, 12)
+	answers := func() []map[event.Rank]uint32 { return modelAnswers(m, queries) }
 	expected := make([][]map[event.Rank]uint32, steps+1)
 	expected[0] = answers()
 	var begun, done atomic.Int64 // events started, events whose expected answers are published
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan string, readers)
-	for g := range readers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				qi := (i + g) % len(queries)
-				lo := done.Load()
-				got := rs.Scores(queries[qi])
-				hi := begun.Load()
-				ok := false
-				for s := lo; s <= hi && !ok; s++ {
-					if s > done.Load() {
-						// the state after event s is not published yet: wait for it
-						for done.Load() < s {
-						}
-					}
-					ok = equalScores(got, expected[s][qi])
-				}
-				if !ok {
-					errs <- "a query's answer is none of the states between its start and end"
-					return
+	stopReaders := startReaders(readers, func(g, i int) string {
+		qi := (i + g) % len(queries)
+		lo := done.Load()
+		got := rs.Scores(queries[qi])
+		hi := begun.Load()
+		for s := lo; s <= hi; s++ {
+			if s > done.Load() {
+				// the state after event s is not published yet: wait for it
+				for done.Load() < s {
 				}
 			}
-		}()
-	}
+			if equalScores(got, expected[s][qi]) {
+				return ""
+			}
+		}
+		return "a query's answer is none of the states between its start and end"
+	})
 	for step := 1; step <= steps; step++ {
 		r := ranks[rng.IntN(len(ranks))]
 		held := m.HeldBlocks(r)
@@ -187,12 +152,8 @@ func TestRunsConcurrentReaders(t *testing.T) {
 		expected[step] = answers()
 		done.Store(int64(step))
 	}
-	close(stop)
-	wg.Wait()
-	select {
-	case e := <-errs:
+	if e := stopReaders(); e != "" {
 		t.Fatal(e)
-	default:
 	}
 	if err := rs.Audit(); err != nil {
 		t.Fatal(err)
