@@ -90,7 +90,7 @@ func TestWorkersDataDriven(t *testing.T) {
 				if err != nil {
 					return "error: " + err.Error() + "\n"
 				}
-				res, err := e.SubmitWithMeta(ctx, chain(event.Rank{Partition: id, WorkerID: worker, DPRank: dp}))
+				res, err := e.SourceDoor().SubmitWithMeta(ctx, chain(event.Rank{Partition: id, WorkerID: worker, DPRank: dp}))
 				if err != nil {
 					return "error: " + err.Error() + "\n"
 				}
@@ -188,15 +188,15 @@ func workersState(e *Engine, seen map[uint64]bool) string {
 	slices.Sort(ws)
 	for _, w := range ws {
 		where := "none"
-		if id, ok := e.parts.WorkerPartition(w); ok {
+		if id, ok := e.partitionOf(w); ok {
 			where = e.parts.Get(id).Key.String()
 		}
-		l, ls := e.LeaseOf(w)
+		l, ls := e.leaseState(w)
 		lease := ls.String()
 		if ls != LeaseNone {
 			lease += " ttl=" + l.TTL.String()
 		}
-		fmt.Fprintf(&b, "worker %d: partition=%s door=%s lease=%s\n", w, where, e.SourceOf(w), lease)
+		fmt.Fprintf(&b, "worker %d: partition=%s door=%s lease=%s\n", w, where, e.doorOf(w), lease)
 	}
 	return b.String()
 }

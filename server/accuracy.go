@@ -232,12 +232,11 @@ func (c *accuracyCollector) Collect(ch chan<- prometheus.Metric) {
 			rows = append(rows, row{a.Key, string(sa.Source), sa.AccuracyCounts})
 		}
 	}
-	for _, st := range c.s.e.Status() {
-		p := c.s.parts.Get(st.Rank.Partition)
-		if p == nil {
+	for _, w := range c.s.e.Workers() {
+		if !w.Placed {
 			continue
 		}
-		if ks := (keySrc{p.Key, c.s.e.SourceOf(st.Rank.WorkerID)}); !seen[ks] {
+		if ks := (keySrc{w.Key, w.Door}); !seen[ks] {
 			seen[ks] = true
 			rows = append(rows, row{ks.key, string(ks.src), engine.AccuracyCounts{Histogram: make([]uint64, len(engine.ErrorBounds)+1)}})
 		}

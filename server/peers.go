@@ -233,7 +233,7 @@ func (s *Server) applyDumpPartition(ctx context.Context, k string, e peerDumpPar
 	next := map[event.Rank]uint64{}
 	kept := evs[:0]
 	for _, ev := range evs {
-		if own, ok := s.parts.WorkerPartition(ev.WorkerID); ok {
+		if own, ok := s.workerPartition(ev.WorkerID); ok {
 			if p, exists := s.parts.Lookup(key); !exists || p.ID != own {
 				s.lg.Warn("peer bootstrap: event of a worker of another partition skipped", "partition", k, "worker_id", ev.WorkerID)
 				continue
