@@ -282,7 +282,7 @@ type Batch struct {
 	Key       partition.Key
 	BlockSize int
 	Events    []event.RouterEvent
-	Source    Source // the door's kind (SourceOf); "" is SourceLibrary
+	Source    Source // the door's kind (WorkerInfo.Door); "" is SourceLibrary
 }
 
 // IngestBatches ingests several partitions' batches as one write: every batch is validated and

@@ -83,7 +83,7 @@ func answered(e *Engine) []event.Rank {
 func deviceAnswered(e *Engine) []event.Rank {
 	p, _ := e.Partitions().Lookup(defKey)
 	var out []event.Rank
-	for _, s := range e.DeviceScores(nil, p, []uint64{10, 20, 30}) {
+	for _, s := range e.queryDevice(nil, p, []uint64{10, 20, 30}) {
 		out = append(out, s.Rank())
 	}
 	return out

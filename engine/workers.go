@@ -13,7 +13,7 @@ import (
 	"github.com/kvindex/kvindex/worker"
 )
 
-// The worker table (docs/CONTRACT.md §15, "A worker is one record"): what the engine knows about
+// The worker table (docs/CONTRACT.md §14, "A worker is one record"): what the engine knows about
 // each worker — its partition, the kind of door that feeds it, its recovery URL, its event
 // source's indexed KV-cache group kinds, its lease and its Dynamo registrations — is one record
 // (workerRec) in one table under one lock (workers.mu), persisted as one metadata record per
@@ -524,7 +524,7 @@ type Removed struct{ Ranks, SideRanks int }
 // Any reports whether the removal removed anything.
 func (r Removed) Any() bool { return r.Ranks > 0 || r.SideRanks > 0 }
 
-// Remove removes a worker, durably (docs/CONTRACT.md §15, "Removal is one operation"): its ranks
+// Remove removes a worker, durably (docs/CONTRACT.md §14, "Removal is one operation"): its ranks
 // (events and side entries), its lease and its record — but for its Dynamo registrations, which
 // only /unregister ends (Unregister): a registered worker keeps them and its partition. Then the
 // partition it left is dropped if nothing is left in it and no worker is placed there. With key

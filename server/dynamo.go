@@ -48,7 +48,7 @@ import (
 //   - /register may take a lease, "lease_ttl_ms" (kvindex's extension; Dynamo has none): the
 //     instance's lease, taken or renewed as PUT /v1/workers/{id}/lease does (Engine.SetLease),
 //     once the registration is durable; a client re-registering renews it. /unregister of the
-//     instance (or of its last rank) ends it (Engine.EndLease).
+//     instance (or of its last rank) ends it (Engine.Unregister).
 //   - Peers registered with /register_peer are persisted ("peer/<url>"): a restarted kvindex
 //     lists them again and, with --peers, tries them after the flag's peers when a partition
 //     starts empty (peers.go).

@@ -1,5 +1,5 @@
 // Package worker is the durable form of what kvindex knows about one worker (docs/CONTRACT.md
-// §15, "A worker is one record"): its partition, the kind of door its events come through, its
+// §14, "A worker is one record"): its partition, the kind of door its events come through, its
 // recovery URL, the KV-cache group kinds its event source indexes, its lease and its Dynamo
 // registrations, as one global metadata record per worker. The engine's worker table (engine/
 // workers.go) owns the records at run time; the offline tools read them (the group kinds) here.
