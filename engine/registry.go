@@ -82,7 +82,7 @@ func (e *Engine) Register(ctx context.Context, w uint64, key partition.Key, reg 
 		}
 		return false, fmt.Errorf("registering instance %d dp_rank %d: %w", w, reg.DPRank, err)
 	}
-	e.applyRec(rec, ch, gen)
+	e.applyRec(w, rec, ch, gen)
 	return false, nil
 }
 
@@ -166,7 +166,7 @@ func (e *Engine) unregisterLocked(ctx context.Context, w uint64, rec *workerRec,
 		if err := e.log.Commit(ctx, b); err != nil {
 			return false, part, fmt.Errorf("unregistering instance %d: %w", w, err)
 		}
-		e.applyRec(rec, ch, gen)
+		e.applyRec(w, rec, ch, gen)
 		out.Registrations = len(going)
 	}
 	removed := len(going) > 0

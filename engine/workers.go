@@ -177,7 +177,7 @@ func (e *Engine) writeRec(ctx context.Context, w uint64, rec *workerRec, ch chan
 	if err := e.CommitMeta(ctx, func(b MetaBatch) { putRec(b, m) }); err != nil {
 		return fmt.Errorf("recording worker %d: %w", w, err)
 	}
-	e.applyRec(rec, ch, gen)
+	e.applyRec(w, rec, ch, gen)
 	return nil
 }
 
@@ -194,8 +194,8 @@ func (e *Engine) buildRec(w uint64, rec *workerRec, ch change) (Meta, uint64) {
 	return e.recordMeta(w, &st), rec.gen
 }
 
-// applyRec applies ch to rec once its record built at generation gen is durable.
-func (e *Engine) applyRec(rec *workerRec, ch change, gen uint64) {
+// applyRec applies ch to worker's rec once its record built at generation gen is durable.
+func (e *Engine) applyRec(w uint64, rec *workerRec, ch change, gen uint64) {
 	t := e.workers
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -207,6 +207,11 @@ func (e *Engine) applyRec(rec *workerRec, ch change, gen uint64) {
 	rec.gen++
 	if leaseBefore != rec.lease {
 		t.rebuildLocked(e.now().UnixNano())
+	}
+	if st := &rec.workerState; !st.placed && st.door == "" && st.url == "" && st.kinds == 0 && st.lease == nil && len(st.regs) == 0 {
+		if t.byID[w] == rec {
+			delete(t.byID, w) // its record was deleted: nothing is known of the worker
+		}
 	}
 }
 
@@ -510,7 +515,7 @@ func (e *Engine) lockWrites(ws []uint64, ch change) ([]Meta, func(ok bool)) {
 	return meta, func(ok bool) {
 		for i, rec := range recs {
 			if ok {
-				e.applyRec(rec, ch, gens[i])
+				e.applyRec(ws[i], rec, ch, gens[i])
 			}
 			rec.wmu.Unlock()
 		}
@@ -578,7 +583,7 @@ func (e *Engine) removeLocked(ctx context.Context, w uint64, rec *workerRec, key
 	if regs == 0 {
 		e.forget(w, rec)
 	} else {
-		e.applyRec(rec, keep, gen)
+		e.applyRec(w, rec, keep, gen)
 	}
 	return gone, part, placed && regs == 0, nil
 }
