@@ -343,13 +343,6 @@ func (e *Engine) submitRenewing(ctx context.Context, evs []event.RouterEvent, me
 		return e.pipe.SubmitWithMeta(ctx, evs, meta...)
 	}
 	start := e.now().UnixNano()
-	due := func(st *workerState) bool {
-		have := st.lease
-		if have != nil && !have.implied {
-			return false // the worker's own lease: renewed by the worker, not by its events
-		}
-		return have == nil || have.ttl != ttl || have.deadline-start < int64(ttl)*3/4
-	}
 	var renew, taken []uint64
 	t := e.workers
 	t.mu.RLock()
@@ -358,7 +351,7 @@ func (e *Engine) submitRenewing(ctx context.Context, evs []event.RouterEvent, me
 		if slices.Contains(renew, w) {
 			continue
 		}
-		if rec := t.byID[w]; rec == nil || due(&rec.workerState) {
+		if rec := t.byID[w]; rec == nil || renewDue(&rec.workerState, start, ttl) {
 			renew = append(renew, w)
 			if rec == nil || rec.lease == nil {
 				taken = append(taken, w)
@@ -369,9 +362,24 @@ func (e *Engine) submitRenewing(ctx context.Context, evs []event.RouterEvent, me
 	if len(renew) == 0 {
 		return e.pipe.SubmitWithMeta(ctx, evs, meta...)
 	}
+	return e.submitRenewed(ctx, evs, meta, renew, taken, start, ttl)
+}
+
+// renewDue reports whether a batch at start renews the implied lease of a worker in st.
+func renewDue(st *workerState, start int64, ttl time.Duration) bool {
+	have := st.lease
+	if have != nil && !have.implied {
+		return false // the worker's own lease: renewed by the worker, not by its events
+	}
+	return have == nil || have.ttl != ttl || have.deadline-start < int64(ttl)*3/4
+}
+
+// submitRenewed is submitRenewing's batch with the records of the workers whose leases it renews.
+func (e *Engine) submitRenewed(ctx context.Context, evs []event.RouterEvent, meta []Meta, renew, taken []uint64,
+	start int64, ttl time.Duration) (Result, error) {
 	le := leaseEntry{deadline: start + int64(ttl), ttl: ttl, implied: true}
 	ch := func(st *workerState) {
-		if due(st) { // again: taken explicitly meanwhile (SetLease) is left alone
+		if renewDue(st, start, ttl) { // again: taken explicitly meanwhile (SetLease) is left alone
 			x := le
 			st.lease = &x
 		}
