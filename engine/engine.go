@@ -162,6 +162,9 @@ type Engine struct {
 	// testAfterOldest, if set, runs in the range rules between reading the rank's oldest id (on
 	// its lane) and reading its events (off the lane): tests fold the log there.
 	testAfterOldest func(rk Rank)
+	// testAfterBuild, if set, runs between building a worker's record and committing it (tests
+	// widen the window in which a write built earlier could land after one built later).
+	testAfterBuild func()
 
 	failSeen sync.Once
 	failMu   sync.Mutex

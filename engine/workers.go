@@ -191,6 +191,9 @@ func (e *Engine) buildRec(w uint64, rec *workerRec, ch change) (Meta, uint64) {
 	if ch != nil {
 		ch(&st)
 	}
+	if e.testAfterBuild != nil {
+		defer e.testAfterBuild()
+	}
 	return e.recordMeta(w, &st), rec.gen
 }
 
