@@ -43,10 +43,20 @@ func (e *RegisterError) Unwrap() error { return e.Err }
 // there with door SourceDynamo; meta (the registration's source configuration) is written in
 // the same commit as the record. The identical registration again writes nothing (again). A
 // worker registered in another partition, or its dp rank with other settings, is a
-// *RegisterError; a worker with ranks in another partition a partition.ElsewhereError.
-func (e *Engine) Register(ctx context.Context, w uint64, key partition.Key, reg Registration, meta ...Meta) (again bool, err error) {
+// *RegisterError; a worker with ranks in another partition a partition.ElsewhereError. start
+// (nil: none) runs once the registration stands, before any other write of the worker's record
+// (an /unregister) can begin: the server starts the registration's source there.
+func (e *Engine) Register(ctx context.Context, w uint64, key partition.Key, reg Registration, start func(again bool) error,
+	meta ...Meta) (again bool, err error) {
 	rec := e.lockRec(w, true)
 	defer rec.wmu.Unlock()
+	if start != nil {
+		defer func() {
+			if err == nil {
+				err = start(again)
+			}
+		}()
+	}
 	e.workers.mu.RLock()
 	regs, placed, part := slices.Clone(rec.regs), rec.placed, rec.part
 	e.workers.mu.RUnlock()

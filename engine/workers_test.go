@@ -168,7 +168,7 @@ func TestWorkersDataDriven(t *testing.T) {
 					td.ScanArgs(t, "endpoint", &ep)
 				}
 				reg := Registration{DPRank: dp, Endpoint: ep, BlockSize: bs, SourceID: fmt.Sprintf("dynamo-%d-%d", worker, dp)}
-				again, err := e.Register(ctx, worker, key, reg)
+				again, err := e.Register(ctx, worker, key, reg, nil)
 				if err != nil {
 					return "error: " + err.Error() + "\n"
 				}

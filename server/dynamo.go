@@ -225,7 +225,20 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 		s.submitError(w, err)
 		return
 	}
-	again, err := s.e.Register(r.Context(), reg.InstanceID, key, reg.Registration, engine.Meta{Name: zmqSourceMetaPrefix + cfg.ID, Value: srcJSON})
+	// The registration's source starts once it stands (started again for the same registration
+	// after an indexer restart, Dynamo's documented flow), before an /unregister can stop it.
+	start := func(again bool) error {
+		if again && s.zmq.Has(cfg.ID) {
+			return nil
+		}
+		if _, err := s.zmq.Add(cfg); err != nil {
+			// Persisted: the source starts with the next restart; say why it does not run now.
+			s.lg.Error("registered, but its zmq source did not start", "instance_id", reg.InstanceID, "dp_rank", reg.DPRank, "err", err)
+			return fmt.Errorf("starting the source of instance %d dp_rank %d: %w", reg.InstanceID, reg.DPRank, err)
+		}
+		return nil
+	}
+	again, err := s.e.Register(r.Context(), reg.InstanceID, key, reg.Registration, start, engine.Meta{Name: zmqSourceMetaPrefix + cfg.ID, Value: srcJSON})
 	var re *engine.RegisterError
 	switch {
 	case errors.As(err, &re) && errors.Is(err, partition.ErrWorkerElsewhere):
@@ -242,16 +255,6 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.submitError(w, err)
 		return
-	}
-	// The same registration again (a client re-registering after an indexer restart, Dynamo's
-	// documented flow) succeeds; its source runs (started again if not).
-	if !again || !s.zmq.Has(cfg.ID) {
-		if _, err := s.zmq.Add(cfg); err != nil {
-			// Persisted: the source starts with the next restart; say why it does not run now.
-			s.lg.Error("registered, but its zmq source did not start", "instance_id", reg.InstanceID, "dp_rank", reg.DPRank, "err", err)
-			s.submitError(w, fmt.Errorf("starting the source of instance %d dp_rank %d: %w", reg.InstanceID, reg.DPRank, err))
-			return
-		}
 	}
 	if !s.registerLease(w, r, reg.InstanceID, key, lease) {
 		return
