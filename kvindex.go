@@ -19,6 +19,7 @@ package kvindex
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -159,6 +160,9 @@ func (db *DB) RemoveWorker(ctx context.Context, worker uint64) (int, error) {
 // Options.LeaseGrace more its ranks are removed as RemoveWorker does. A worker that never took a
 // lease is never affected. It returns the deadline.
 func (db *DB) SetLease(ctx context.Context, worker uint64, ttl time.Duration) (time.Time, error) {
+	if ttl <= 0 { // the engine's ttl 0 ends a lease: EndLease here
+		return time.Time{}, fmt.Errorf("%w: ttl %v (want > 0)", engine.ErrBadLease, ttl)
+	}
 	l, err := db.e.SetLease(ctx, worker, ttl, nil)
 	return l.Deadline, err
 }
@@ -166,7 +170,8 @@ func (db *DB) SetLease(ctx context.Context, worker uint64, ttl time.Duration) (t
 // EndLease ends the worker's lease (ok false when it held none): it is then treated as a worker
 // that never took one.
 func (db *DB) EndLease(ctx context.Context, worker uint64) (bool, error) {
-	return db.e.EndLease(ctx, worker)
+	l, err := db.e.SetLease(ctx, worker, 0, nil)
+	return !l.Deadline.IsZero(), err
 }
 
 // Accuracy is one partition's outcomes since Open (RecordOutcome; GET /v1/accuracy).

@@ -15,7 +15,7 @@ import (
 // the engine actually reused for it (vLLM: usage.prompt_tokens_details.cached_tokens): an
 // outcome. The engine compares it with what it answers for that rank at that moment (the
 // device score of the one query, stale ranks left out, so 0 for a stale rank) and keeps per
-// partition, and within it per source kind of the rank's worker (SourceOf at that moment):
+// partition, and within it per source kind of the rank's worker (its door at that moment):
 // outcomes, predicted and realized blocks, over- and under-predictions with their block totals,
 // and a histogram of predicted − realized blocks.
 //
@@ -196,7 +196,7 @@ func (e *Engine) prepareOutcome(a *Answer, o *Outcome) (prepared, error) {
 			break
 		}
 	}
-	return prepared{p: p, src: e.SourceOf(rk.WorkerID), predicted: predicted, realized: realized}, nil
+	return prepared{p: p, src: e.doorOf(rk.WorkerID), predicted: predicted, realized: realized}, nil
 }
 
 // Accuracies lists every partition's accuracy (partitions with outcomes), by partition name.

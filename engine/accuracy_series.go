@@ -14,8 +14,7 @@ type Series struct {
 // placed (its partition and door kind now) that has no outcome yet, so that a series exists
 // from a worker's first event, before its first outcome (rate() then sees that outcome).
 // Workers only routing decisions named have no series before an outcome. No rank is read: it
-// takes the kinds' lock once and looks each worker's partition up, cheap enough for every
-// scrape.
+// reads the worker table once (Workers), cheap enough for every scrape.
 func (e *Engine) AccuracySeries() []Series {
 	var out []Series
 	type keySrc struct {
@@ -29,25 +28,13 @@ func (e *Engine) AccuracySeries() []Series {
 			out = append(out, Series{Key: a.Key, Source: sa.Source, AccuracyCounts: sa.AccuracyCounts})
 		}
 	}
-	s := e.srcs
-	s.mu.RLock()
-	kinds := make(map[uint64]Source, len(s.kinds))
-	for w, k := range s.kinds {
-		kinds[w] = k
-	}
-	s.mu.RUnlock()
-	for w, k := range kinds {
-		if k == SourceDecisions {
+	for _, w := range e.Workers() {
+		if !w.Placed || w.Door == SourceDecisions {
 			continue
 		}
-		id, ok := e.parts.WorkerPartition(w)
-		p := e.parts.Get(id)
-		if !ok || p == nil {
-			continue
-		}
-		if ks := (keySrc{p.Key, k}); !seen[ks] {
+		if ks := (keySrc{w.Key, w.Door}); !seen[ks] {
 			seen[ks] = true
-			out = append(out, Series{Key: p.Key, Source: k, AccuracyCounts: newCounts()})
+			out = append(out, Series{Key: w.Key, Source: w.Door, AccuracyCounts: newCounts()})
 		}
 	}
 	return out

@@ -194,10 +194,10 @@ func TestWhatOfAccuracySurvivesARestart(t *testing.T) {
 		if as := e.Accuracies(); len(as) != 0 {
 			t.Fatalf("crash %v: outcomes survived: %+v", crash, as)
 		}
-		if got := e.SourceOf(5); got != SourceZMQ {
+		if got := e.doorOf(5); got != SourceZMQ {
 			t.Fatalf("crash %v: source kind %v after the restart", crash, got)
 		}
-		if _, st := e.LeaseOf(5); st != LeaseLive {
+		if _, st := e.leaseState(5); st != LeaseLive {
 			t.Fatalf("crash %v: lease %v after the restart", crash, st)
 		}
 		if _, err := e.RecordOutcomes([]Outcome{o}); err != nil {

@@ -55,9 +55,9 @@ func (b *boundEvictor) usage() (mem, blocks uint64) {
 	return mem, blocks
 }
 
-// IndexMemory returns the index's memory estimate (every partition's tiers) and the bound
+// indexMemory returns the index's memory estimate (every partition's tiers) and the bound
 // (Config.MaxIndexBytes; 0 unbounded).
-func (e *Engine) IndexMemory() (bytes, bound uint64) {
+func (e *Engine) indexMemory() (bytes, bound uint64) {
 	b := boundEvictor{parts: e.parts}
 	mem, _ := b.usage()
 	return mem, e.cfg.MaxIndexBytes

@@ -159,7 +159,7 @@ func TestMemoryBoundHoldsThroughTheEngine(t *testing.T) {
 	free := openBounded(t, vfs.NewMem(), 0, nil)
 	defer free.Close()
 	s.feed(t, free, nil)
-	full, _ := free.IndexMemory()
+	full, _ := free.indexMemory()
 	want := s.scores(free)
 
 	t.Run("bound never reached", func(t *testing.T) {
@@ -179,13 +179,13 @@ func TestMemoryBoundHoldsThroughTheEngine(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openBounded(t, fs, bound, nil)
 	within := func(what string, e *Engine) { // also on the replay's goroutines: Errorf
-		mem, b := e.IndexMemory()
+		mem, b := e.indexMemory()
 		if b != bound || float64(mem) > 1.05*float64(bound) {
 			t.Errorf("%s: index %d B, bound %d B (reported %d): over by more than 5 %%", what, mem, bound, b)
 		}
 	}
 	s.feed(t, e, func() { within("feeding", e) })
-	mem, _ := e.IndexMemory()
+	mem, _ := e.indexMemory()
 	t.Logf("unbounded %d B, bound %d B, bounded %d B", full, bound, mem)
 	if float64(mem) < 0.9*float64(bound) {
 		t.Fatalf("index %d B, bound %d B: evicted far more than needed", mem, bound)
@@ -231,7 +231,7 @@ func TestMemoryBoundHoldsThroughTheEngine(t *testing.T) {
 		t.Fatalf("measured after %d ranks of the replay, want %d", replayed, len(s.ranks))
 	}
 	within("after the restart", again)
-	if mem, _ := again.IndexMemory(); float64(mem) < 0.9*float64(bound) {
+	if mem, _ := again.indexMemory(); float64(mem) < 0.9*float64(bound) {
 		t.Fatalf("restarted index %d B, bound %d B: the replay evicted far more than needed", mem, bound)
 	}
 	underCounts(t, "restarted", s.scores(again), want, false)
@@ -276,7 +276,7 @@ func BenchmarkIngestBounded(b *testing.B) {
 	}
 	free := openBounded(b, vfs.NewMem(), 0, nil)
 	s.feed(b, free, nil)
-	full, _ := free.IndexMemory()
+	full, _ := free.indexMemory()
 	_ = free.Close()
 	for _, c := range []struct {
 		name  string

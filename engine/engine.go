@@ -136,19 +136,18 @@ func (c *Config) defaults() {
 
 // Engine is one open data dir and everything rebuilt from it.
 type Engine struct {
-	cfg    Config
-	lg     *slog.Logger
-	st     *store.Store
-	log    *wal.Log
-	parts  *partition.Set
-	approx *approx.Set
-	pipe   *lanes.Pipeline
-	srcs   *sources
-	kinds  *groupgate.Settings
-	leases *leases
-	acc    accuracy // outcomes (accuracy.go)
-	dumps  *dumpcache.Cache
-	adm    *admission // the ingest doors' shared bound (admission.go)
+	cfg     Config
+	lg      *slog.Logger
+	st      *store.Store
+	log     *wal.Log
+	parts   *partition.Set
+	approx  *approx.Set
+	pipe    *lanes.Pipeline
+	workers *workers // the worker table (workers.go)
+	kinds   *groupgate.Settings
+	acc     accuracy // outcomes (accuracy.go)
+	dumps   *dumpcache.Cache
+	adm     *admission // the ingest doors' shared bound (admission.go)
 
 	approxStop context.CancelFunc
 	approxDone chan struct{}
@@ -159,11 +158,13 @@ type Engine struct {
 	// localFeed, when set, reports a worker fed by a source that replays its own gaps (a vLLM
 	// ZMQ source): such a worker has no recovery source.
 	localFeed atomic.Pointer[func(worker uint64) bool]
-	left      atomic.Pointer[func(ctx context.Context, partition uint32)] // SetLeft
 
 	// testAfterOldest, if set, runs in the range rules between reading the rank's oldest id (on
 	// its lane) and reading its events (off the lane): tests fold the log there.
 	testAfterOldest func(rk Rank)
+	// testAfterBuild, if set, runs between building a worker's record and committing it (tests
+	// widen the window in which a write built earlier could land after one built later).
+	testAfterBuild func()
 
 	failSeen sync.Once
 	failMu   sync.Mutex
@@ -202,18 +203,11 @@ func Open(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e.dumps = dumpcache.New(dumpRanks{e}, cfg.DumpCache, cfg.SubmitTimeout, cfg.Logger)
-	if e.srcs, err = loadSources(lg, cfg.Upstream); err != nil {
+	if e.workers, err = openWorkers(lg, e.parts, cfg.Upstream, e.now().UnixNano(), e.lg.Info); err != nil {
 		_ = st.Close()
 		return nil, err
 	}
-	if e.leases, err = loadLeases(lg); err != nil {
-		_ = st.Close()
-		return nil, err
-	}
-	if e.kinds, err = groupgate.LoadSettings(lg, e.parts, cfg.PartitionGroupKinds, cfg.IndexedGroupKinds); err != nil {
-		_ = st.Close()
-		return nil, err
-	}
+	e.kinds = groupgate.NewSettings(e.parts, cfg.PartitionGroupKinds, cfg.IndexedGroupKinds, e.kindsOf)
 	fetcher := recovery.NewFetcher(recovery.FetcherOptions{RequestTimeout: cfg.FetchTimeout, BaseBackoff: cfg.FetchBackoff,
 		Logger: cfg.Logger, AuthToken: cfg.AuthToken, Partition: e.partitionNames})
 	trees := lanes.Trees(func(id uint32) lanes.Tree { return e.parts.TiersOf(id) })
@@ -222,7 +216,7 @@ func Open(cfg Config) (*Engine, error) {
 		evictor = &boundEvictor{max: cfg.MaxIndexBytes, lanes: cmp.Or(cfg.Lanes, runtime.GOMAXPROCS(0)), parts: e.parts}
 	}
 	e.pipe = lanes.New(lg, trees, lanes.Options{Lanes: cfg.Lanes, RetainEvents: cfg.RetainEvents, CheckpointRatio: cfg.CheckpointRatio,
-		Logger: cfg.Logger, Listener: cfg.Listener, Source: e.sourceOf, Fetcher: fetcher, IndexedKinds: cfg.IndexedGroupKinds,
+		Logger: cfg.Logger, Listener: cfg.Listener, Source: e.recoveryOf, Fetcher: fetcher, IndexedKinds: cfg.IndexedGroupKinds,
 		KindsOf: e.kinds.Own, Evictor: evictor})
 	e.approx = approx.New(e.pipe, cfg.approxOptions())
 	return e, nil
@@ -245,34 +239,17 @@ func (e *Engine) partitionNames(id uint32) (model, group string, ok bool) {
 	return p.Key.ModelName, p.Key.RoutingGroup, true
 }
 
-// SetLeft installs what runs after Remove (DELETE, the library, a lease past its grace) removed
-// a worker's ranks, with the partition the worker left. The default drops the partition when
-// nothing is left in it (docs/CONTRACT.md §9); the server's also keeps a partition its Dynamo
-// registrations name. It runs without the engine's locks held.
-func (e *Engine) SetLeft(f func(ctx context.Context, partition uint32)) { e.left.Store(&f) }
-
-// workerLeft runs the Left hook for a partition a worker left.
-func (e *Engine) workerLeft(ctx context.Context, id uint32) {
-	if f := e.left.Load(); f != nil {
-		(*f)(ctx, id)
-		return
-	}
-	if _, err := e.DropPartition(ctx, id); err != nil {
-		e.lg.Error("dropping a partition whose last worker left", "id", id, "err", err)
-	}
-}
-
 // SetLocalFeed installs the test of workers whose gaps their own source replays (no recovery
 // source); the server sets it to its vLLM ZMQ manager's Feeds.
 func (e *Engine) SetLocalFeed(f func(worker uint64) bool) { e.localFeed.Store(&f) }
 
-// sourceOf is a worker's recovery source: none for a locally fed worker, else its own URL or
+// recoveryOf is a worker's recovery source: none for a locally fed worker, else its own URL or
 // the --upstream default.
-func (e *Engine) sourceOf(worker uint64) string {
+func (e *Engine) recoveryOf(worker uint64) string {
 	if f := e.localFeed.Load(); f != nil && (*f)(worker) {
 		return ""
 	}
-	return e.srcs.get(worker)
+	return e.recoveryURL(worker)
 }
 
 // Progress reports the replay: ranks done of total, events replayed so far. It runs on every
@@ -280,8 +257,8 @@ func (e *Engine) sourceOf(worker uint64) string {
 type Progress func(done, total int, events uint64)
 
 // Recover rebuilds the index and the cursors from snapshots and logs (ranks in parallel),
-// reclaims workers for their partitions, reloads the side index and starts the lanes. ctx
-// bounds the rebuild.
+// reloads the side index, places every worker with ranks in their partition and drops the
+// partitions nothing is left in (placeFromRanks), and starts the lanes. ctx bounds the rebuild.
 func (e *Engine) Recover(ctx context.Context, progress Progress) error {
 	if e.cfg.TuneGC {
 		// The replay builds a large pointer-rich heap from nothing; at the default GOGC the
@@ -305,12 +282,6 @@ func (e *Engine) Recover(ctx context.Context, progress Progress) error {
 	if err != nil {
 		return err
 	}
-	for _, st := range e.pipe.Status() {
-		if err := e.parts.Claim(st.Rank.WorkerID, st.Rank.Partition); err != nil {
-			e.lg.Warn("a worker has ranks in two partitions (data written before partitions were enforced)",
-				"worker_id", st.Rank.WorkerID, "err", err)
-		}
-	}
 	kept, expired, err := e.approx.Load(ctx, e.log)
 	if err != nil {
 		return err
@@ -318,10 +289,8 @@ func (e *Engine) Recover(ctx context.Context, progress Progress) error {
 	if kept+expired > 0 {
 		e.lg.Info("approximate-mode blocks reloaded", "blocks", kept, "expired_while_down", expired)
 	}
-	for _, rk := range e.approx.Ranks() { // a worker fed by decisions only belongs to its partition too
-		if err := e.parts.Claim(rk.WorkerID, rk.Partition); err != nil {
-			e.lg.Warn("a worker has approximate entries in two partitions", "worker_id", rk.WorkerID, "err", err)
-		}
+	if err := e.placeFromRanks(ctx); err != nil {
+		return err
 	}
 	e.pipe.Start()
 	actx, stop := context.WithCancel(context.Background())
@@ -391,8 +360,8 @@ type MetaBatch interface {
 	DeleteMeta(name string)
 }
 
-// CommitMeta writes global metadata (recovery sources, registrations, peers, source configs) in
-// one durable batch: the one place the engine's durable metadata is written.
+// CommitMeta writes global metadata (worker records, peers, source configs) in one durable
+// batch: the one place the engine's durable metadata is written.
 func (e *Engine) CommitMeta(ctx context.Context, fill func(b MetaBatch)) error {
 	b := e.log.NewBatch()
 	defer b.Close()

@@ -61,7 +61,7 @@ func TestIndexedGroupKindsResolution(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := e.SetSourceGroupKinds(context.Background(), 1, tc.source); err != nil {
+			if err := e.setSourceKinds(context.Background(), 1, tc.source); err != nil {
 				t.Fatal(err)
 			}
 			if got := e.IndexedGroupKinds(event.Rank{Partition: id, WorkerID: 1}); got != tc.want {
@@ -110,10 +110,10 @@ func TestSourceGroupKindsRegroupAndRestart(t *testing.T) {
 		want    uint32
 	}{
 		{what: "the partition indexes the window group", want: 2},
-		{what: "the source names full_attention alone", do: func() error { return e.SetSourceGroupKinds(ctx, 1, kindsFA) }, want: 3},
-		{what: "the same setting again", do: func() error { return e.SetSourceGroupKinds(ctx, 1, kindsFA) }, want: 3},
+		{what: "the source names full_attention alone", do: func() error { return e.setSourceKinds(ctx, 1, kindsFA) }, want: 3},
+		{what: "the same setting again", do: func() error { return e.setSourceKinds(ctx, 1, kindsFA) }, want: 3},
 		{what: "restart: the source's setting was kept", restart: true, want: 3},
-		{what: "the source's setting cleared", do: func() error { return e.SetSourceGroupKinds(ctx, 1, 0) }, want: 2},
+		{what: "the source's setting cleared", do: func() error { return e.setSourceKinds(ctx, 1, 0) }, want: 2},
 		{what: "restart", restart: true, want: 2},
 	}
 	for _, st := range steps {
@@ -133,10 +133,10 @@ func TestSourceGroupKindsRegroupAndRestart(t *testing.T) {
 		}
 	}
 	// A removed worker's source setting goes with it.
-	if err := e.SetSourceGroupKinds(ctx, 1, kindsFA); err != nil {
+	if err := e.setSourceKinds(ctx, 1, kindsFA); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.RemoveWorker(ctx, 1, nil); err != nil {
+	if _, err := e.Remove(ctx, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.Close(); err != nil {

@@ -41,13 +41,14 @@ type Placement struct {
 
 // Place is the placement door, called by every door for every batch (no door keeps a worker's
 // placement from one batch to the next: a removed worker is placed anew): it returns the id of
-// p.Key's partition, creating it with p.BlockSize when needed, and claims the worker for it. A
-// worker with ranks in another partition is refused (partition.ElsewhereError); an existing
-// partition of another block size is refused when p.BlockSize > 0
-// (partition.ErrBlockSizeMismatch). The worker's door kind becomes p.Door (SourceOf), and an
-// event source's group kinds its setting (SetSourceGroupKinds): a failure to apply them, other
-// than ctx's, is logged and the batch goes on under the kinds in effect (the source would
-// otherwise skip the batch; such a failure is the store's, which the batch's submit meets too).
+// p.Key's partition, creating it with p.BlockSize when needed, and places the worker there (its
+// record, workers.go). A worker with ranks in another partition is refused
+// (partition.ElsewhereError); an existing partition of another block size is refused when
+// p.BlockSize > 0 (partition.ErrBlockSizeMismatch). The worker's door kind becomes p.Door, and
+// an event source's group kinds its setting (p.Kinds), written in its record when they change;
+// changed kinds rebuild the worker's ranks (lanes.Pipeline.Regroup), whose failure other than
+// ctx's is logged and the batch goes on under the kinds in effect (such a failure is the
+// store's, which the batch's submit meets too).
 func (e *Engine) Place(ctx context.Context, p Placement) (uint32, error) {
 	if p.Door == "" {
 		p.Door = SourceLibrary
@@ -56,14 +57,13 @@ func (e *Engine) Place(ctx context.Context, p Placement) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	if e.noteSource(p.Worker, p.Door) { // a new worker, or another door: rare, worth its own commit
-		m := kindMeta(p.Worker, p.Door)
-		if err := e.CommitMeta(ctx, func(b MetaBatch) { b.SetMeta(m.Name, m.Value) }); err != nil {
-			return 0, fmt.Errorf("recording the source kind of worker %d: %w", p.Worker, err)
-		}
+	regroup, err := e.placeDoor(ctx, p)
+	if err != nil {
+		return 0, err
 	}
-	if p.EventSource {
-		if err := e.SetSourceGroupKinds(ctx, p.Worker, p.Kinds); err != nil {
+	if regroup {
+		e.lg.Info("indexed KV-cache group kinds of a source's worker", "worker_id", p.Worker, "kinds", p.Kinds.Names())
+		if err := e.pipe.Regroup(ctx, p.Worker); err != nil {
 			if ctx.Err() != nil {
 				return 0, err
 			}
@@ -76,16 +76,14 @@ func (e *Engine) Place(ctx context.Context, p Placement) (uint32, error) {
 // refuseBeforeCreate refuses, before Ensure records key's partition, a batch whose worker
 // (worker(i), i < n) belongs to a partition already: a refused batch writes nothing. It returns
 // the refused worker's index. When key's partition is recorded, Ensure writes nothing and the
-// Claims after it refuse, so the common path costs one lookup a batch.
+// claims after it refuse, so the common path costs one lookup a batch.
 func (e *Engine) refuseBeforeCreate(key partition.Key, n int, worker func(int) uint64) (int, error) {
 	if p, found := e.parts.Lookup(key); found && e.parts.Recorded(p.ID) {
 		return -1, nil
 	}
 	for i := 0; i < n; i++ {
-		if id, ok := e.parts.WorkerPartition(worker(i)); ok {
-			if have := e.parts.Get(id); have != nil {
-				return i, &partition.ElsewhereError{Worker: worker(i), Have: have.Key}
-			}
+		if id, ok := e.partitionOf(worker(i)); ok {
+			return i, e.elsewhere(worker(i), id)
 		}
 	}
 	return -1, nil
@@ -103,9 +101,9 @@ func (e *Engine) place1(ctx context.Context, key partition.Key, blockSize int, w
 		if err != nil {
 			return 0, err
 		}
-		err = e.parts.Claim(worker, p.ID)
+		err = e.claim(worker, p.ID)
 		if errors.Is(err, partition.ErrDropped) {
-			continue // dropped between Ensure and Claim (DropPartition): ensure it anew
+			continue // dropped between Ensure and the claim (its last worker left): ensure it anew
 		}
 		if err != nil {
 			return 0, err
@@ -114,32 +112,17 @@ func (e *Engine) place1(ctx context.Context, key partition.Key, blockSize int, w
 	}
 }
 
-// Claim claims worker for key's existing partition, creating nothing (a registration that
-// precedes its worker's first event, reclaimed at start). An unknown partition is
-// partition.ErrDropped; a worker of another partition partition.ErrWorkerElsewhere.
-func (e *Engine) Claim(key partition.Key, worker uint64) error {
-	p, ok := e.parts.Lookup(key)
-	if !ok {
-		return fmt.Errorf("%w: %s", partition.ErrDropped, key)
-	}
-	return e.parts.Claim(worker, p.ID)
-}
-
-// Release forgets which partition worker belongs to, so that it may join another: for a door
-// whose write after Place failed, or a worker whose last rank left without RemoveWorker.
-func (e *Engine) Release(worker uint64) { e.parts.Release(worker) }
-
-// place puts evs in key's partition (created when needed) and claims their workers for it. A
-// worker of another partition fails the whole batch before anything is claimed.
+// place puts evs in key's partition (created when needed) and places their workers there. A
+// worker of another partition fails the whole batch before anything is placed.
 func (e *Engine) place(ctx context.Context, key partition.Key, blockSize int, evs []event.RouterEvent) error {
 	for {
 		err := e.placeOnce(ctx, key, blockSize, evs)
 		if !errors.Is(err, partition.ErrDropped) {
 			return err
 		}
-		// The partition was dropped between Ensure and the first Claim (DropPartition): none of
-		// the batch's workers was claimed for it (a claimed worker keeps it); ensure it anew,
-		// unless the caller gave up.
+		// The partition was dropped between Ensure and the first claim (its last worker left):
+		// none of the batch's workers was placed there (a placed worker keeps it); ensure it
+		// anew, unless the caller gave up.
 		if cerr := ctx.Err(); cerr != nil {
 			return &PlaceError{Index: -1, Err: fmt.Errorf("placing the batch in %s: %w", key, cerr)}
 		}
@@ -155,13 +138,16 @@ func (e *Engine) placeOnce(ctx context.Context, key partition.Key, blockSize int
 		return &PlaceError{Index: -1, Err: err}
 	}
 	for i := range evs {
-		if id, ok := e.parts.WorkerPartition(evs[i].WorkerID); ok && id != p.ID {
-			return &PlaceError{Index: i, Err: e.parts.Claim(evs[i].WorkerID, p.ID)}
+		if id, ok := e.partitionOf(evs[i].WorkerID); ok && id != p.ID {
+			return &PlaceError{Index: i, Err: e.elsewhere(evs[i].WorkerID, id)}
 		}
 	}
 	for i := range evs {
 		evs[i].Partition = p.ID
-		if err := e.parts.Claim(evs[i].WorkerID, p.ID); err != nil {
+		if i > 0 && evs[i].WorkerID == evs[i-1].WorkerID {
+			continue
+		}
+		if err := e.claim(evs[i].WorkerID, p.ID); err != nil {
 			return &PlaceError{Index: i, Err: err}
 		}
 	}
@@ -204,18 +190,10 @@ func (e *Engine) ingestFrom(ctx context.Context, src Source, key partition.Key, 
 	if err := e.place(ctx, key, blockSize, evs); err != nil {
 		return Result{}, err
 	}
-	return e.pipe.SubmitWithMeta(ctx, evs, e.noteSources(evs, src)...)
-}
-
-// SubmitWithMeta logs and applies events already placed by Place (the event sources: one
-// rank per call) and writes meta in the same log batch.
-func (e *Engine) SubmitWithMeta(ctx context.Context, evs []event.RouterEvent, meta ...Meta) (Result, error) {
-	ctx, release, err := e.Admit(ctx, len(evs), false)
-	if err != nil {
-		return Result{}, err
-	}
-	defer release()
-	return e.pipe.SubmitWithMeta(ctx, evs, meta...)
+	meta, done := e.noteDoors(evs, src) // the records of workers new to this door, in the events' batch
+	res, err := e.pipe.SubmitWithMeta(ctx, evs, meta...)
+	done(err == nil)
+	return res, err
 }
 
 // Install replaces a placed rank's state with a peer's dump as of id last (a JetStream
@@ -255,7 +233,7 @@ func (e *Engine) RecordDecisionTokens(ctx context.Context, key partition.Key, ra
 // another partition than the worker's: the route answers as for an unknown rank); without, the
 // worker's own partition, else the default.
 func (e *Engine) WorkerPartition(worker uint64, key *partition.Key) (uint32, bool) {
-	own, hasOwn := e.parts.WorkerPartition(worker)
+	own, hasOwn := e.partitionOf(worker)
 	if key != nil {
 		p, ok := e.parts.Lookup(*key)
 		if !ok || (hasOwn && own != p.ID) {
@@ -267,48 +245,6 @@ func (e *Engine) WorkerPartition(worker uint64, key *partition.Key) (uint32, boo
 		return own, true
 	}
 	return 0, true
-}
-
-// Removed is what RemoveWorker removed: the worker's event-fed ranks, and its ranks with side
-// entries (approximate mode; a rank may be both).
-type Removed struct{ Ranks, SideRanks int }
-
-// Any reports whether the removal removed anything.
-func (r Removed) Any() bool { return r.Ranks > 0 || r.SideRanks > 0 }
-
-// RemoveWorker durably removes every rank of a worker (events and side entries) and releases
-// the worker from its partition. With key given, a worker that is not of key's partition is
-// left alone (nothing removed).
-func (e *Engine) RemoveWorker(ctx context.Context, worker uint64, key *partition.Key) (Removed, error) {
-	var r Removed
-	if _, ok := e.WorkerPartition(worker, key); !ok {
-		return r, nil
-	}
-	var err error
-	if r.Ranks, err = e.pipe.RemoveWorker(ctx, worker); err != nil {
-		return r, err
-	}
-	if r.SideRanks, err = e.approx.RemoveWorker(ctx, worker); err != nil {
-		return r, err
-	}
-	e.parts.Release(worker) // the worker may join another partition now
-	return r, e.forgetWorkerMeta(ctx, worker)
-}
-
-// DropPartition drops partition id when nothing is left in it — no worker belongs to it, and it
-// holds no event-fed rank, lower-tier or side entry — deleting its record durably, so a restart
-// does not bring it back and a later write or /register may create it with another block size
-// (docs/CONTRACT.md §9). Callers that keep state of their own in a partition (registrations) check it first.
-func (e *Engine) DropPartition(ctx context.Context, id uint32) (bool, error) {
-	p := e.parts.Get(id)
-	if p == nil || e.PartitionHolds(id) {
-		return false, nil
-	}
-	dropped, err := e.parts.Drop(ctx, id)
-	if dropped {
-		e.lg.Info("partition dropped: its last worker left", "partition", p.Key.String(), "id", id)
-	}
-	return dropped, err
 }
 
 // RemoveRankIn durably removes a worker's rank found as WorkerPartition finds it: with key
@@ -346,7 +282,7 @@ type Batch struct {
 	Key       partition.Key
 	BlockSize int
 	Events    []event.RouterEvent
-	Source    Source // the door's kind (SourceOf); "" is SourceLibrary
+	Source    Source // the door's kind (WorkerInfo.Door); "" is SourceLibrary
 }
 
 // IngestBatches ingests several partitions' batches as one write: every batch is validated and
@@ -379,8 +315,8 @@ func (e *Engine) IngestBatches(ctx context.Context, batches []Batch) (Result, er
 					partition.ErrWorkerElsewhere, w, k, b.Key)}
 			}
 			claims[w] = b.Key
-			if own, ok := e.parts.WorkerPartition(w); ok && (!exists || own != p.ID) {
-				return Result{}, &PlaceError{Index: offset + i, Err: &partition.ElsewhereError{Worker: w, Have: e.parts.Get(own).Key}}
+			if own, ok := e.partitionOf(w); ok && (!exists || own != p.ID) {
+				return Result{}, &PlaceError{Index: offset + i, Err: e.elsewhere(w, own)}
 			}
 		}
 		offset += len(b.Events)

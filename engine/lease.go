@@ -2,21 +2,15 @@ package engine
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
 	"github.com/kvindex/kvindex/partition"
-	"github.com/kvindex/kvindex/wal"
 )
 
 // Worker leases (docs/API.md, "Leases"). A worker may hold a lease: a deadline it (its agent, or
@@ -24,27 +18,19 @@ import (
 // is stale: every answer of the one query (FindInto, so find_matches, Dynamo's /query, the
 // library and the benchmark) leaves its ranks out, but their state stays, so a renewal restores
 // them at once. Once the deadline plus the grace (Config.LeaseGrace) passed, the sweep removes
-// the worker's ranks durably, as RemoveWorker does, and drops the lease. A worker that never took
+// the worker durably, as DELETE does (Remove). A worker that never took
 // a lease (or whose lease was ended) is never affected.
 //
-// Deadlines are wall-clock instants, durable in the log's global metadata, so a restart keeps
-// them and the time kvindex spent down counts.
+// Deadlines are wall-clock instants, durable in the worker's record (workers.go), so a restart
+// keeps them and the time kvindex spent down counts.
 //
 // Source-implied leases: with Config.SourceLease set, every batch an event source (SourceDoor:
 // vLLM ZMQ, Dynamo's /register, NATS) delivers for a worker renews that worker's implied lease
 // to now + SourceLease, written in the same log batch as the events (no write of its own). A
 // worker whose stream goes silent turns stale, then is removed after the grace, as with an
 // explicit lease. An explicit lease (SetLease) takes over an implied one and is never renewed
-// by events; EndLease ends either (the next event takes an implied one again). Workers fed
+// by events; SetLease with ttl 0 ends either (the next event takes an implied one again). Workers fed
 // only by the other doors (HTTP, the library, peers) never get one.
-
-// leaseMetaPrefix names the leases in the log's global metadata (part of the on-disk format):
-//
-//	"lease/<worker_id>" → +------------------------+------------------------+-------------------+
-//	                      | deadline: Unix ns, BE  | ttl: ns, BE            | implied: 1 byte   |
-//	                      | int64 (8 bytes)        | int64 (8 bytes)        | (absent: explicit)|
-//	                      +------------------------+------------------------+-------------------+
-const leaseMetaPrefix = "lease/"
 
 // DefaultLeaseGrace is Config.LeaseGrace's default (`kvindex serve --lease-grace`): how long a
 // stale worker keeps its ranks before they are removed.
@@ -56,7 +42,7 @@ const DefaultLeaseSweep = time.Second
 // MaxLeaseTTL bounds a lease's ttl (a year: longer is a mistake, not a lease).
 const MaxLeaseTTL = 365 * 24 * time.Hour
 
-// ErrBadLease is returned by SetLease for a ttl that is not positive or above MaxLeaseTTL.
+// ErrBadLease is returned by SetLease for a ttl that is negative or above MaxLeaseTTL.
 var ErrBadLease = errors.New("engine: bad lease")
 
 // LeaseState is a worker's lease state.
@@ -107,62 +93,29 @@ type staleSet struct {
 	next  int64
 }
 
-type leases struct {
-	// op serializes SetLease, EndLease and the sweep (each writes the log); the source doors'
-	// renewals hold it shared, so none of them writes a lease between another's read and write.
-	op       sync.RWMutex
-	mu       sync.RWMutex // guards byWorker; held for writing while snap is replaced after a change
-	byWorker map[uint64]leaseEntry
-	snap     atomic.Pointer[staleSet] // nil while no worker holds a lease: the query's fast path
+func timeNS(ns int64) time.Duration { return time.Duration(ns) }
 
-	removed, removedRanks atomic.Uint64
-}
-
-func loadLeases(lg *wal.Log) (*leases, error) {
-	l := &leases{byWorker: map[uint64]leaseEntry{}}
-	m, err := lg.Metas(leaseMetaPrefix)
-	if err != nil {
-		return nil, fmt.Errorf("loading leases: %w", err)
-	}
-	for k, v := range m {
-		w, err := strconv.ParseUint(strings.TrimPrefix(k, leaseMetaPrefix), 10, 64)
-		if err != nil || (len(v) != 16 && len(v) != 17) {
-			continue
-		}
-		l.byWorker[w] = leaseEntry{deadline: int64(binary.BigEndian.Uint64(v)), ttl: time.Duration(binary.BigEndian.Uint64(v[8:])),
-			implied: len(v) == 17 && v[16] == 1}
-	}
-	if len(l.byWorker) > 0 {
-		l.snap.Store(&staleSet{next: math.MinInt64}) // computed by the first query, on the engine's clock
-	}
-	return l, nil
-}
-
-func encodeLease(le leaseEntry) []byte {
-	b := make([]byte, 16, 17)
-	binary.BigEndian.PutUint64(b, uint64(le.deadline))
-	binary.BigEndian.PutUint64(b[8:], uint64(le.ttl))
-	if le.implied {
-		b = append(b, 1)
-	}
-	return b
-}
-
-func leaseKey(worker uint64) string { return leaseMetaPrefix + strconv.FormatUint(worker, 10) }
-
-// rebuildLocked replaces the stale set as of now (l.mu held for writing).
-func (l *leases) rebuildLocked(now int64) {
-	if len(l.byWorker) == 0 {
-		l.snap.Store(nil)
+// rebuildLocked replaces the stale set as of now (t.mu held for writing).
+func (t *workers) rebuildLocked(now int64) {
+	s := t.build(now)
+	if s == nil {
+		t.snap.Store(nil)
 		return
 	}
-	l.snap.Store(l.build(now))
+	t.snap.Store(s)
 }
 
-// build computes the stale set as of now (l.mu held).
-func (l *leases) build(now int64) *staleSet {
-	s := &staleSet{next: math.MaxInt64}
-	for w, le := range l.byWorker {
+// build computes the stale set as of now (t.mu held); nil when no worker holds a lease.
+func (t *workers) build(now int64) *staleSet {
+	var s *staleSet
+	for w, rec := range t.byID {
+		le := rec.lease
+		if le == nil {
+			continue
+		}
+		if s == nil {
+			s = &staleSet{next: math.MaxInt64}
+		}
 		if now >= le.deadline {
 			if s.stale == nil {
 				s.stale = map[uint64]struct{}{}
@@ -177,23 +130,25 @@ func (l *leases) build(now int64) *staleSet {
 
 // staleNow is the set of stale workers now (nil or empty: none), recomputed only when a
 // deadline was crossed since the last computation. Without leases it reads one atomic.
-func (l *leases) staleNow(now func() time.Time) map[uint64]struct{} {
-	s := l.snap.Load()
+func (t *workers) staleNow(now func() time.Time) map[uint64]struct{} {
+	s := t.snap.Load()
 	if s == nil {
 		return nil
 	}
-	t := now().UnixNano()
-	if t < s.next {
+	at := now().UnixNano()
+	if at < s.next {
 		return s.stale
 	}
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if s = l.snap.Load(); s == nil {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if s = t.snap.Load(); s == nil {
 		return nil
 	}
-	if t >= s.next {
-		s = l.build(t)
-		l.snap.Store(s)
+	if at >= s.next {
+		if s = t.build(at); s == nil {
+			return nil
+		}
+		t.snap.Store(s)
 	}
 	return s.stale
 }
@@ -208,7 +163,7 @@ func (e *Engine) now() time.Time {
 
 // dropStaleScores removes the ranks of stale workers from sc, in place.
 func (e *Engine) dropStaleScores(sc []index.Score) []index.Score {
-	stale := e.leases.staleNow(e.now)
+	stale := e.workers.staleNow(e.now)
 	if len(stale) == 0 {
 		return sc
 	}
@@ -217,7 +172,7 @@ func (e *Engine) dropStaleScores(sc []index.Score) []index.Score {
 
 // dropStale removes the ranks of stale workers from a's scores (and their extensions).
 func (e *Engine) dropStale(a *Answer) {
-	stale := e.leases.staleNow(e.now)
+	stale := e.workers.staleNow(e.now)
 	if len(stale) == 0 {
 		return
 	}
@@ -239,99 +194,47 @@ func (e *Engine) dropStale(a *Answer) {
 }
 
 // SetLease takes or renews the worker's lease: it is live for ttl from now. It returns the
-// lease once durable. With key given, a worker of another partition is refused
+// lease once durable. ttl 0 ends the lease instead (the worker is then treated as one that never
+// took a lease: its ranks answer again; DELETE the worker to remove it) and returns the lease it
+// ended (the zero Lease: it held none). With key given, a worker of another partition is refused
 // (partition.ErrWorkerElsewhere); a lease may precede the worker's first event.
-func (e *Engine) SetLease(ctx context.Context, worker uint64, ttl time.Duration, key *partition.Key) (Lease, error) {
-	if ttl <= 0 || ttl > MaxLeaseTTL {
+func (e *Engine) SetLease(ctx context.Context, w uint64, ttl time.Duration, key *partition.Key) (Lease, error) {
+	if ttl < 0 || ttl > MaxLeaseTTL {
 		return Lease{}, fmt.Errorf("%w: ttl %v (want > 0 and at most %v)", ErrBadLease, ttl, MaxLeaseTTL)
 	}
-	if key != nil {
-		if own, ok := e.parts.WorkerPartition(worker); ok {
+	if key != nil && ttl > 0 {
+		if own, ok := e.partitionOf(w); ok {
 			if p, found := e.parts.Lookup(*key); !found || p.ID != own {
-				return Lease{}, &partition.ElsewhereError{Worker: worker, Have: e.parts.Get(own).Key}
+				return Lease{}, e.elsewhere(w, own)
 			}
 		}
 	}
-	l := e.leases
-	l.op.Lock()
-	defer l.op.Unlock()
+	rec := e.lockRec(w, ttl > 0)
+	if rec == nil {
+		return Lease{}, nil
+	}
+	defer rec.wmu.Unlock()
+	e.workers.mu.RLock()
+	prev := rec.lease
+	e.workers.mu.RUnlock()
+	if ttl == 0 {
+		if prev == nil {
+			return Lease{}, nil
+		}
+		if err := e.writeRec(ctx, w, rec, func(st *workerState) { st.lease = nil }); err != nil {
+			return Lease{}, err
+		}
+		e.lg.Info("lease ended", "worker_id", w)
+		return e.leaseOf(w, *prev), nil
+	}
 	le := leaseEntry{deadline: e.now().Add(ttl).UnixNano(), ttl: ttl}
-	if err := e.CommitMeta(ctx, func(b MetaBatch) { b.SetMeta(leaseKey(worker), encodeLease(le)) }); err != nil {
+	if err := e.writeRec(ctx, w, rec, func(st *workerState) { x := le; st.lease = &x }); err != nil {
 		return Lease{}, err
 	}
-	l.mu.Lock()
-	prev, had := l.byWorker[worker]
-	l.byWorker[worker] = le
-	l.rebuildLocked(e.now().UnixNano())
-	l.mu.Unlock()
-	if !had || prev.implied {
-		e.lg.Info("lease taken", "worker_id", worker, "ttl_ms", ttl.Milliseconds())
+	if prev == nil || prev.implied {
+		e.lg.Info("lease taken", "worker_id", w, "ttl_ms", ttl.Milliseconds())
 	}
-	return e.leaseOf(worker, le), nil
-}
-
-// EndLease ends the worker's lease (ok false when it held none): from then on the worker is
-// treated as one that never took a lease (its ranks answer again; DELETE the worker to remove it).
-func (e *Engine) EndLease(ctx context.Context, worker uint64) (bool, error) {
-	l := e.leases
-	l.op.Lock()
-	defer l.op.Unlock()
-	return e.endLeaseLocked(ctx, worker)
-}
-
-// endLeaseLocked is EndLease; the caller holds leases.op.
-func (e *Engine) endLeaseLocked(ctx context.Context, worker uint64) (bool, error) {
-	l := e.leases
-	l.mu.RLock()
-	_, had := l.byWorker[worker]
-	l.mu.RUnlock()
-	if !had {
-		return false, nil
-	}
-	if err := e.CommitMeta(ctx, func(b MetaBatch) { b.DeleteMeta(leaseKey(worker)) }); err != nil {
-		return false, err
-	}
-	l.mu.Lock()
-	delete(l.byWorker, worker)
-	l.rebuildLocked(e.now().UnixNano())
-	l.mu.Unlock()
-	e.lg.Info("lease ended", "worker_id", worker)
-	return true, nil
-}
-
-// Remove removes a worker, durably: its ranks (events and side entries), what the engine kept
-// of its doors, and its lease; then, when ranks went, the partition it left is dropped if
-// nothing is left in it (the Left hook: the server's also keeps a partition its registrations
-// name). With key given, a worker of another partition is left alone (Removed is zero). The one
-// removal of DELETE /v1/workers/{id}, the lease sweep and the library.
-func (e *Engine) Remove(ctx context.Context, worker uint64, key *partition.Key) (Removed, error) {
-	l := e.leases
-	l.op.Lock()
-	gone, part, left, err := e.removeLocked(ctx, worker, key)
-	l.op.Unlock()
-	if err == nil && left {
-		// After leases.op: the Left hook takes the server's registry lock, which /register
-		// holds while it takes a lease.
-		e.workerLeft(ctx, part)
-	}
-	return gone, err
-}
-
-// removeLocked is Remove but for the Left hook: it reports the partition the worker left and
-// whether the hook is due. The caller holds leases.op.
-func (e *Engine) removeLocked(ctx context.Context, worker uint64, key *partition.Key) (gone Removed, part uint32, left bool, err error) {
-	part, placed := e.WorkerPartition(worker, key)
-	if placed {
-		if gone, err = e.RemoveWorker(ctx, worker, key); err != nil {
-			return gone, part, false, err
-		}
-	} else if key != nil {
-		return gone, part, false, nil // named another partition: as for an unknown worker
-	}
-	if _, err := e.endLeaseLocked(ctx, worker); err != nil {
-		return gone, part, false, fmt.Errorf("dropping the lease of worker %d: %w", worker, err)
-	}
-	return gone, part, placed && gone.Any(), nil
+	return e.leaseOf(w, le), nil
 }
 
 func (e *Engine) leaseOf(worker uint64, le leaseEntry) Lease {
@@ -339,101 +242,73 @@ func (e *Engine) leaseOf(worker uint64, le leaseEntry) Lease {
 	return Lease{WorkerID: worker, TTL: le.ttl, Implied: le.implied, Deadline: d, RemoveAt: d.Add(e.cfg.LeaseGrace)}
 }
 
-// LeaseOf is the worker's lease and its state now (LeaseNone: no lease, the zero Lease).
-func (e *Engine) LeaseOf(worker uint64) (Lease, LeaseState) {
-	l := e.leases
-	l.mu.RLock()
-	le, ok := l.byWorker[worker]
-	l.mu.RUnlock()
-	if !ok {
-		return Lease{}, LeaseNone
-	}
-	if e.now().UnixNano() >= le.deadline {
-		return e.leaseOf(worker, le), LeaseStale
-	}
-	return e.leaseOf(worker, le), LeaseLive
-}
-
-// Leases lists every lease, by worker id.
-func (e *Engine) Leases() []Lease {
-	l := e.leases
-	l.mu.RLock()
-	out := make([]Lease, 0, len(l.byWorker))
-	for w, le := range l.byWorker {
-		out = append(out, e.leaseOf(w, le))
-	}
-	l.mu.RUnlock()
-	slices.SortFunc(out, func(a, b Lease) int {
-		if a.WorkerID < b.WorkerID {
-			return -1
-		}
-		if a.WorkerID > b.WorkerID {
-			return 1
-		}
-		return 0
-	})
-	return out
-}
-
 // LeaseCounters reads the sweep's counters.
 func (e *Engine) LeaseCounters() LeaseCounters {
-	return LeaseCounters{Removed: e.leases.removed.Load(), RemovedRanks: e.leases.removedRanks.Load()}
+	return LeaseCounters{Removed: e.workers.removed.Load(), RemovedRanks: e.workers.removedRanks.Load()}
 }
 
-// SweepLeases removes, durably and as RemoveWorker does, every worker whose lease expired more
-// than the grace ago, and drops their leases; it returns the workers and ranks removed. The
-// engine runs it every Config.LeaseSweep once recovered (and at once after a restart); tests
-// with an injected clock call it directly.
+// SweepLeases removes, durably and as Remove does, every worker whose lease expired more than
+// the grace ago; it returns the workers and ranks removed. The engine runs it every
+// Config.LeaseSweep once recovered (and at once after a restart); tests with an injected clock
+// call it directly.
 func (e *Engine) SweepLeases(ctx context.Context) (workers, ranks int, err error) {
-	l := e.leases
-	if len(l.due(e.now().UnixNano(), e.cfg.LeaseGrace)) == 0 {
-		return 0, 0, nil // nothing due: the source doors' renewals are not held up
-	}
-	var left []uint32
-	workers, ranks, left, err = e.sweepLocked(ctx)
-	for _, part := range left { // after leases.op, as Remove
-		e.workerLeft(ctx, part) // as DELETE: an emptied partition is dropped
-	}
-	return workers, ranks, err
-}
-
-// sweepLocked is SweepLeases under leases.op; it returns the partitions workers left.
-func (e *Engine) sweepLocked(ctx context.Context) (workers, ranks int, left []uint32, err error) {
-	l := e.leases
-	l.op.Lock()
-	defer l.op.Unlock()
-	now := e.now().UnixNano()
-	due := l.due(now, e.cfg.LeaseGrace) // again: a renewal may have come in between
+	t := e.workers
+	t.sweep.Lock()
+	defer t.sweep.Unlock()
+	due := e.leasesDue()
 	slices.Sort(due)
 	for _, w := range due {
-		l.mu.RLock()
-		le := l.byWorker[w]
-		l.mu.RUnlock()
-		gone, part, wasLeft, err := e.removeLocked(ctx, w, nil)
-		if err != nil {
-			return workers, ranks, left, fmt.Errorf("removing worker %d after its lease's grace: %w", w, err)
+		rec := e.lockRec(w, false)
+		if rec == nil {
+			continue
 		}
-		if wasLeft {
-			left = append(left, part)
+		var le leaseEntry
+		t.mu.RLock()
+		if rec.lease != nil {
+			le = *rec.lease
+		}
+		stillDue := rec.lease != nil && e.isDue(le)
+		t.mu.RUnlock()
+		if !stillDue { // renewed or ended meanwhile
+			rec.wmu.Unlock()
+			continue
+		}
+		gone, part, left, err := e.removeLocked(ctx, w, rec, nil)
+		rec.wmu.Unlock()
+		if err != nil {
+			return workers, ranks, fmt.Errorf("removing worker %d after its lease's grace: %w", w, err)
+		}
+		if left {
+			e.dropIfLeft(ctx, part) // as DELETE: an emptied partition is dropped
 		}
 		n := gone.Ranks
-		l.removed.Add(1)
-		l.removedRanks.Add(uint64(n))
+		t.removed.Add(1)
+		t.removedRanks.Add(uint64(n))
 		workers++
 		ranks += n
 		e.lg.Warn("lease expired past its grace: worker removed", "worker_id", w, "removed_ranks", n,
 			"expired_at", time.Unix(0, le.deadline).UTC().Format(time.RFC3339Nano), "grace", e.cfg.LeaseGrace.String())
 	}
-	return workers, ranks, left, nil
+	return workers, ranks, nil
 }
 
-// due lists the workers whose lease expired more than grace before now.
-func (l *leases) due(now int64, grace time.Duration) []uint64 {
+// isDue reports whether a lease expired more than the grace ago.
+func (e *Engine) isDue(le leaseEntry) bool {
+	now := e.now().UnixNano()
+	return now >= le.deadline && now-le.deadline >= e.cfg.LeaseGrace.Nanoseconds()
+}
+
+// leasesDue lists the workers whose lease expired more than the grace ago.
+func (e *Engine) leasesDue() []uint64 {
 	var out []uint64
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	for w, le := range l.byWorker {
-		if now >= le.deadline && now-le.deadline >= grace.Nanoseconds() {
+	t := e.workers
+	if t.snap.Load() == nil {
+		return nil // no leases: the common case reads one atomic
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	for w, rec := range t.byID {
+		if rec.lease != nil && e.isDue(*rec.lease) {
 			out = append(out, w)
 		}
 	}
@@ -457,62 +332,65 @@ func (e *Engine) runLeaseSweep(ctx context.Context) {
 }
 
 // submitRenewing is SourceDoor.SubmitWithMeta: with Config.SourceLease set, each worker of evs
-// without an explicit lease gets its implied lease renewed to now + SourceLease, written with the
-// events and live once they are durable. A lease renewed less than a quarter of its ttl ago is
-// left as it is, so a busy source writes a lease entry at most four times per ttl, not one per
-// batch: a worker's implied lease ends between ¾ of the ttl and the ttl after its last event.
+// without an explicit lease gets its implied lease renewed to now + SourceLease, written (its
+// record) with the events and live once they are durable. A lease renewed less than a quarter
+// of its ttl ago is left as it is, so a busy source writes a worker's record at most four times
+// per ttl, not once per batch: a worker's implied lease ends between ¾ of the ttl and the ttl
+// after its last event.
 func (e *Engine) submitRenewing(ctx context.Context, evs []event.RouterEvent, meta []Meta) (Result, error) {
 	ttl := e.cfg.SourceLease
 	if ttl <= 0 || len(evs) == 0 {
 		return e.pipe.SubmitWithMeta(ctx, evs, meta...)
 	}
-	l := e.leases
-	l.op.RLock()
-	defer l.op.RUnlock()
 	start := e.now().UnixNano()
-	le := leaseEntry{deadline: start + int64(ttl), ttl: ttl, implied: true}
-	var renew []uint64
-	meta = slices.Clip(meta)
-	l.mu.RLock()
+	var renew, taken []uint64
+	t := e.workers
+	t.mu.RLock()
 	for i := range evs {
 		w := evs[i].WorkerID
 		if slices.Contains(renew, w) {
 			continue
 		}
-		have, ok := l.byWorker[w]
-		if ok && !have.implied {
-			continue // the worker's own lease: renewed by the worker, not by its events
+		if rec := t.byID[w]; rec == nil || renewDue(&rec.workerState, start, ttl) {
+			renew = append(renew, w)
+			if rec == nil || rec.lease == nil {
+				taken = append(taken, w)
+			}
 		}
-		if ok && have.ttl == ttl && have.deadline-start >= int64(ttl)*3/4 {
-			continue // renewed within the last quarter of the ttl: no log entry per batch
-		}
-		renew = append(renew, w)
-		meta = append(meta, Meta{Name: leaseKey(w), Value: encodeLease(le)})
 	}
-	l.mu.RUnlock()
-	res, err := e.pipe.SubmitWithMeta(ctx, evs, meta...)
-	if err != nil || len(renew) == 0 {
-		return res, err
+	t.mu.RUnlock()
+	if len(renew) == 0 {
+		return e.pipe.SubmitWithMeta(ctx, evs, meta...)
 	}
-	now := e.now().UnixNano()
-	l.mu.Lock()
-	rebuild := false
-	for _, w := range renew {
-		prev, had := l.byWorker[w]
-		if had && !prev.implied {
-			continue // taken explicitly meanwhile (SetLease holds op exclusively: not reached)
+	return e.submitRenewed(ctx, evs, meta, renew, taken, start, ttl)
+}
+
+// renewDue reports whether a batch at start renews the implied lease of a worker in st.
+func renewDue(st *workerState, start int64, ttl time.Duration) bool {
+	have := st.lease
+	if have != nil && !have.implied {
+		return false // the worker's own lease: renewed by the worker, not by its events
+	}
+	return have == nil || have.ttl != ttl || have.deadline-start < int64(ttl)*3/4
+}
+
+// submitRenewed is submitRenewing's batch with the records of the workers whose leases it renews.
+func (e *Engine) submitRenewed(ctx context.Context, evs []event.RouterEvent, meta []Meta, renew, taken []uint64,
+	start int64, ttl time.Duration) (Result, error) {
+	le := leaseEntry{deadline: start + int64(ttl), ttl: ttl, implied: true}
+	ch := func(st *workerState) {
+		if renewDue(st, start, ttl) { // again: taken explicitly meanwhile (SetLease) is left alone
+			x := le
+			st.lease = &x
 		}
-		l.byWorker[w] = le
-		// A later deadline of a live worker leaves the stale set as it is (its next instant
-		// may come early: then it is recomputed, harmlessly); a new or stale one changes it.
-		rebuild = rebuild || !had || prev.deadline <= now
-		if !had {
+	}
+	recs, done := e.lockWrites(renew, ch)
+	res, err := e.pipe.SubmitWithMeta(ctx, evs, append(slices.Clip(meta), recs...)...)
+	done(err == nil)
+	if err == nil {
+		for _, w := range taken {
 			e.lg.Info("lease implied by the worker's event source", "worker_id", w, "ttl_ms", ttl.Milliseconds())
 		}
 	}
-	if rebuild {
-		l.rebuildLocked(now)
-	}
-	l.mu.Unlock()
-	return res, nil
+	return res, err
 }

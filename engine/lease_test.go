@@ -83,7 +83,7 @@ func answered(e *Engine) []event.Rank {
 func deviceAnswered(e *Engine) []event.Rank {
 	p, _ := e.Partitions().Lookup(defKey)
 	var out []event.Rank
-	for _, s := range e.DeviceScores(nil, p, []uint64{10, 20, 30}) {
+	for _, s := range e.queryDevice(nil, p, []uint64{10, 20, 30}) {
 		out = append(out, s.Rank())
 	}
 	return out
@@ -117,17 +117,17 @@ func TestLeaseExpiredLeavesTheRankOutButKeepsItsState(t *testing.T) {
 	wantRanks(t, "lease live", answered(e), all...)
 	c.Advance(10*time.Second - 1)
 	wantRanks(t, "a nanosecond before the deadline", answered(e), all...)
-	if _, st := e.LeaseOf(1); st != LeaseLive {
+	if _, st := e.leaseState(1); st != LeaseLive {
 		t.Fatalf("state %v before the deadline", st)
 	}
 
 	c.Advance(1)
 	wantRanks(t, "at the deadline", answered(e), neverLease)
 	wantRanks(t, "device scores at the deadline", deviceAnswered(e), neverLease)
-	if _, st := e.LeaseOf(1); st != LeaseStale {
+	if _, st := e.leaseState(1); st != LeaseStale {
 		t.Fatalf("state %v at the deadline", st)
 	}
-	if _, st := e.LeaseOf(2); st != LeaseNone {
+	if _, st := e.leaseState(2); st != LeaseNone {
 		t.Fatalf("never-leased worker: state %v", st)
 	}
 	// top_k counts live ranks only.
@@ -174,7 +174,7 @@ func TestLeaseGraceRemovesTheWorkerDurably(t *testing.T) {
 	if got := e.LeaseCounters(); got != (LeaseCounters{Removed: 1, RemovedRanks: 2}) {
 		t.Fatalf("counters %+v", got)
 	}
-	if _, st := e.LeaseOf(1); st != LeaseNone {
+	if _, st := e.leaseState(1); st != LeaseNone {
 		t.Fatalf("lease after the removal: %v", st)
 	}
 	if got := e.RanksOfWorker(1); len(got) != 0 {
@@ -189,8 +189,8 @@ func TestLeaseGraceRemovesTheWorkerDurably(t *testing.T) {
 	if got := e.RanksOfWorker(1); len(got) != 0 {
 		t.Fatalf("worker 1 back after a reopen: %v", got)
 	}
-	if len(e.Leases()) != 0 {
-		t.Fatalf("leases after a reopen: %+v", e.Leases())
+	if len(e.leases()) != 0 {
+		t.Fatalf("leases after a reopen: %+v", e.leases())
 	}
 	wantRanks(t, "reopened", answered(e), neverLease)
 	// The worker may come back as a new one (no lease, another partition even).
@@ -213,14 +213,14 @@ func TestLeaseDeadlinesSurviveARestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want, _ := e.LeaseOf(1)
+	want, _ := e.leaseState(1)
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
 
 	c.Advance(5 * time.Second) // down, within the ttl
 	e = openTestEngine(t, fs, c, 0)
-	if got, st := e.LeaseOf(1); st != LeaseLive || !got.Deadline.Equal(want.Deadline) || got.TTL != want.TTL {
+	if got, st := e.leaseState(1); st != LeaseLive || !got.Deadline.Equal(want.Deadline) || got.TTL != want.TTL {
 		t.Fatalf("after a restart: %+v %v, want %+v live", got, st, want)
 	}
 	wantRanks(t, "restarted within the ttl", answered(e), leased, neverLease, event.Rank{WorkerID: 3})
@@ -230,7 +230,7 @@ func TestLeaseDeadlinesSurviveARestart(t *testing.T) {
 
 	c.Advance(10 * time.Second) // down past the deadline
 	e = openTestEngine(t, fs, c, 0)
-	if _, st := e.LeaseOf(1); st != LeaseStale {
+	if _, st := e.leaseState(1); st != LeaseStale {
 		t.Fatalf("down past the deadline: %v", st)
 	}
 	wantRanks(t, "restarted past the deadline", answered(e), neverLease, event.Rank{WorkerID: 3})
@@ -248,7 +248,7 @@ func TestLeaseDeadlinesSurviveARestart(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if _, st := e.LeaseOf(3); st != LeaseLive {
+	if _, st := e.leaseState(3); st != LeaseLive {
 		t.Fatalf("worker 3's hour-long lease: %v", st)
 	}
 	wantRanks(t, "restarted past the grace", answered(e), neverLease, event.Rank{WorkerID: 3})
@@ -268,7 +268,7 @@ func TestLeaseSurvivesACrash(t *testing.T) {
 	c.Advance(2 * time.Second)
 	e2 := openTestEngine(t, crashed, c, 0)
 	defer e2.Close()
-	if _, st := e2.LeaseOf(1); st != LeaseStale {
+	if _, st := e2.leaseState(1); st != LeaseStale {
 		t.Fatalf("after a crash: %v, want the lease kept (and stale by now)", st)
 	}
 	wantRanks(t, "after a crash", answered(e2))
@@ -286,10 +286,10 @@ func TestEndLeaseRestoresANeverLeasedWorker(t *testing.T) {
 	}
 	c.Advance(2 * time.Second)
 	wantRanks(t, "stale", answered(e))
-	if ok, err := e.EndLease(context.Background(), 1); !ok || err != nil {
+	if ok, err := e.endLease(context.Background(), 1); !ok || err != nil {
 		t.Fatalf("EndLease: %v %v", ok, err)
 	}
-	if ok, err := e.EndLease(context.Background(), 1); ok || err != nil {
+	if ok, err := e.endLease(context.Background(), 1); ok || err != nil {
 		t.Fatalf("EndLease again: %v %v", ok, err)
 	}
 	wantRanks(t, "ended", answered(e), leased)
@@ -299,14 +299,14 @@ func TestEndLeaseRestoresANeverLeasedWorker(t *testing.T) {
 	}
 }
 
-// TestSetLeaseRefusals: a ttl that is not positive or too long, and a partition the worker is
-// not of, are refused and record nothing.
+// TestSetLeaseRefusals: a negative or too long ttl, and a partition the worker is not of, are
+// refused and record nothing (ttl 0 ends a lease: TestEndLeaseRestoresANeverLeasedWorker).
 func TestSetLeaseRefusals(t *testing.T) {
 	c := newClock()
 	e := openTestEngine(t, vfs.NewMem(), c, 0)
 	defer e.Close()
 	fill(t, e, leased)
-	for _, ttl := range []time.Duration{0, -time.Second, MaxLeaseTTL + 1} {
+	for _, ttl := range []time.Duration{-time.Second, MaxLeaseTTL + 1} {
 		if _, err := e.SetLease(context.Background(), 1, ttl, nil); !errors.Is(err, ErrBadLease) {
 			t.Fatalf("ttl %v: %v", ttl, err)
 		}
@@ -315,8 +315,8 @@ func TestSetLeaseRefusals(t *testing.T) {
 	if _, err := e.SetLease(context.Background(), 1, time.Second, &other); !errors.Is(err, partition.ErrWorkerElsewhere) {
 		t.Fatalf("another partition: %v", err)
 	}
-	if len(e.Leases()) != 0 {
-		t.Fatalf("a refusal recorded a lease: %+v", e.Leases())
+	if len(e.leases()) != 0 {
+		t.Fatalf("a refusal recorded a lease: %+v", e.leases())
 	}
 	// Its own partition, and a worker not seen yet, are fine.
 	def := defKey

@@ -26,7 +26,7 @@ func (e *Engine) Memory() []MemoryPart {
 	pm := e.st.Metrics()
 	mt, bc := e.st.MemoryLimits()
 	dc, dcMax := e.DumpCacheBytes()
-	ix, bound := e.IndexMemory()
+	ix, bound := e.indexMemory()
 	out := []MemoryPart{
 		{Name: MemMemtable, Bytes: pm.MemTable.Size, Limit: uint64(max(mt, 0)), Bounded: true},
 		{Name: MemCache, Bytes: uint64(max(pm.BlockCache.Size, 0)), Limit: uint64(max(bc, 0)), Bounded: true},

@@ -14,7 +14,7 @@ func (s *Engine) HasSnapshot(rk event.Rank) (bool, error) {
 }
 
 // RecoverySource is the worker's recovery source now ("" none).
-func (s *Engine) RecoverySource(worker uint64) string { return s.sourceOf(worker) }
+func (s *Engine) RecoverySource(worker uint64) string { return s.recoveryOf(worker) }
 
 // FoldLog folds the rank's log through id into its snapshot (recovery.Fold; call it on the
 // rank's lane): retention as the lanes do it, for tests that race it against reads.

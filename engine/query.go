@@ -141,9 +141,9 @@ func (e *Engine) deviceScores(a *Answer, dst []index.Score, p *partition.Partiti
 	return approx.Merge(dst, a.merged, a.side)
 }
 
-// DeviceScores is the device part of the query (tree and side index, max rule) appended to
+// queryDevice is the device part of the query (tree and side index, max rule) appended to
 // dst[:0]: what Dynamo's /query summarizes.
-func (e *Engine) DeviceScores(dst []index.Score, p *partition.Partition, hashes []uint64) []index.Score {
+func (e *Engine) queryDevice(dst []index.Score, p *partition.Partition, hashes []uint64) []index.Score {
 	dst = dst[:0]
 	if p == nil {
 		return dst

@@ -47,10 +47,10 @@ func TestFindTakesTheMaxOfTreeAndDecisions(t *testing.T) {
 	wantScores(t, "Find", e.Find(nil, defKey, Query{Hashes: q}), want...)
 	p, _ := e.Partitions().Lookup(defKey)
 	var dev []Score
-	for _, s := range e.DeviceScores(nil, p, q) {
+	for _, s := range e.queryDevice(nil, p, q) {
 		dev = append(dev, Score{WorkerID: s.WorkerID, DPRank: s.DPRank, Score: s.Score, TreeSize: s.TreeSize})
 	}
-	wantScores(t, "DeviceScores", dev, want...)
+	wantScores(t, "queryDevice", dev, want...)
 	// The limits apply to the merged scores.
 	wantScores(t, "min_score 3", e.Find(nil, defKey, Query{Hashes: q, MinScore: 3}), want[:2]...)
 }
@@ -82,10 +82,10 @@ func TestDecisionsAnswerInTheirOwnPartition(t *testing.T) {
 			continue
 		}
 		var dev []Score
-		for _, s := range e.DeviceScores(nil, p, q.Hashes) {
+		for _, s := range e.queryDevice(nil, p, q.Hashes) {
 			dev = append(dev, Score{WorkerID: s.WorkerID, DPRank: s.DPRank, Score: s.Score, TreeSize: s.TreeSize})
 		}
-		wantScores(t, "DeviceScores in "+c.key.ModelName+"/"+c.key.RoutingGroup, dev, c.want...)
+		wantScores(t, "queryDevice in "+c.key.ModelName+"/"+c.key.RoutingGroup, dev, c.want...)
 	}
 }
 

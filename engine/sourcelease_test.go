@@ -86,14 +86,14 @@ func TestSourceLeaseIsRenewedByEvents(t *testing.T) {
 	}
 	feedFrom(t, e, SourceNATS, ownW, 1)
 
-	l, st := e.LeaseOf(5)
+	l, st := e.leaseState(5)
 	if st != LeaseLive || !l.Implied || l.TTL != 10*time.Second || !l.Deadline.Equal(c.Now().Add(10*time.Second)) {
 		t.Fatalf("implied lease %+v %v", l, st)
 	}
-	if _, st := e.LeaseOf(6); st != LeaseNone {
+	if _, st := e.leaseState(6); st != LeaseNone {
 		t.Fatalf("an HTTP-fed worker got a lease: %v", st)
 	}
-	if l, _ := e.LeaseOf(7); l.Implied || l.TTL != 5*time.Second {
+	if l, _ := e.leaseState(7); l.Implied || l.TTL != 5*time.Second {
 		t.Fatalf("the explicit lease was taken over by the source: %+v", l)
 	}
 	wantWorkers(t, "all live", srcAnswered(e), 5, 6, 7)
@@ -118,8 +118,8 @@ func TestSourceLeaseIsRenewedByEvents(t *testing.T) {
 		t.Fatalf("sweep: %d workers, %v", w, err)
 	}
 	wantWorkers(t, "after the grace", srcAnswered(e), 6)
-	if len(e.Leases()) != 0 {
-		t.Fatalf("leases left: %+v", e.Leases())
+	if len(e.leases()) != 0 {
+		t.Fatalf("leases left: %+v", e.leases())
 	}
 }
 
@@ -146,11 +146,11 @@ func TestSourceLeaseSurvivesARestart(t *testing.T) {
 
 	c.Advance(3 * time.Second)
 	e = openSourceEngine(t, fs, c, 0) // implied leases off now: the stored one still holds
-	if l, st := e.LeaseOf(5); st != LeaseLive || !l.Implied {
+	if l, st := e.leaseState(5); st != LeaseLive || !l.Implied {
 		t.Fatalf("after a short restart: %+v %v", l, st)
 	}
 	feedFrom(t, e, SourceDynamo, event.Rank{WorkerID: 9}, 1)
-	if _, st := e.LeaseOf(9); st != LeaseNone {
+	if _, st := e.leaseState(9); st != LeaseNone {
 		t.Fatal("a source door without SourceLease took a lease")
 	}
 	if err := e.Close(); err != nil {
@@ -179,7 +179,7 @@ func TestSourceLeaseSurvivesARestart(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if _, st := e.LeaseOf(5); st != LeaseNone {
+	if _, st := e.leaseState(5); st != LeaseNone {
 		t.Fatalf("lease of 5 after its removal: %v", st)
 	}
 	if rs := e.RanksOfWorker(9); len(rs) == 0 {
@@ -204,14 +204,14 @@ func TestAccuracyPerSourceKind(t *testing.T) {
 	if _, _, err := e.RecordDecision(ctx, srcKey, event.Rank{WorkerID: 8}, []uint64{10}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if e.SourceOf(8) != SourceDecisions || e.SourceOf(42) != SourceUnknown {
-		t.Fatalf("kinds %v %v", e.SourceOf(8), e.SourceOf(42))
+	if e.doorOf(8) != SourceDecisions || e.doorOf(42) != SourceUnknown {
+		t.Fatalf("kinds %v %v", e.doorOf(8), e.doorOf(42))
 	}
 	if _, _, err := e.RecordDecision(ctx, srcKey, event.Rank{WorkerID: 5}, []uint64{10}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if e.SourceOf(5) != SourceZMQ {
-		t.Fatalf("a decision renamed an event-fed worker: %v", e.SourceOf(5))
+	if e.doorOf(5) != SourceZMQ {
+		t.Fatalf("a decision renamed an event-fed worker: %v", e.doorOf(5))
 	}
 	out := func(w uint64, cached uint64) Outcome {
 		return Outcome{Key: srcKey, Rank: event.Rank{WorkerID: w}, Hashes: []uint64{10, 20}, CachedTokens: cached}
@@ -252,18 +252,18 @@ func TestAccuracyPerSourceKind(t *testing.T) {
 		}
 	}
 	// A removed worker's kind is forgotten, durably; the others' survive a restart.
-	if _, err := e.RemoveWorker(ctx, 6, nil); err != nil {
+	if _, err := e.Remove(ctx, 6, nil); err != nil {
 		t.Fatal(err)
 	}
-	if e.SourceOf(6) != SourceUnknown {
-		t.Fatalf("removed worker still %v", e.SourceOf(6))
+	if e.doorOf(6) != SourceUnknown {
+		t.Fatalf("removed worker still %v", e.doorOf(6))
 	}
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
 	e = openSourceEngine(t, fs, c, 0)
 	for w, want := range map[uint64]Source{5: SourceZMQ, 6: SourceUnknown, 8: SourceDecisions} {
-		if got := e.SourceOf(w); got != want {
+		if got := e.doorOf(w); got != want {
 			t.Errorf("after a restart worker %d is %v, want %v", w, got, want)
 		}
 	}
@@ -282,7 +282,7 @@ func TestSourceLeaseSurvivesKill9(t *testing.T) {
 	_ = e.Close()
 	e = openSourceEngine(t, crashed, c, 10*time.Second)
 	defer e.Close()
-	l, st := e.LeaseOf(5)
+	l, st := e.leaseState(5)
 	if st != LeaseLive || !l.Implied || !l.Deadline.Equal(c.Now().Add(10*time.Second)) {
 		t.Fatalf("after kill -9: %+v %v, want the deadline of the second batch", l, st)
 	}
@@ -302,7 +302,7 @@ func TestSourceLeaseRenewalIsThrottled(t *testing.T) {
 	e := openSourceEngine(t, fs, c, ttl)
 	rk := event.Rank{WorkerID: 5}
 	deadline := func(e *Engine) time.Time {
-		for _, l := range e.Leases() {
+		for _, l := range e.leases() {
 			if l.WorkerID == rk.WorkerID {
 				return l.Deadline
 			}

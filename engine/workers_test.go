@@ -13,6 +13,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/partition"
+	"github.com/kvindex/kvindex/testutil"
+	wrec "github.com/kvindex/kvindex/worker"
 )
 
 // TestWorkersDataDriven runs the worker-placement scripts in testdata/workers: one engine on an
@@ -30,6 +32,15 @@ import (
 //	advance by=D                               move the clock
 //	sweep                                      SweepLeases
 //	restart                                    close the engine and open it again on its data
+//	format4                                    close the engine and open it on a copy of
+//	                                           testdata/format4workers (a format-4 dir: upgraded)
+//	register worker=W dp=R partition=M [bs=N] [endpoint=E]   Register (Dynamo's /register)
+//	unregister worker=W partition=M [dp=R]     Unregister (Dynamo's /unregister)
+//	url worker=W [url=U]                       SetRecoverySource (no url: clears it)
+//	kinds worker=W kinds=(K,...) [partition=M] Place as an event source naming its group kinds
+//	record worker=W                            the worker's durable record (package worker)
+//	lose-record worker=W                       delete the durable record alone (as a crash between
+//	                                           Remove's record deletion and its rank removal leaves it)
 //	find [partition=M] hashes=(T,...)          Find: worker/dp=score, best first
 //	state                                      partitions, ranks, and each worker seen: its
 //	                                           partition, door and lease
@@ -90,7 +101,7 @@ func TestWorkersDataDriven(t *testing.T) {
 				if err != nil {
 					return "error: " + err.Error() + "\n"
 				}
-				res, err := e.SubmitWithMeta(ctx, chain(event.Rank{Partition: id, WorkerID: worker, DPRank: dp}))
+				res, err := e.SourceDoor().SubmitWithMeta(ctx, chain(event.Rank{Partition: id, WorkerID: worker, DPRank: dp}))
 				if err != nil {
 					return "error: " + err.Error() + "\n"
 				}
@@ -139,6 +150,81 @@ func TestWorkersDataDriven(t *testing.T) {
 				}
 				e = openTestEngine(t, fs, c, 0)
 				return ""
+			case "format4":
+				if err := e.Close(); err != nil {
+					t.Fatal(err)
+				}
+				fs = vfs.NewMem()
+				testutil.CopyDir(t, fs, "../testdata/format4workers/datadir", "data")
+				e = openTestEngine(t, fs, c, 0)
+				for _, w := range e.Workers() {
+					seen[w.Worker] = true
+				}
+				return ""
+			case "register":
+				bs, ep := 16, "tcp://127.0.0.1:5557"
+				if td.HasArg("bs") {
+					td.ScanArgs(t, "bs", &bs)
+				}
+				if td.HasArg("endpoint") {
+					td.ScanArgs(t, "endpoint", &ep)
+				}
+				reg := Registration{DPRank: dp, Endpoint: ep, BlockSize: bs, SourceID: fmt.Sprintf("dynamo-%d-%d", worker, dp)}
+				again, err := e.Register(ctx, worker, key, reg, nil)
+				if err != nil {
+					return "error: " + err.Error() + "\n"
+				}
+				return fmt.Sprintf("registered again=%v\n", again)
+			case "unregister":
+				var dpp *uint32
+				if td.HasArg("dp") {
+					dpp = &dp
+				}
+				var stopped []string
+				out, err := e.Unregister(ctx, worker, key.ModelName, "", dpp, func(regs []Registration, _ MetaBatch) error {
+					for _, r := range regs {
+						stopped = append(stopped, r.SourceID)
+					}
+					return nil
+				})
+				if err != nil {
+					return "error: " + err.Error() + "\n"
+				}
+				return fmt.Sprintf("unregistered %d in %s, stopped %v\n", out.Registrations, out.Key, stopped)
+			case "url":
+				var u string
+				if td.HasArg("url") {
+					td.ScanArgs(t, "url", &u)
+				}
+				if _, err := e.SetRecoverySource(ctx, worker, u); err != nil {
+					return "error: " + err.Error() + "\n"
+				}
+				return "ok\n"
+			case "kinds":
+				var names []string
+				td.ScanArgs(t, "kinds", &names)
+				k, err := event.ParseGroupKinds(names)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := e.Place(ctx, Placement{Door: SourceZMQ, Key: key, Worker: worker, EventSource: true, Kinds: k}); err != nil {
+					return "error: " + err.Error() + "\n"
+				}
+				return "ok\n"
+			case "lose-record":
+				if err := e.CommitMeta(ctx, func(b MetaBatch) { b.DeleteMeta(wrec.Name(worker)) }); err != nil {
+					t.Fatal(err)
+				}
+				return ""
+			case "record":
+				v, ok, err := e.Meta(wrec.Name(worker))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !ok {
+					return "no record\n"
+				}
+				return string(v) + "\n"
 			case "find":
 				var toks []uint64
 				td.ScanArgs(t, "hashes", &toks)
@@ -188,15 +274,28 @@ func workersState(e *Engine, seen map[uint64]bool) string {
 	slices.Sort(ws)
 	for _, w := range ws {
 		where := "none"
-		if id, ok := e.parts.WorkerPartition(w); ok {
-			where = e.parts.Get(id).Key.String()
+		in, _ := e.Worker(w)
+		if in.Placed {
+			where = in.Key.String()
 		}
-		l, ls := e.LeaseOf(w)
-		lease := ls.String()
-		if ls != LeaseNone {
-			lease += " ttl=" + l.TTL.String()
+		lease := in.LeaseState.String()
+		if in.LeaseState != LeaseNone {
+			lease += " ttl=" + in.Lease.TTL.String()
+			if in.Lease.Implied {
+				lease += " implied"
+			}
 		}
-		fmt.Fprintf(&b, "worker %d: partition=%s door=%s lease=%s\n", w, where, e.SourceOf(w), lease)
+		fmt.Fprintf(&b, "worker %d: partition=%s door=%s lease=%s", w, where, in.Door, lease)
+		if in.RecoveryURL != "" {
+			fmt.Fprintf(&b, " url=%s", in.RecoveryURL)
+		}
+		if in.GroupKinds != 0 {
+			fmt.Fprintf(&b, " kinds=%s", strings.Join(in.GroupKinds.Names(), ","))
+		}
+		for _, r := range in.Registrations {
+			fmt.Fprintf(&b, " reg=%d:%s", r.DPRank, r.Endpoint)
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
 }

@@ -1,8 +1,6 @@
 package lanes
 
 import (
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -10,6 +8,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/store"
+	"github.com/kvindex/kvindex/testutil"
 )
 
 // TestFormat3DirReplaysAsWritten: a data dir of the format-3 binary (testdata/format3, its
@@ -30,29 +29,7 @@ func TestFormat3DirReplaysAsWritten(t *testing.T) {
 
 func replaysAsWritten(t *testing.T, src string, worker1Records int) {
 	fs := vfs.NewMem()
-	if err := fs.MkdirAll("data", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	files, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range files {
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := fs.Create(fs.PathJoin("data", e.Name()), vfs.WriteCategoryUnspecified)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.Write(b); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testutil.CopyDir(t, fs, src, "data")
 	chain := make([]uint64, 12)
 	for i := range chain {
 		chain[i] = uint64(i + 1)

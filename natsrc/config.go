@@ -71,7 +71,7 @@ type Config struct {
 	RoutingGroup string `json:"routing_group,omitempty"`
 	// IndexedGroupKinds are the KV-cache group kinds of this source's workers whose events are
 	// indexed (kind names); empty: the partition's setting, else the server's
-	// (engine.Engine.SetSourceGroupKinds).
+	// (engine.Placement.Kinds, kept in the worker's record).
 	IndexedGroupKinds []string `json:"indexed_group_kinds,omitempty"`
 	// Batch is the most messages taken per fetch (JetStream) or per drained burst (Core); each
 	// burst is one log batch per lane. Default 256.

@@ -14,6 +14,7 @@ import (
 	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/store"
 	"github.com/kvindex/kvindex/wal"
+	"github.com/kvindex/kvindex/worker"
 	"github.com/schollz/progressbar/v3"
 )
 
@@ -51,11 +52,16 @@ type Options struct {
 
 // groupKinds returns the indexed KV-cache group kinds of each rank of the dir (Options).
 func (o *Options) groupKinds(l *wal.Log, parts *partition.Set) (func(event.Rank) event.GroupKinds, error) {
-	k, err := groupgate.LoadSettings(l, parts, o.PartitionGroupKinds, o.IndexedGroupKinds)
+	recs, err := worker.Load(l)
 	if err != nil {
 		return nil, err
 	}
-	return k.Indexed, nil
+	kinds := map[uint64]event.GroupKinds{}
+	for w, r := range recs {
+		kinds[w] = r.Kinds()
+	}
+	byWorker := func(w uint64) event.GroupKinds { return kinds[w] }
+	return groupgate.NewSettings(parts, o.PartitionGroupKinds, o.IndexedGroupKinds, byWorker).Indexed, nil
 }
 
 func (o *Options) defaults() {

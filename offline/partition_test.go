@@ -95,9 +95,6 @@ func partitionedDir(t testing.TB, fs vfs.FS) map[uint64]uint32 {
 		}
 		for _, w := range fp.workers {
 			of[w] = p.ID
-			if err := s.parts.Claim(w, p.ID); err != nil {
-				t.Fatal(err)
-			}
 			for dp := range uint32(2) {
 				r := event.Rank{Partition: p.ID, WorkerID: w, DPRank: dp}
 				a, b, c := next+1, next+2, next+3

@@ -11,8 +11,9 @@
 //   - A partition's block size is fixed when it is created (by /register's block_size, or by the
 //     first /v1 write with the server's --block-size); a later different size is refused
 //     (ErrBlockSizeMismatch).
-//   - A worker belongs to one partition: Claim refuses a worker that has ranks in another one
-//     (ErrWorkerElsewhere) until Release (its removal).
+//   - A worker belongs to one partition (the engine's worker table says which; ErrWorkerElsewhere
+//     and ElsewhereError are its refusal): the set only counts the workers placed in each
+//     partition (Hold, Unhold), and never drops a partition that holds one.
 //   - Reads never create a partition: Lookup answers ok=false for an unknown one.
 //   - No read waits for an fsync: Ensure writes a new partition's record outside the lock every
 //     Lookup and Get take (creations are serialized among themselves); the partition joins the

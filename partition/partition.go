@@ -23,7 +23,7 @@ var (
 	ErrWorkerElsewhere = errors.New("partition: worker belongs to another partition")
 	// ErrBadName: an empty or oversized model_name / routing_group.
 	ErrBadName = errors.New("partition: bad name")
-	// ErrDropped: a Claim for a partition that was dropped since it was looked up (the caller
+	// ErrDropped: a Hold of a partition that was dropped since it was looked up (the caller
 	// ensures the partition again).
 	ErrDropped = errors.New("partition: dropped")
 )
@@ -107,8 +107,9 @@ const metaPrefix = "partition/"
 // given again (outside metaPrefix: Open reads every name under it as an id).
 const nextMeta = "partition-next"
 
-// Set is every partition of a data dir, and which partition each worker belongs to. Safe for
-// concurrent use.
+// Set is every partition of a data dir, and how many workers each one holds (which worker
+// belongs where is the engine's worker table: it holds a partition for each worker it places
+// there). Safe for concurrent use.
 type Set struct {
 	log       *wal.Log
 	blockSize int // the block size of a partition created by a /v1 write
@@ -120,7 +121,7 @@ type Set struct {
 	byID    map[uint32]*Partition
 	byKey   map[Key]*Partition
 	next    uint32
-	workers map[uint64]uint32
+	holders map[uint32]int  // partition id → workers placed in it (Hold, Unhold)
 	dropped map[uint32]bool // ids dropped (never reused: next only grows)
 }
 
@@ -128,7 +129,7 @@ type Set struct {
 // defaultBlockSize is the block size of partitions created by a /v1 write.
 func Open(log *wal.Log, defaultBlockSize int, ixOpts index.Options) (*Set, error) {
 	s := &Set{log: log, blockSize: defaultBlockSize, ixOpts: ixOpts, byID: map[uint32]*Partition{},
-		byKey: map[Key]*Partition{}, next: 1, workers: map[uint64]uint32{}, dropped: map[uint32]bool{}}
+		byKey: map[Key]*Partition{}, next: 1, holders: map[uint32]int{}, dropped: map[uint32]bool{}}
 	if log != nil {
 		m, err := log.Metas(metaPrefix)
 		if err != nil {
@@ -287,33 +288,28 @@ func (s *Set) CheckSize(k Key, blockSize int) error {
 	return err
 }
 
-// Claim records that worker belongs to partition id; a worker of another partition is refused.
-func (s *Set) Claim(worker uint64, id uint32) error {
+// Hold counts one more worker placed in partition id (the engine's worker table, under its own
+// lock, for each worker it places there): a held partition is never dropped. A dropped id is
+// refused (ErrDropped: the caller ensures the partition anew).
+func (s *Set) Hold(id uint32) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.dropped[id] {
+	if s.dropped[id] || s.byID[id] == nil {
 		return fmt.Errorf("%w: partition %d", ErrDropped, id)
 	}
-	if have, ok := s.workers[worker]; ok && have != id {
-		return &ElsewhereError{Worker: worker, Have: s.byID[have].Key}
-	}
-	s.workers[worker] = id
+	s.holders[id]++
 	return nil
 }
 
-// WorkerPartition returns the partition a worker belongs to.
-func (s *Set) WorkerPartition(worker uint64) (uint32, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	id, ok := s.workers[worker]
-	return id, ok
-}
-
-// Release forgets a worker's partition (it was removed).
-func (s *Set) Release(worker uint64) {
+// Unhold counts one worker less in partition id (the worker was removed, or left for another).
+func (s *Set) Unhold(id uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.workers, worker)
+	if s.holders[id] <= 1 {
+		delete(s.holders, id)
+		return
+	}
+	s.holders[id]--
 }
 
 // Recorded reports whether partition id exists and has its record (was created by Ensure and not
@@ -327,24 +323,24 @@ func (s *Set) Recorded(id uint32) bool {
 
 // Drop forgets partition id and deletes its record durably, so a restart does not bring it back
 // and a later Ensure may give it another block size (docs/CONTRACT.md §9: a partition whose last worker
-// leaves is dropped). It refuses (false) while a worker belongs to the partition; the caller
-// checks that the partition holds nothing else (ranks, tiers, side entries), and every write
-// into a partition claims its worker first, so a write racing the drop either keeps the
-// partition or, claiming after, gets ErrDropped and ensures it anew. The default partition
+// leaves is dropped). It refuses (false) while a worker is placed in the partition (Hold); the
+// caller checks that the partition holds nothing else (ranks, tiers, side entries), and every
+// write into a partition holds it for its worker first, so a write racing the drop either keeps
+// the partition or, holding after, gets ErrDropped and ensures it anew. The default partition
 // stays in the set, unrecorded, as in a new set.
 func (s *Set) Drop(ctx context.Context, id uint32) (bool, error) {
 	if id == 0 {
 		return s.dropDefault(ctx)
 	}
 	// The record is deleted under creating, not under mu (which every Lookup and Get, each
-	// query, takes): the partition leaves the set first, so a Claim meanwhile gets ErrDropped
+	// query, takes): the partition leaves the set first, so a Hold meanwhile gets ErrDropped
 	// and its Ensure waits on creating until the deletion is durable; a failed deletion puts
 	// the partition back.
 	s.creating.Lock()
 	defer s.creating.Unlock()
 	s.mu.Lock()
 	p := s.byID[id]
-	if p == nil || s.claimed(id) {
+	if p == nil || s.holders[id] > 0 {
 		s.mu.Unlock()
 		return false, nil
 	}
@@ -379,7 +375,7 @@ func (s *Set) dropDefault(ctx context.Context) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.byID[0]
-	if p == nil || !p.persisted || s.claimed(0) {
+	if p == nil || !p.persisted || s.holders[0] > 0 {
 		return false, nil
 	}
 	if s.log != nil {
@@ -389,16 +385,6 @@ func (s *Set) dropDefault(ctx context.Context) (bool, error) {
 	}
 	p.persisted, p.BlockSize = false, s.blockSize
 	return true, nil
-}
-
-// claimed reports whether a worker belongs to partition id (s.mu held).
-func (s *Set) claimed(id uint32) bool {
-	for _, have := range s.workers {
-		if have == id {
-			return true
-		}
-	}
-	return false
 }
 
 // commitDrop deletes partition id's record durably and keeps next (ids are never reused).

@@ -49,19 +49,6 @@ func TestSetRules(t *testing.T) {
 	if _, err := s.Ensure(ctx, Key{"", "x"}, 0); !errors.Is(err, ErrBadName) {
 		t.Fatalf("empty model name: %v", err)
 	}
-	if err := s.Claim(7, a.ID); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Claim(7, a.ID); err != nil {
-		t.Fatalf("claiming again in the same partition: %v", err)
-	}
-	if err := s.Claim(7, b.ID); !errors.Is(err, ErrWorkerElsewhere) {
-		t.Fatalf("claim in another partition: %v", err)
-	}
-	s.Release(7)
-	if err := s.Claim(7, b.ID); err != nil {
-		t.Fatalf("claim after release: %v", err)
-	}
 	if s.IndexOf(a.ID) != a.Index || s.IndexOf(0) == a.Index {
 		t.Fatal("IndexOf returns the partition's own tree")
 	}
@@ -69,7 +56,8 @@ func TestSetRules(t *testing.T) {
 
 // TestDropIsDurable checks the rules "a partition no worker belongs to can be dropped: its record
 // is deleted, so a reopened set does not bring it back and Ensure may give it another block size;
-// a partition a worker belongs to is kept; a Claim for a dropped partition is ErrDropped; the
+// a partition held for a worker is kept until the last Unhold; a Hold of a dropped partition is
+// ErrDropped; the
 // default partition stays in the set, unrecorded".
 func TestDropIsDurable(t *testing.T) {
 	ctx := context.Background()
@@ -105,13 +93,16 @@ func TestDropIsDurable(t *testing.T) {
 	if _, err := s.Ensure(ctx, Default, 8); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Claim(7, llama.ID); err != nil {
-		t.Fatal(err)
+	for range 2 {
+		if err := s.Hold(llama.ID); err != nil {
+			t.Fatal(err)
+		}
 	}
+	s.Unhold(llama.ID)
 	if ok, err := s.Drop(ctx, llama.ID); ok || err != nil {
-		t.Fatalf("drop of a partition worker 7 belongs to: %v %v, want kept", ok, err)
+		t.Fatalf("drop of a partition one worker is still placed in: %v %v, want kept", ok, err)
 	}
-	s.Release(7)
+	s.Unhold(llama.ID)
 	for _, id := range []uint32{llama.ID, 0} {
 		if ok, err := s.Drop(ctx, id); !ok || err != nil {
 			t.Fatalf("drop of partition %d: %v %v", id, ok, err)
@@ -120,8 +111,8 @@ func TestDropIsDurable(t *testing.T) {
 	if _, ok := s.Lookup(llama.Key); ok {
 		t.Fatal("a dropped partition is still looked up")
 	}
-	if err := s.Claim(8, llama.ID); !errors.Is(err, ErrDropped) {
-		t.Fatalf("claim for a dropped partition: %v, want ErrDropped", err)
+	if err := s.Hold(llama.ID); !errors.Is(err, ErrDropped) {
+		t.Fatalf("hold of a dropped partition: %v, want ErrDropped", err)
 	}
 	if p, ok := s.Lookup(Default); !ok || s.Recorded(p.ID) || p.BlockSize != 16 {
 		t.Fatalf("the dropped default: %+v %v recorded %v, want in the set, unrecorded, block size 16", p, ok, ok && s.Recorded(p.ID))

@@ -224,8 +224,8 @@ func (b *Bootstrapper) applyPartition(ctx context.Context, k string, d dumpParti
 	next := map[event.Rank]uint64{}
 	kept := evs[:0]
 	for _, ev := range evs {
-		if own, ok := parts.WorkerPartition(ev.WorkerID); ok {
-			if p, exists := parts.Lookup(key); !exists || p.ID != own {
+		if w, _ := b.e.Worker(ev.WorkerID); w.Placed {
+			if p, exists := parts.Lookup(key); !exists || p.ID != w.Partition {
 				b.lg.Warn("peer bootstrap: event of a worker of another partition skipped", "partition", k, "worker_id", ev.WorkerID)
 				continue
 			}

@@ -28,11 +28,12 @@ import (
 // Decisions (where Dynamo's behaviour and kvindex's differ or Dynamo is silent):
 //   - A registration (instance_id, dp_rank) is a vLLM ZMQ source (package vllm) with the
 //     instance as its worker id, the registration's dp_rank for batches that carry none, and the
-//     partition and block size of the registration. It is persisted (global metadata
-//     "register/<instance_id>/<dp_rank>" and the source's own "zmqsource/<id>", in one batch), so
-//     a restarted kvindex resumes every registered listener from its seq cursor. Persistence
-//     does not change what a Dynamo client sees: the identical /register of a registered rank
-//     (a client re-registering after a restart) is 201; a conflicting one stays 409.
+//     partition and block size of the registration. It is a field of the instance's worker
+//     record in the engine (Engine.Register, Unregister; the record and the source's own
+//     "zmqsource/<id>" in one batch), so a restarted kvindex resumes every registered listener
+//     from its seq cursor. Persistence does not change what a Dynamo client sees: the identical
+//     /register of a registered rank (a client re-registering after a restart) is 201; a
+//     conflicting one stays 409.
 //   - An instance belongs to one partition: /register refuses it (409) when it is registered, or
 //     has ranks from any source, in another partition. tenant_id is accepted and ignored (docs/CONTRACT.md §9),
 //     here as on every route.
@@ -47,7 +48,7 @@ import (
 //   - /register may take a lease, "lease_ttl_ms" (kvindex's extension; Dynamo has none): the
 //     instance's lease, taken or renewed as PUT /v1/workers/{id}/lease does (Engine.SetLease),
 //     once the registration is durable; a client re-registering renews it. /unregister of the
-//     instance (or of its last rank) ends it (Engine.EndLease).
+//     instance (or of its last rank) ends it (Engine.Unregister).
 //   - Peers registered with /register_peer are persisted ("peer/<url>"): a restarted kvindex
 //     lists them again and, with --peers, tries them after the flag's peers when a partition
 //     starts empty (peers.go).
@@ -55,57 +56,42 @@ import (
 // Sentinels of the Dynamo routes.
 var (
 	// ErrAlreadyRegistered: /register of an (instance_id, dp_rank) that is registered.
-	ErrAlreadyRegistered = errors.New("already registered")
+	ErrAlreadyRegistered = engine.ErrAlreadyRegistered
 	// ErrNotRegistered: /unregister of an instance (or rank) kvindex does not know there.
-	ErrNotRegistered = errors.New("not found")
+	ErrNotRegistered = engine.ErrNotRegistered
 	// ErrNoPartition: /query or /query_by_hash of a partition that does not exist.
 	ErrNoPartition = errors.New("no indexer")
 	// ErrPeerNotFound: /deregister_peer of a URL that is not a peer.
 	ErrPeerNotFound = errors.New("peer not found")
 )
 
-// Global metadata names of registrations and peers.
-const (
-	registerMetaPrefix = "register/" // "register/<instance_id>/<dp_rank>" → registration as JSON
-	peerMetaPrefix     = "peer/"     // "peer/<url>" → empty
-)
+// peerMetaPrefix names the registered peers: "peer/<url>" → empty.
+const peerMetaPrefix = "peer/"
 
-// registration is one /register: an instance's dp rank, fed by a vLLM ZMQ source.
+// registration is one /register as the routes see it: the instance, its partition and the
+// engine's record of the dp rank.
 type registration struct {
-	InstanceID     uint64 `json:"instance_id"`
-	DPRank         uint32 `json:"dp_rank"`
-	Endpoint       string `json:"endpoint"`
-	ReplayEndpoint string `json:"replay_endpoint,omitempty"`
-	ModelName      string `json:"model_name"`
-	RoutingGroup   string `json:"routing_group"`
-	BlockSize      int    `json:"block_size"`
-	SourceID       string `json:"source_id"`
+	InstanceID uint64
+	Key        partition.Key
+	engine.Registration
 }
 
 // reregisterConflict is the 409 of a /register of a registered (instance_id, dp_rank) with
 // other settings: it names the stored registration and the way out.
-func reregisterConflict(old registration) string {
+func reregisterConflict(inst uint64, old engine.Registration) string {
 	replay := ""
 	if old.ReplayEndpoint != "" {
 		replay = ", replay_endpoint " + old.ReplayEndpoint
 	}
 	return fmt.Sprintf("instance %d dp_rank %d %v with endpoint %s%s, block_size %d: register the same settings again, "+
-		"or POST /unregister it first", old.InstanceID, old.DPRank, ErrAlreadyRegistered, old.Endpoint, replay, old.BlockSize)
-}
-
-func (r registration) key() partition.Key {
-	return partition.Key{ModelName: r.ModelName, RoutingGroup: r.RoutingGroup}
-}
-
-func (r registration) metaName() string {
-	return registerMetaPrefix + strconv.FormatUint(r.InstanceID, 10) + "/" + strconv.FormatUint(uint64(r.DPRank), 10)
+		"or POST /unregister it first", inst, old.DPRank, ErrAlreadyRegistered, old.Endpoint, replay, old.BlockSize)
 }
 
 // source is the vLLM ZMQ source of the registration.
 func (r registration) source() vllm.Config {
 	inst, dp := r.InstanceID, r.DPRank
 	return vllm.Config{ID: r.SourceID, Endpoint: r.Endpoint, ReplayEndpoint: r.ReplayEndpoint, WorkerID: &inst,
-		ModelName: r.ModelName, RoutingGroup: r.RoutingGroup, BlockSize: r.BlockSize, DPRank: &dp}
+		ModelName: r.Key.ModelName, RoutingGroup: r.Key.RoutingGroup, BlockSize: r.BlockSize, DPRank: &dp}
 }
 
 // registrySourceID is the source id of a registration (its seq cursor is kept under it).
@@ -117,17 +103,27 @@ func registrySourceID(instance uint64, dp uint32) string {
 // engine.SourceDynamo).
 const registrySourcePrefix = "dynamo-"
 
-// registry holds the registrations and peers. mu also serializes /register and /unregister, so
-// their checks and writes do not interleave.
-type registry struct {
-	mu    sync.Mutex
-	regs  map[uint64]map[uint32]registration // instance → dp rank → registration
-	peers map[string]bool                    // url → persisted (false: from --peers only)
+// registrations lists every registration (the engine's worker records), by instance then dp
+// rank.
+func (s *Server) registrations() []registration {
+	var out []registration
+	for _, w := range s.e.Workers() {
+		for _, r := range w.Registrations {
+			out = append(out, registration{InstanceID: w.Worker, Key: w.Key, Registration: r})
+		}
+	}
+	return out
 }
 
-// loadRegistry reads the persisted registrations and peers; flagPeers are the --peers URLs.
+// registry holds the peers; mu serializes /register_peer and /deregister_peer.
+type registry struct {
+	mu    sync.Mutex
+	peers map[string]bool // url → persisted (false: from --peers only)
+}
+
+// loadRegistry reads the persisted peers; flagPeers are the --peers URLs.
 func loadRegistry(lg *engine.Engine, flagPeers []string) (*registry, error) {
-	g := &registry{regs: map[uint64]map[uint32]registration{}, peers: map[string]bool{}}
+	g := &registry{peers: map[string]bool{}}
 	for _, p := range flagPeers {
 		if p = strings.TrimRight(strings.TrimSpace(p), "/"); p != "" {
 			if err := engine.CheckSourceURL(p); err != nil {
@@ -136,87 +132,14 @@ func loadRegistry(lg *engine.Engine, flagPeers []string) (*registry, error) {
 			g.peers[p] = false
 		}
 	}
-	m, err := lg.Metas(registerMetaPrefix)
+	m, err := lg.Metas(peerMetaPrefix)
 	if err != nil {
-		return nil, fmt.Errorf("loading registrations: %w", err)
-	}
-	for name, v := range m {
-		var r registration
-		if err := json.Unmarshal(v, &r); err != nil {
-			return nil, fmt.Errorf("registration %q: %w", name, err)
-		}
-		g.put(r)
-	}
-	if m, err = lg.Metas(peerMetaPrefix); err != nil {
 		return nil, fmt.Errorf("loading peers: %w", err)
 	}
 	for name := range m {
 		g.peers[strings.TrimPrefix(name, peerMetaPrefix)] = true
 	}
 	return g, nil
-}
-
-func (g *registry) put(r registration) {
-	if g.regs[r.InstanceID] == nil {
-		g.regs[r.InstanceID] = map[uint32]registration{}
-	}
-	g.regs[r.InstanceID][r.DPRank] = r
-}
-
-// instance returns the registrations of an instance, by dp rank. Callers hold mu.
-func (g *registry) instance(id uint64) []registration {
-	out := make([]registration, 0, len(g.regs[id]))
-	for _, r := range g.regs[id] {
-		out = append(out, r)
-	}
-	slices.SortFunc(out, func(a, b registration) int { return int(a.DPRank) - int(b.DPRank) })
-	return out
-}
-
-// all returns every registration, by instance then dp rank.
-func (g *registry) all() []registration {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var out []registration
-	for _, byRank := range g.regs {
-		for _, r := range byRank {
-			out = append(out, r)
-		}
-	}
-	slices.SortFunc(out, func(a, b registration) int {
-		if a.InstanceID != b.InstanceID {
-			if a.InstanceID < b.InstanceID {
-				return -1
-			}
-			return 1
-		}
-		return int(a.DPRank) - int(b.DPRank)
-	})
-	return out
-}
-
-// claimRegistered claims every registered instance for its partition (at start, after the
-// replay's claims): an instance registered before its first event still belongs there.
-func (s *Server) claimRegistered() {
-	for _, r := range s.reg.all() {
-		if err := s.e.Claim(r.key(), r.InstanceID); errors.Is(err, partition.ErrDropped) {
-			s.lg.Warn("a registration names a partition that has no record", "instance_id", r.InstanceID, "partition", r.key())
-		} else if err != nil {
-			s.lg.Warn("a registered instance has ranks in another partition", "instance_id", r.InstanceID, "err", err)
-		}
-	}
-}
-
-// dropLeftPartitions drops, at start, every partition nothing is left in (no worker, no
-// registration, no state): one whose last worker left in a crash between the removal and the
-// drop, or in a data dir of a kvindex that did not drop partitions. Dynamo's indexer starts with
-// none.
-func (s *Server) dropLeftPartitions(ctx context.Context) {
-	s.reg.mu.Lock()
-	defer s.reg.mu.Unlock()
-	for _, p := range s.parts.All() {
-		s.dropIfLeft(ctx, p.ID)
-	}
 }
 
 // statusOK is Dynamo's success body.
@@ -285,83 +208,69 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "block_size must be > 0 (tokens per block)")
 		return
 	}
-	reg := registration{InstanceID: *req.InstanceID, DPRank: req.DPRank, Endpoint: *req.Endpoint, ReplayEndpoint: req.ReplayEndpoint,
-		BlockSize: int(*req.BlockSize), SourceID: registrySourceID(*req.InstanceID, req.DPRank)}
 	key := partitionKey(r, req.partitionNames)
-	reg.ModelName, reg.RoutingGroup = key.ModelName, key.RoutingGroup
+	reg := registration{InstanceID: *req.InstanceID, Key: key, Registration: engine.Registration{DPRank: req.DPRank, Endpoint: *req.Endpoint,
+		ReplayEndpoint: req.ReplayEndpoint, BlockSize: int(*req.BlockSize), SourceID: registrySourceID(*req.InstanceID, req.DPRank)}}
 	cfg, err := vllm.Normalize(reg.source())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	s.reg.mu.Lock()
-	defer s.reg.mu.Unlock()
-	if have := s.reg.instance(reg.InstanceID); len(have) > 0 {
-		if have[0].key() != key {
-			writeError(w, http.StatusConflict, fmt.Sprintf("%v: instance %d is already registered for model_name=%s routing_group=%s "+
-				"(endpoint %s); register it with that model_name and routing_group, or POST /unregister it first",
-				partition.ErrWorkerElsewhere, reg.InstanceID, have[0].ModelName, have[0].RoutingGroup, have[0].Endpoint))
-			return
-		}
-		if old, ok := s.reg.regs[reg.InstanceID][reg.DPRank]; ok {
-			if old != reg {
-				writeError(w, http.StatusConflict, reregisterConflict(old))
-				return
-			}
-			// The same registration again (a client re-registering after an indexer restart,
-			// Dynamo's documented flow): it succeeds; its source runs (started again if not).
-			if !s.zmq.Has(cfg.ID) {
-				if _, err := s.zmq.Add(cfg); err != nil {
-					s.submitError(w, fmt.Errorf("starting the source of instance %d dp_rank %d: %w", reg.InstanceID, reg.DPRank, err))
-					return
-				}
-			}
-			if s.registerLease(w, r, reg.InstanceID, key, lease) {
-				writeJSON(w, http.StatusCreated, statusOK)
-			}
-			return
-		}
-	}
-	if s.zmq.Has(cfg.ID) {
+	if s.zmq.Has(cfg.ID) && !s.registered(reg.InstanceID, reg.DPRank) {
 		writeError(w, http.StatusConflict, fmt.Errorf("source %s %w", cfg.ID, ErrAlreadyRegistered).Error())
 		return
 	}
-	_, hadPartition := s.parts.WorkerPartition(reg.InstanceID)
-	if _, err := s.e.Place(r.Context(), engine.Placement{Door: engine.SourceDynamo, Key: key, BlockSize: reg.BlockSize, Worker: reg.InstanceID}); err != nil {
+	srcJSON, err := json.Marshal(cfg)
+	if err != nil {
+		s.submitError(w, err)
+		return
+	}
+	// The registration's source starts once it stands (started again for the same registration
+	// after an indexer restart, Dynamo's documented flow), before an /unregister can stop it.
+	start := func(again bool) error {
+		if again && s.zmq.Has(cfg.ID) {
+			return nil
+		}
+		if _, err := s.zmq.Add(cfg); err != nil {
+			// Persisted: the source starts with the next restart; say why it does not run now.
+			s.lg.Error("registered, but its zmq source did not start", "instance_id", reg.InstanceID, "dp_rank", reg.DPRank, "err", err)
+			return fmt.Errorf("starting the source of instance %d dp_rank %d: %w", reg.InstanceID, reg.DPRank, err)
+		}
+		return nil
+	}
+	again, err := s.e.Register(r.Context(), reg.InstanceID, key, reg.Registration, start, engine.Meta{Name: zmqSourceMetaPrefix + cfg.ID, Value: srcJSON})
+	var re *engine.RegisterError
+	switch {
+	case errors.As(err, &re) && errors.Is(err, partition.ErrWorkerElsewhere):
+		writeError(w, http.StatusConflict, fmt.Sprintf("%v: instance %d is already registered for model_name=%s routing_group=%s "+
+			"(endpoint %s); register it with that model_name and routing_group, or POST /unregister it first",
+			partition.ErrWorkerElsewhere, reg.InstanceID, re.Key.ModelName, re.Key.RoutingGroup, re.Have.Endpoint))
+		return
+	case errors.As(err, &re):
+		writeError(w, http.StatusConflict, reregisterConflict(reg.InstanceID, re.Have))
+		return
+	case errors.As(err, new(*partition.ElsewhereError)), errors.Is(err, partition.ErrBlockSizeMismatch), errors.Is(err, partition.ErrBadName):
 		s.partitionError(w, err, -1)
 		return
-	}
-	regJSON, err := json.Marshal(reg)
-	if err == nil {
-		var srcJSON []byte
-		if srcJSON, err = json.Marshal(cfg); err == nil {
-			err = s.e.CommitMeta(r.Context(), func(b engine.MetaBatch) {
-				b.SetMeta(reg.metaName(), regJSON)
-				b.SetMeta(zmqSourceMetaPrefix+cfg.ID, srcJSON)
-			})
-		}
-	}
-	if err != nil {
-		if !hadPartition {
-			s.e.Release(reg.InstanceID)
-		}
-		s.submitError(w, fmt.Errorf("registering instance %d dp_rank %d: %w", reg.InstanceID, reg.DPRank, err))
-		return
-	}
-	s.reg.put(reg)
-	if _, err := s.zmq.Add(cfg); err != nil {
-		// Persisted: the source starts with the next restart; say why it does not run now.
-		s.lg.Error("registered, but its zmq source did not start", "instance_id", reg.InstanceID, "dp_rank", reg.DPRank, "err", err)
-		s.submitError(w, fmt.Errorf("starting the source of instance %d dp_rank %d: %w", reg.InstanceID, reg.DPRank, err))
+	case err != nil:
+		s.submitError(w, err)
 		return
 	}
 	if !s.registerLease(w, r, reg.InstanceID, key, lease) {
 		return
 	}
-	s.lg.Info("instance registered", "instance_id", reg.InstanceID, "dp_rank", reg.DPRank, "model_name", key.ModelName,
-		"routing_group", key.RoutingGroup, "block_size", reg.BlockSize, "endpoint", reg.Endpoint, "source", cfg.ID,
-		"lease_ttl_ms", lease.Milliseconds())
+	if !again {
+		s.lg.Info("instance registered", "instance_id", reg.InstanceID, "dp_rank", reg.DPRank, "model_name", key.ModelName,
+			"routing_group", key.RoutingGroup, "block_size", reg.BlockSize, "endpoint", reg.Endpoint, "source", cfg.ID,
+			"lease_ttl_ms", lease.Milliseconds())
+	}
 	writeJSON(w, http.StatusCreated, statusOK)
+}
+
+// registered reports whether instance's dp rank is registered.
+func (s *Server) registered(inst uint64, dp uint32) bool {
+	w, _ := s.e.Worker(inst)
+	return slices.ContainsFunc(w.Registrations, func(x engine.Registration) bool { return x.DPRank == dp })
 }
 
 // registerLease takes or renews the lease a /register asked for (ttl 0: none), through the
@@ -376,17 +285,6 @@ func (s *Server) registerLease(w http.ResponseWriter, r *http.Request, inst uint
 		return false
 	}
 	return true
-}
-
-// endLease ends the instance's lease once nothing of it is registered or left (its lease, taken
-// by /register or otherwise, would otherwise outlive it); a failure is logged, the removal stands.
-func (s *Server) endLease(ctx context.Context, inst uint64) {
-	if len(s.reg.regs[inst]) > 0 || len(s.e.RanksOfWorker(inst)) > 0 {
-		return
-	}
-	if _, err := s.e.EndLease(ctx, inst); err != nil {
-		s.lg.Error("unregistered, but its lease was not ended", "instance_id", inst, "err", err)
-	}
 }
 
 func (s *Server) postUnregister(w http.ResponseWriter, r *http.Request) {
@@ -408,126 +306,31 @@ func (s *Server) postUnregister(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	inst := *req.InstanceID
-	want := partition.KeyOf(req.ModelName, req.RoutingGroup, "")
-	anyGroup := req.RoutingGroup == ""
-	s.reg.mu.Lock()
-	defer s.reg.mu.Unlock()
-	// The instance's partition: its registrations', else the one its ranks are in.
-	regs := s.reg.instance(inst)
-	var have partition.Key
-	switch id, ok := s.parts.WorkerPartition(inst); {
-	case len(regs) > 0:
-		have = regs[0].key()
-	case ok && s.parts.Get(id) != nil:
-		have = s.parts.Get(id).Key
-	default:
-		writeError(w, http.StatusNotFound, fmt.Errorf("instance %d %w", inst, ErrNotRegistered).Error())
-		return
-	}
-	if have.ModelName != want.ModelName || (!anyGroup && have.RoutingGroup != want.RoutingGroup) {
-		where := want.String()
-		if anyGroup {
-			where = want.ModelName
-		}
-		writeError(w, http.StatusNotFound, fmt.Errorf("instance %d %w in %s (it is registered in %s)", inst, ErrNotRegistered, where, have).Error())
-		return
-	}
-	p, _ := s.parts.Lookup(have)
-	if req.DPRank != nil {
-		regs = slices.DeleteFunc(regs, func(x registration) bool { return x.DPRank != *req.DPRank })
-	}
-	if err := s.forget(r.Context(), regs); err != nil {
-		s.submitError(w, err)
-		return
-	}
-	removed := len(regs) > 0
-	if req.DPRank != nil {
-		rk := event.Rank{WorkerID: inst, DPRank: *req.DPRank}
-		if p != nil {
-			rk.Partition = p.ID
-		}
-		ok, err := s.e.RemoveRank(r.Context(), rk)
-		if err != nil {
-			s.submitError(w, err)
-			return
-		}
-		removed = removed || ok
-		if len(s.reg.regs[inst]) == 0 && len(s.e.RanksOfWorker(inst)) == 0 {
-			s.e.Release(inst)
-		}
-	} else {
-		gone, err := s.e.RemoveWorker(r.Context(), inst, nil)
-		if err != nil {
-			s.submitError(w, err)
-			return
-		}
-		removed = removed || gone.Any()
-	}
-	if !removed {
-		what := fmt.Sprintf("instance %d", inst)
-		if req.DPRank != nil {
-			what += fmt.Sprintf(" dp_rank %d", *req.DPRank)
-		}
-		writeError(w, http.StatusNotFound, fmt.Errorf("%s %w", what, ErrNotRegistered).Error())
-		return
-	}
-	s.endLease(r.Context(), inst)
-	s.lg.Info("instance unregistered", "instance_id", inst, "model_name", have.ModelName, "routing_group", have.RoutingGroup,
-		"removed_registrations", len(regs))
-	if p != nil {
-		s.dropIfLeft(r.Context(), p.ID)
-	}
-	writeJSON(w, http.StatusOK, statusOK)
-}
-
-// dropIfLeft drops partition id when its last worker left (docs/CONTRACT.md §9: /query answers 404, /dump
-// omits it, a later /register may give it another block size, across restarts): no registration
-// names it and the engine finds nothing in it. Callers hold s.reg.mu. A failure to drop is
-// logged; the removal that led here stands.
-func (s *Server) dropIfLeft(ctx context.Context, id uint32) {
-	p := s.parts.Get(id)
-	if p == nil {
-		return
-	}
-	for _, byRank := range s.reg.regs {
-		for _, x := range byRank {
-			if x.key() == p.Key {
-				return
-			}
-		}
-	}
-	if _, err := s.e.DropPartition(ctx, id); err != nil {
-		s.lg.Error("dropping a partition whose last worker left", "partition", p.Key.String(), "err", err)
-	}
-}
-
-// forget stops the sources of regs and deletes them, their cursors and the registrations
-// durably. Callers hold s.reg.mu.
-func (s *Server) forget(ctx context.Context, regs []registration) error {
-	if len(regs) == 0 {
-		return nil
-	}
-	for _, x := range regs {
-		if err := s.zmq.Remove(x.SourceID); err != nil && !errors.Is(err, vllm.ErrNotFound) {
-			return fmt.Errorf("stopping source %s: %w", x.SourceID, err)
-		}
-	}
-	if err := s.e.CommitMeta(ctx, func(b engine.MetaBatch) {
+	// The engine ends the registrations after stop (their sources stopped, their configs and
+	// cursors deleted with the record), then removes the ranks; a worker left with nothing is
+	// removed as DELETE removes it.
+	stop := func(regs []engine.Registration, b engine.MetaBatch) error {
 		for _, x := range regs {
-			b.DeleteMeta(x.metaName())
+			if err := s.zmq.Remove(x.SourceID); err != nil && !errors.Is(err, vllm.ErrNotFound) {
+				return fmt.Errorf("stopping source %s: %w", x.SourceID, err)
+			}
 			b.DeleteMeta(zmqSourceMetaPrefix + x.SourceID)
 			b.DeleteMeta(vllm.CursorMeta(x.SourceID))
 		}
-	}); err != nil {
-		return fmt.Errorf("unregistering instance %d: %w", regs[0].InstanceID, err)
+		return nil
 	}
-	for _, x := range regs {
-		delete(s.reg.regs[x.InstanceID], x.DPRank)
-		if len(s.reg.regs[x.InstanceID]) == 0 {
-			delete(s.reg.regs, x.InstanceID)
-		}
+	out, err := s.e.Unregister(r.Context(), inst, req.ModelName, req.RoutingGroup, req.DPRank, stop)
+	switch {
+	case errors.Is(err, ErrNotRegistered):
+		writeError(w, http.StatusNotFound, err.Error())
+		return
+	case err != nil:
+		s.submitError(w, err)
+		return
 	}
-	return nil
+	s.lg.Info("instance unregistered", "instance_id", inst, "model_name", out.Key.ModelName, "routing_group", out.Key.RoutingGroup,
+		"removed_registrations", out.Registrations)
+	writeJSON(w, http.StatusOK, statusOK)
 }
 
 // Listener states of /workers (Dynamo's ListenerStatus). In Dynamo a listener is pending until
@@ -597,12 +400,12 @@ func (s *Server) getWorkers(w http.ResponseWriter, r *http.Request) {
 		states[st.ID] = st
 	}
 	out := []workerJSON{}
-	for _, x := range s.reg.all() {
-		if (model != "" && x.ModelName != model) || (group != "" && x.RoutingGroup != group) {
+	for _, x := range s.registrations() {
+		if (model != "" && x.Key.ModelName != model) || (group != "" && x.Key.RoutingGroup != group) {
 			continue
 		}
 		if n := len(out); n == 0 || out[n-1].InstanceID != x.InstanceID {
-			out = append(out, workerJSON{InstanceID: x.InstanceID, Source: "zmq", ModelName: x.ModelName, RoutingGroup: x.RoutingGroup,
+			out = append(out, workerJSON{InstanceID: x.InstanceID, Source: "zmq", ModelName: x.Key.ModelName, RoutingGroup: x.Key.RoutingGroup,
 				BlockSize: x.BlockSize, Endpoints: map[string]string{}, Listeners: map[string]listenerJSON{}})
 		}
 		wj := &out[len(out)-1]
@@ -759,9 +562,9 @@ func (s *Server) dumpedPartitions() []*partition.Partition {
 	for _, st := range s.e.Status() {
 		has[st.Rank.Partition] = true
 	}
-	for _, x := range s.reg.all() {
-		if p, ok := s.parts.Lookup(x.key()); ok {
-			has[p.ID] = true
+	for _, w := range s.e.Workers() {
+		if len(w.Registrations) > 0 && w.Placed {
+			has[w.Partition] = true
 		}
 	}
 	var out []*partition.Partition

@@ -519,7 +519,7 @@ func (s *Server) removeWorker(w http.ResponseWriter, r *http.Request) {
 	}
 	// A partition that is given and is not the worker's answers as for an unknown worker. The
 	// engine's Remove ends the worker's lease and drops the partition it left when nothing else
-	// is in it (docs/CONTRACT.md §9; the Left hook keeps a partition a registration names).
+	// is in it (docs/CONTRACT.md §9; a registered worker keeps its registrations and partition).
 	gone, err := s.e.Remove(r.Context(), wid, namedKey(r))
 	if err != nil {
 		s.submitError(w, err)
@@ -631,7 +631,7 @@ func (s *Server) dump(w http.ResponseWriter, r *http.Request) {
 	whole := !namesPartition(r) && !q.Has("stream") && wantW == nil
 	p, ok := s.parts.Lookup(partitionKey(r, partitionNames{}))
 	if wantW != nil && !namesPartition(r) {
-		if id, known := s.parts.WorkerPartition(*wantW); known {
+		if id, known := s.workerPartition(*wantW); known {
 			p, ok = s.parts.Get(id), true
 		}
 	}

@@ -120,12 +120,12 @@ func (s *Server) deleteLease(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	ended, err := s.e.EndLease(r.Context(), wid)
+	l, err := s.e.SetLease(r.Context(), wid, 0, nil) // ttl 0 ends it
 	if err != nil {
 		s.submitError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]bool{"ended": ended})
+	writeJSON(w, http.StatusOK, map[string]bool{"ended": !l.Deadline.IsZero()})
 }
 
 // listLeases is GET /v1/leases: every lease, by worker id.
@@ -135,24 +135,22 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := []leaseJSON{}
-	for _, l := range s.e.Leases() {
-		_, st := s.e.LeaseOf(l.WorkerID)
-		if st == engine.LeaseNone { // removed meanwhile
-			continue
+	for _, wk := range s.e.Workers() {
+		if wk.LeaseState != engine.LeaseNone {
+			out = append(out, leaseRow(wk.Lease, wk.LeaseState))
 		}
-		out = append(out, leaseRow(l, st))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
 // setLeaseFields fills a /v1/ranks row's lease fields.
 func (s *Server) setLeaseFields(row *rankJSON) {
-	l, st := s.e.LeaseOf(row.WorkerID)
-	if st == engine.LeaseNone {
+	wk, _ := s.e.Worker(row.WorkerID)
+	if wk.LeaseState == engine.LeaseNone {
 		return
 	}
-	row.Stale = st == engine.LeaseStale
-	row.LeaseExpiresAt = rfc3339(l.Deadline)
+	row.Stale = wk.LeaseState == engine.LeaseStale
+	row.LeaseExpiresAt = rfc3339(wk.Lease.Deadline)
 }
 
 // leaseCollector exports the leases: by state, the ranks of stale workers, and the sweep's
@@ -178,13 +176,13 @@ func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	var live, stale, staleRanks int
-	for _, l := range e.Leases() {
-		switch _, st := e.LeaseOf(l.WorkerID); st {
+	for _, wk := range e.Workers() {
+		switch wk.LeaseState {
 		case engine.LeaseLive:
 			live++
 		case engine.LeaseStale:
 			stale++
-			staleRanks += len(e.RanksOfWorker(l.WorkerID))
+			staleRanks += len(e.RanksOfWorker(wk.Worker))
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(live), "live")
@@ -199,10 +197,9 @@ func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
 // JSON API writes them (rfc3339).
 func (s *Server) leaseRows() []leaseJSON {
 	var live, stale []leaseJSON
-	for _, l := range s.e.Leases() {
-		_, st := s.e.LeaseOf(l.WorkerID)
-		row := leaseRow(l, st)
-		switch st {
+	for _, wk := range s.e.Workers() {
+		row := leaseRow(wk.Lease, wk.LeaseState)
+		switch wk.LeaseState {
 		case engine.LeaseStale:
 			stale = append(stale, row)
 		case engine.LeaseLive:

@@ -271,7 +271,7 @@ func (c *dynamoCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counts := map[string]int{listenerPending: 0, listenerActive: 0, listenerPaused: 0, listenerFailed: 0}
 	instances := map[uint64]bool{}
-	for _, x := range s.reg.all() {
+	for _, x := range s.registrations() {
 		instances[x.InstanceID] = true
 		st, ok := running[x.SourceID]
 		counts[listenerOf(st, ok)]++

@@ -58,6 +58,12 @@ func (s *Server) rankPartition(r *http.Request, worker uint64) (uint32, bool) {
 	return s.e.WorkerPartition(worker, namedKey(r))
 }
 
+// workerPartition is the partition worker is placed in (the engine's worker record).
+func (s *Server) workerPartition(worker uint64) (uint32, bool) {
+	w, _ := s.e.Worker(worker)
+	return w.Partition, w.Placed
+}
+
 // namedKey is the partition the request's query names, nil when it names none.
 func namedKey(r *http.Request) *partition.Key {
 	if !namesPartition(r) {

@@ -83,7 +83,7 @@ func TestPeersWorkerPlacedAgainAfterRemoval(t *testing.T) {
 		!strings.Contains(body, `"worker_id":5,"dp_rank":0,"score":1`) {
 		t.Fatalf("worker 5 no longer scores in other: %d %s", code, body)
 	}
-	if own, ok := s.e.Partitions().WorkerPartition(5); !ok || s.e.Partitions().Get(own).Key != partition.KeyOf("other", "", "") {
+	if own, ok := s.workerPartition(5); !ok || s.e.Partitions().Get(own).Key != partition.KeyOf("other", "", "") {
 		t.Fatalf("worker 5's partition after the bootstrap: %v %v, want other", own, ok)
 	}
 }

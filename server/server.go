@@ -186,11 +186,6 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.e, s.parts, s.approx = e, e.Partitions(), e.Approx()
-	e.SetLeft(func(ctx context.Context, id uint32) { // Remove (DELETE, a lease's grace) removed a worker
-		s.reg.mu.Lock()
-		defer s.reg.mu.Unlock()
-		s.dropIfLeft(ctx, id)
-	})
 	s.m.registerEngine(e)
 	if s.reg, err = loadRegistry(e, cfg.Peers); err != nil {
 		_ = e.Close()
@@ -239,8 +234,6 @@ func (s *Server) Recover(ctx context.Context) error {
 		s.status.Store("replay failed: " + err.Error())
 		return err
 	}
-	s.claimRegistered()
-	s.dropLeftPartitions(ctx)
 	s.bootstrapFromPeers(ctx)
 	if err := s.src.Start(); err != nil {
 		return err

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"html/template"
 	"runtime"
-	"sort"
 	"strconv"
 	"time"
 
@@ -262,7 +261,7 @@ func zmqRows(zmq *vllm.Manager, now time.Time) []zmqRow {
 // recoveryRows lists the upstream recovery sources: each worker's own, then the --upstream
 // default with the ranks of every other worker that has no ZMQ source.
 func recoveryRows(e *engine.Engine, zmq *vllm.Manager, ranks []engine.RankView) []recoveryRow {
-	def, own := e.RecoverySources()
+	def := e.Upstream()
 	rows := map[string]*recoveryRow{}
 	var order []string
 	row := func(key, worker, url string) *recoveryRow {
@@ -273,20 +272,17 @@ func recoveryRows(e *engine.Engine, zmq *vllm.Manager, ranks []engine.RankView) 
 		order = append(order, key)
 		return rows[key]
 	}
-	workers := make([]uint64, 0, len(own))
-	for w := range own {
-		workers = append(workers, w)
-	}
-	sort.Slice(workers, func(i, j int) bool { return workers[i] < workers[j] })
-	for _, w := range workers {
-		row(strconv.FormatUint(w, 10), strconv.FormatUint(w, 10), own[w])
+	for _, w := range e.Workers() { // by worker id
+		if w.RecoveryURL != "" {
+			row(strconv.FormatUint(w.Worker, 10), strconv.FormatUint(w.Worker, 10), w.RecoveryURL)
+		}
 	}
 	if def != "" {
 		row("", "every other worker (--upstream)", def)
 	}
 	for _, st := range ranks {
 		key := strconv.FormatUint(st.Rank.WorkerID, 10)
-		if _, ok := own[st.Rank.WorkerID]; !ok {
+		if rows[key] == nil { // no own recovery URL
 			if def == "" || zmq.Feeds(st.Rank.WorkerID) {
 				continue
 			}

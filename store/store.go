@@ -21,11 +21,19 @@ import (
 // FormatVersion is the on-disk format this binary writes and reads (key layout here, record,
 // snapshot and metadata encodings in wal). Bump it for any incompatible change; older binaries
 // refuse a newer dir with ErrFormatTooNew.
-const FormatVersion uint32 = 4
+const FormatVersion uint32 = 5
+
+// FormatV4 is the format before one durable record per worker (engine: the worker table, package
+// worker; format 4 kept a worker's recovery URL, door kind, group kinds, lease and Dynamo
+// registrations under five metadata prefixes). A read-write Open accepts it and the engine
+// converts the metadata to records and sets the version to 5 in one synced batch
+// (worker.Upgrade); the offline tools read a format-4 dir as it is.
+const FormatV4 uint32 = 4
 
 // FormatV3 is the format before group log records (wal: one record per event, version 1; format
 // 4 adds version-2 records of consecutive events). Its dirs are valid format-4 dirs: a
-// read-write Open accepts it and wal.Open sets the version record to 4 (wal/upgrade.go), so a
+// read-write Open accepts it and wal.Open sets the version record to 4 (wal/upgrade.go; the
+// engine then takes it to 5), so a
 // format-3 binary then refuses the dir; a read-only open reads it as it is.
 const FormatV3 uint32 = 3
 
@@ -324,7 +332,7 @@ func (s *Store) checkVersion() error {
 		case s.version == FormatV1 && s.readOnly:
 			return fmt.Errorf("open %s: %w: dir format 1 must be upgraded to %d first: start `kvindex serve` on it once (or run `kvindex compact`), which upgrades it in place",
 				s.dir, ErrFormatUnsupported, FormatVersion)
-		case s.version != FormatVersion && s.version != FormatV1 && s.version != FormatV2 && s.version != FormatV3:
+		case s.version != FormatVersion && s.version != FormatV1 && s.version != FormatV2 && s.version != FormatV3 && s.version != FormatV4:
 			return fmt.Errorf("open %s: %w: dir format %d is not readable by this binary (format %d)",
 				s.dir, ErrFormatUnsupported, s.version, FormatVersion)
 		}
@@ -389,6 +397,20 @@ func (s *Store) Version() uint32 { return s.version }
 func (s *Store) SetVersion(v uint32) error {
 	if err := s.db.Set([]byte(VersionKey), binary.BigEndian.AppendUint32(nil, v), pebble.Sync); err != nil {
 		return mapPebbleErr(fmt.Sprintf("%s: write format version", s.dir), err)
+	}
+	s.version = v
+	return nil
+}
+
+// CommitVersion applies b with the format version record set to v, synced, in one atomic batch:
+// an in-place upgrade whose rewrite and version change land together (a crash leaves the old
+// format or the new one, never a mix).
+func (s *Store) CommitVersion(b *pebble.Batch, v uint32) error {
+	if err := b.Set([]byte(VersionKey), binary.BigEndian.AppendUint32(nil, v), nil); err != nil {
+		return mapPebbleErr(fmt.Sprintf("%s: write format version", s.dir), err)
+	}
+	if err := s.db.Apply(b, pebble.Sync); err != nil {
+		return mapPebbleErr(fmt.Sprintf("%s: upgrade to format %d", s.dir, v), err)
 	}
 	s.version = v
 	return nil

@@ -163,6 +163,19 @@
 // testdata/format3 is a dir of the last format-3 binary (TestUpgradeFormat3InPlace,
 // lanes.TestFormat3DirReplaysAsWritten).
 //
+// # Format 4 → 5
+//
+// Format 5 keeps what kvindex knows about a worker as one record, "worker/<worker_id>" (package
+// worker), where format 4 had five prefixes: source/<worker_id> (recovery URL), wsource/<worker_id>
+// (door kind), groupkinds/<worker_id> (an event source's indexed group kinds), lease/<worker_id>
+// (deadline | ttl | implied, binary) and register/<instance_id>/<dp_rank> (a Dynamo /register,
+// JSON). Log records are unchanged. This package's own upgrades stop at format 4 (it does not
+// interpret metadata); the engine's Open converts a format-4 dir (worker.Upgrade): the records
+// set and the old entries deleted in one synced batch with the version record, so a crash leaves
+// format 4 or format 5, never a mix (worker.TestUpgradeFormat4Crash fails the upgrade at each of
+// its WAL writes). The offline tools read a format-4 dir as it is (worker.Load).
+// testdata/format4workers is a dir of the last format-4 binary with every per-worker fact.
+//
 // Gap sequence numbers rise per rank (1, 2, ...); a gap outcome is 0 lost, 1 recovered,
 // 2 pending. Global metadata ('K'|name) values are opaque here.
 //
@@ -174,11 +187,8 @@
 //	name                                     owner                   value
 //	partition/<id>                           partition               the partition's record (JSON: names, block size)
 //	partition-next                           partition               the next partition id once one was dropped (decimal)
-//	source/<worker_id>                       engine (sources.go)     the worker's recovery URL
-//	wsource/<worker_id>                      engine (sources.go)     the kind of door that last fed the worker
-//	groupkinds/<worker_id>                   groupgate               its event source's indexed group kinds (comma separated)
-//	lease/<worker_id>                        engine (lease.go)       the worker's lease (deadline, ttl, implied)
-//	register/<instance_id>/<dp_rank>         server (dynamo.go)      a Dynamo /register (JSON)
+//	worker/<worker_id>                       worker (engine/workers) the worker's record (JSON): its partition, door kind,
+//	                                                                 recovery URL, group kinds, lease, Dynamo registrations
 //	peer/<url>                               server (dynamo.go)      a registered peer (empty)
 //	zmqsource/<id>                           server (sources.go)     a vLLM ZMQ source added over HTTP or by /register (JSON)
 //	natssource/<id>                          server (sources_nats)   a NATS source added over HTTP (JSON)

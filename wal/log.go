@@ -329,6 +329,23 @@ func (b *Batch) DeleteMeta(name string) {
 	b.n++
 }
 
+// CommitUpgrade commits b (global metadata rewritten by an in-place upgrade) with the dir's
+// format version set to v, synced, as one atomic batch (store.CommitVersion).
+func (l *Log) CommitUpgrade(b *Batch, v uint32) error {
+	b.flushGroups()
+	pb := b.pebble()
+	if err := l.applyWith(func() error { return l.st.CommitVersion(pb, v) }); err != nil {
+		b.pb, b.n = nil, 0 // as Commit: a failed batch is abandoned
+		return fmt.Errorf("wal: upgrade to format %d: %w", v, err)
+	}
+	b.Reset()
+	return nil
+}
+
+// Version is the dir's format version (store.FormatVersion, or an older one an upgrade leaves to
+// the engine).
+func (l *Log) Version() uint32 { return l.st.Version() }
+
 // Len returns the number of operations (appends, cursors, gaps, ...) in the batch.
 func (b *Batch) Len() int { return b.n }
 

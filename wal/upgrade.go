@@ -75,7 +75,7 @@ func upgradeV1(st *store.Store, progress func(moved int)) (int, error) {
 			}
 		}
 	}
-	if err := st.SetVersion(store.FormatVersion); err != nil {
+	if err := st.SetVersion(store.FormatV4); err != nil {
 		return moved, err
 	}
 	return moved, nil
@@ -145,22 +145,23 @@ func upgrade(st *store.Store, lg interface {
 		// Format 3 only added a record flag (KV-cache groups) and format 4 a record version
 		// (groups of consecutive events): format-2 and format-3 records read as they are. The
 		// version record is still set, so an older binary refuses the dir instead of reading
-		// the new records as corrupt.
-		if err := st.SetVersion(store.FormatVersion); err != nil {
+		// the new records as corrupt. Format 4 → 5 (one record per worker) is the engine's
+		// (worker.Upgrade): it converts metadata this package does not interpret.
+		if err := st.SetVersion(store.FormatV4); err != nil {
 			return err
 		}
-		lg.Info("data dir upgraded", "from", v, "format", store.FormatVersion)
+		lg.Info("data dir upgraded", "from", v, "format", store.FormatV4)
 		return nil
 	}
 	if st.Version() != store.FormatV1 {
 		return nil
 	}
 	start := time.Now()
-	lg.Info("upgrading the data dir from format 1 (partitions enter the rank keys)", "dir", st.Dir(), "format", store.FormatVersion)
+	lg.Info("upgrading the data dir from format 1 (partitions enter the rank keys)", "dir", st.Dir(), "format", store.FormatV4)
 	moved, err := upgradeV1(st, func(moved int) { lg.Info("upgrade progress", "keys_moved", moved) })
 	if err != nil {
 		return err
 	}
-	lg.Info("data dir upgraded", "format", store.FormatVersion, "keys_moved", moved, "took_ms", time.Since(start).Milliseconds())
+	lg.Info("data dir upgraded", "format", store.FormatV4, "keys_moved", moved, "took_ms", time.Since(start).Milliseconds())
 	return nil
 }

@@ -93,7 +93,7 @@ func TestUpgradeFormat1InPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Version() != store.FormatVersion {
+	if st.Version() != store.FormatV4 { // 4 → 5 is the engine's (worker.Upgrade)
 		t.Fatalf("version %d after the upgrade", st.Version())
 	}
 	checkFormat1Content(t, l)
@@ -200,7 +200,7 @@ func TestUpgradeFormat2InPlace(t *testing.T) {
 	if l, err = Open(st, Options{Logger: quietLogger()}); err != nil {
 		t.Fatal(err)
 	}
-	if st.Version() != store.FormatVersion || store.FormatVersion != 4 {
+	if st.Version() != store.FormatV4 { // 4 → 5 is the engine's (worker.Upgrade)
 		t.Fatalf("version %d after the upgrade", st.Version())
 	}
 	check(l)
@@ -265,7 +265,7 @@ func TestUpgradeFormat3InPlace(t *testing.T) {
 	}
 
 	st, l := openDirLog(t, dir, false)
-	if st.Version() != store.FormatVersion || store.FormatVersion != 4 {
+	if st.Version() != store.FormatV4 { // 4 → 5 is the engine's (worker.Upgrade)
 		t.Fatalf("version %d after the upgrade", st.Version())
 	}
 	check(l, written)
@@ -295,7 +295,7 @@ func TestUpgradeFormat3InPlace(t *testing.T) {
 	// Format 4 now, read-only too.
 	ro, l = openDirLog(t, dir, true)
 	defer ro.Close()
-	if ro.Version() != store.FormatVersion {
+	if ro.Version() != store.FormatV4 {
 		t.Fatalf("reopened: version %d", ro.Version())
 	}
 	check(l, after)
