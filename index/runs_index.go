@@ -11,8 +11,10 @@ func (ix *Index) applyRuns(ev *event.RouterEvent) Result {
 	}
 	if rs := ix.rankOf(ev.Rank()); rs != nil {
 		ix.runs.mu.RLock()
-		rr := ix.runs.ranks[ev.Rank()]
-		n, positions := uint64(rr.blocks), ix.runs.positions
+		n, positions := uint64(0), ix.runs.positions
+		if rr := ix.runs.ranks[ev.Rank()]; rr != nil { // nil: known by RegisterRanks only
+			n = uint64(rr.blocks)
+		}
 		ix.runs.mu.RUnlock()
 		ix.blocks.Add(int64(n) - int64(rs.blocks.Swap(n)))
 		ix.nodeCount.Store(int64(positions))
