@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/index"
@@ -240,4 +241,117 @@ func TestRunsRankBuilderCompacts(t *testing.T) {
 	if got := ix.FindMatches(q, false); len(got) != 1 || got[0].Score != 8 || got[0].TreeSize != ref.Blocks() {
 		t.Fatalf("the last kept chain scores %+v", got)
 	}
+}
+
+// byRank groups a stream's device events by rank, each rank's in stream order, the ranks in the
+// order they first appear (a restart replays rank after rank), and counts the blocks they name.
+func byRank(evs []event.RouterEvent) (ranks [][]*event.RouterEvent, blocks int) {
+	at := map[event.Rank]int{}
+	for i := range evs {
+		ev := &evs[i]
+		if ev.Tier != event.TierDevice {
+			continue
+		}
+		k, ok := at[ev.Rank()]
+		if !ok {
+			k = len(ranks)
+			at[ev.Rank()] = k
+			ranks = append(ranks, nil)
+		}
+		ranks[k] = append(ranks[k], ev)
+		blocks += len(ev.Blocks) + len(ev.Removed)
+	}
+	return ranks, blocks
+}
+
+// churnLog is a log of ranks that each stored 32-block chains under a shared 8-block prefix
+// and removed three in four of them again (a log never compacted), grouped by rank.
+func churnLog(ranks, chains int) (log [][]*event.RouterEvent, blocks int) {
+	var evs []event.RouterEvent
+	prefix := make([]event.Block, 8)
+	for j := range prefix {
+		prefix[j] = event.Block{BlockHash: uint64(j) + 1, TokensHash: uint64(j) + 1}
+	}
+	for r := uint64(1); r <= uint64(ranks); r++ {
+		rank := event.Rank{WorkerID: r}
+		evs = append(evs, event.Stored(rank, 0, nil, prefix...))
+		for c := range uint64(chains) {
+			blocks := make([]event.Block, 32)
+			hashes := make([]uint64, 32)
+			chainBlocks(blocks, hashes, r, c)
+			for j := range blocks {
+				blocks[j].TokensHash = r<<40 | c<<8 | uint64(j) + 1<<20 // below the prefix, unique
+			}
+			evs = append(evs, event.Stored(rank, 0, &prefix[7].BlockHash, blocks...))
+			if c%4 != 0 {
+				evs = append(evs, event.Removed(rank, 0, hashes...))
+			}
+		}
+	}
+	return byRank(evs)
+}
+
+// BenchmarkRankBuilder replays a log rank after rank into a fresh index (one op), as the
+// restart replay does: "built" through a RankBuilder per rank (Reset, Apply each event, Commit),
+// "one-by-one" through Apply, every rank registered first (RegisterRanks). ns/block is per block named in the events (Stored blocks and
+// Removed hashes), commit-ns/block the part spent in Commit. "trace" is BenchmarkTrace's stream
+// (2,048 ranks); "churn" 64 ranks that each stored 2,048 chains of 32 blocks and removed three
+// in four. KVINDEX_INDEX_LAYOUT=runs (or KVINDEX_BENCH_LAYOUT=runs) selects the run layout.
+//
+//	go test ./index -run '^$' -bench BenchmarkRankBuilder -benchtime 3x
+func BenchmarkRankBuilder(b *testing.B) {
+	logs := []struct {
+		name string
+		make func() ([][]*event.RouterEvent, int)
+	}{
+		{"trace", func() ([][]*event.RouterEvent, int) { return byRank(traceWorkload(b).Events) }},
+		{"churn", func() ([][]*event.RouterEvent, int) { return churnLog(64, 2048) }},
+	}
+	for _, l := range logs {
+		b.Run(l.name, func(b *testing.B) { benchRankBuilder(b, l.make) })
+	}
+}
+
+func benchRankBuilder(b *testing.B, makeLog func() ([][]*event.RouterEvent, int)) {
+	log, blocks := makeLog()
+	ranks := make([]event.Rank, len(log))
+	for i, evs := range log {
+		ranks[i] = evs[0].Rank()
+	}
+	b.Run("built", func(b *testing.B) {
+		var commit time.Duration
+		var rb index.RankBuilder
+		for i := 0; i < b.N; i++ {
+			ix := index.New(benchOptions())
+			for _, evs := range log {
+				if !rb.Reset(ix, evs[0].Rank()) {
+					b.Fatal("builder refused")
+				}
+				for _, ev := range evs {
+					rb.Apply(ev)
+				}
+				start := time.Now()
+				rb.Commit()
+				commit += time.Since(start)
+			}
+		}
+		reportPerBlock(b, blocks)
+		b.ReportMetric(float64(commit.Nanoseconds())/float64(b.N)/float64(blocks), "commit-ns/block")
+	})
+	b.Run("one-by-one", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			ix := index.New(benchOptions())
+			for _, evs := range log {
+				for _, ev := range evs {
+					ix.Apply(ev)
+				}
+			}
+		}
+		reportPerBlock(b, blocks)
+	})
+}
+
+func reportPerBlock(b *testing.B, blocks int) {
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(blocks), "ns/block")
+	b.ReportMetric(float64(b.N)*float64(blocks)/b.Elapsed().Seconds(), "blocks/s")
 }
