@@ -292,9 +292,10 @@ func churnLog(ranks, chains int) (log [][]*event.RouterEvent, blocks int) {
 }
 
 // BenchmarkRankBuilder replays a log rank after rank into a fresh index (one op), as the
-// restart replay does: "built" through a RankBuilder per rank (Reset, Apply each event, Commit),
-// "one-by-one" through Apply, every rank registered first (RegisterRanks). ns/block is per block named in the events (Stored blocks and
-// Removed hashes), commit-ns/block the part spent in Commit. "trace" is BenchmarkTrace's stream
+// restart replay does: every rank registered first (RegisterRanks), then "built" through a
+// RankBuilder per rank (Reset, Apply each event, Commit) or "one-by-one" through Apply. ns/block
+// is per block named in the events (Stored blocks and Removed hashes), commit-ns/block the part
+// spent in Commit (wall time: on a loaded machine it carries the waits too). "trace" is BenchmarkTrace's stream
 // (2,048 ranks); "churn" 64 ranks that each stored 2,048 chains of 32 blocks and removed three
 // in four. KVINDEX_INDEX_LAYOUT=runs (or KVINDEX_BENCH_LAYOUT=runs) selects the run layout.
 //
@@ -323,6 +324,7 @@ func benchRankBuilder(b *testing.B, makeLog func() ([][]*event.RouterEvent, int)
 		var rb index.RankBuilder
 		for i := 0; i < b.N; i++ {
 			ix := index.New(benchOptions())
+			ix.RegisterRanks(ranks)
 			for _, evs := range log {
 				if !rb.Reset(ix, evs[0].Rank()) {
 					b.Fatal("builder refused")
@@ -341,6 +343,7 @@ func benchRankBuilder(b *testing.B, makeLog func() ([][]*event.RouterEvent, int)
 	b.Run("one-by-one", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			ix := index.New(benchOptions())
+			ix.RegisterRanks(ranks)
 			for _, evs := range log {
 				for _, ev := range evs {
 					ix.Apply(ev)
