@@ -584,11 +584,8 @@ func (ix *Index) RemoveRank(r event.Rank) bool {
 // size (the restart replay of a snapshot) does not grow its table step by step. r becomes known.
 // A writer method.
 func (ix *Index) Reserve(r event.Rank, blocks int) {
+	ix.runsUnsupported("Reserve")
 	if blocks <= 0 {
-		return
-	}
-	if ix.runs != nil {
-		ix.reserveRuns(r, blocks)
 		return
 	}
 	ix.register(r).lookup.reserve(blocks)

@@ -635,14 +635,3 @@ func (t *runTree) addSpans(r uint32, add []rbRange, id uint32, buf *[]uint32) {
 	}
 	c.spans = out
 }
-
-// reserveRuns is Reserve on the run layout: room in r's lookup for blocks entries.
-func (ix *Index) reserveRuns(r event.Rank, blocks int) {
-	t := ix.runs
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	m := &t.rankOf(r, true).lk
-	if size := max(16, (5*blocks+3)/4); size > len(m.slots) {
-		m.grow(size)
-	}
-}

@@ -87,7 +87,6 @@ func TestRunsRankBuilderAgainstModel(t *testing.T) {
 		}
 
 		ix.RegisterRanks(all)
-		ix.Reserve(built[1][1], 40)
 		errs := make(chan string, 8)
 		fail := func(format string, args ...any) {
 			select {
