@@ -9,8 +9,8 @@ func SetRunsBulk(chunk, compactFrom int) (restore func()) {
 	return func() { runCommitChunk, runCompactFrom = oldChunk, oldCompact }
 }
 
-// AuditRuns checks the run tree's invariants (RunTree.Audit) of an index on the run layout.
-func (ix *Index) AuditRuns() error {
+// AuditRunTree checks the run tree's invariants (RunTree.Audit) of an index on the run layout.
+func (ix *Index) AuditRunTree() error {
 	ix.runs.mu.RLock()
 	defer ix.runs.mu.RUnlock()
 	return (&RunTree{t: ix.runs}).Audit()

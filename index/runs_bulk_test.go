@@ -155,7 +155,7 @@ func TestRunsRankBuilderAgainstModel(t *testing.T) {
 		default:
 		}
 
-		if err := ix.AuditRuns(); err != nil {
+		if err := ix.AuditRunTree(); err != nil {
 			rt.Fatal(err)
 		}
 		checkState(rt, ix, m)
@@ -175,7 +175,7 @@ func TestRunsRankBuilderAgainstModel(t *testing.T) {
 			if res.Status.String() != want.Status || res.Blocks != want.Blocks || res.NotFound != want.NotFound {
 				rt.Fatalf("after the commits, step %d %+v: %+v, model %+v", step, ev, res, want)
 			}
-			if err := ix.AuditRuns(); err != nil {
+			if err := ix.AuditRunTree(); err != nil {
 				rt.Fatalf("after the commits, step %d %+v: %v", step, ev, err)
 			}
 		}
@@ -186,7 +186,7 @@ func TestRunsRankBuilderAgainstModel(t *testing.T) {
 				rt.Fatalf("removing every block of %v: %+v, model %+v", r, res, want)
 			}
 		}
-		if err := ix.AuditRuns(); err != nil {
+		if err := ix.AuditRunTree(); err != nil {
 			rt.Fatal(err)
 		}
 		if n := ix.NodeCount(); n != 0 {
@@ -226,7 +226,7 @@ func TestRunsRankBuilderCompacts(t *testing.T) {
 		t.Fatalf("the builder kept up to %d positions for %d held blocks", most, held)
 	}
 	b.Commit()
-	if err := ix.AuditRuns(); err != nil {
+	if err := ix.AuditRunTree(); err != nil {
 		t.Fatal(err)
 	}
 	if ix.NodeCount() != ref.NodeCount() || ix.Blocks() != ref.Blocks() {
