@@ -26,6 +26,7 @@ package index
 
 import (
 	"cmp"
+	"runtime"
 	"slices"
 
 	"github.com/kvindex/kvindex/event"
@@ -461,6 +462,7 @@ func (b *runBuilder) commit() {
 			ranges = t.addRanges(ranges, rs.id, &b.buf)
 			t.mu.Unlock()
 			made = 0
+			runtime.Gosched() // the readers and writers woken by Unlock take their turn
 			t.mu.Lock()
 		}
 	}
@@ -542,31 +544,33 @@ func (t *runTree) addRanges(ranges []rbRange, id uint32, buf *[]uint32) []rbRang
 	if !slices.IsSortedFunc(ranges, cmpRange) {
 		slices.SortFunc(ranges, cmpRange)
 	}
+	// The set {id}, once interned, is kept by the spans made with it until the lock is let go
+	// (only this writer takes id out of a span): one interning for every run of this hold.
+	fresh := uint32(0)
 	for i := 0; i < len(ranges); {
 		j := i + 1
 		for j < len(ranges) && ranges[j].run == ranges[i].run {
 			j++
 		}
-		t.addSpans(ranges[i].run, ranges[i:j], id, buf)
+		t.addSpans(ranges[i].run, ranges[i:j], id, &fresh, buf)
 		i = j
 	}
 	return ranges[:0]
 }
 
 // addSpans adds rank id over the sorted, disjoint ranges of run r: setRange for many ranges in
-// one pass over the run's spans.
-func (t *runTree) addSpans(r uint32, add []rbRange, id uint32, buf *[]uint32) {
+// one pass over the run's spans. fresh is the set {id}, 0 until interned.
+func (t *runTree) addSpans(r uint32, add []rbRange, id uint32, fresh *uint32, buf *[]uint32) {
 	c := &t.runs[r]
 	old := c.spans
 	out := make([]runSpan, 0, len(old)+2*len(add))
-	fresh := uint32(0) // {id}
 	memoIn, memoOut := ^uint32(0), uint32(0)
 	with := func(set uint32) uint32 {
 		if set == 0 {
-			if fresh == 0 {
-				fresh = t.sets.with(0, id, buf)
+			if *fresh == 0 {
+				*fresh = t.sets.with(0, id, buf)
 			}
-			return fresh
+			return *fresh
 		}
 		if set != memoIn {
 			memoIn, memoOut = set, t.sets.with(set, id, buf)

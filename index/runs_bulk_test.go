@@ -366,3 +366,74 @@ func reportPerBlock(b *testing.B, blocks int, cpu time.Duration) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/float64(blocks), "cpu-ns/block")
 	b.ReportMetric(float64(b.N)*float64(blocks)/b.Elapsed().Seconds(), "blocks/s")
 }
+
+// TestRunsRankBuilderCommitUnderChurn commits, a position per hold of the lock, ranks that hold
+// two leaves under a prefix they no longer hold, while another rank stores and removes that
+// prefix over and over (each removal trims the run when nobody else holds it): Commit lets go
+// of the lock only with the leaf just laid held, so the prefix it hangs from is never cut under
+// the chain still to come. At the end every rank re-stores the prefix and scores both leaves,
+// and removing every block leaves no position.
+func TestRunsRankBuilderCommitUnderChurn(t *testing.T) {
+	defer index.SetRunsBulk(1, 4)()
+	ix := index.New(index.Options{Runs: true})
+	churn := event.Rank{WorkerID: 99}
+	prefix := []event.Block{{BlockHash: 1, TokensHash: 10}, {BlockHash: 2, TokensHash: 20}}
+	var wg sync.WaitGroup
+	var stop atomic.Bool
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !stop.Load() {
+			st := event.Stored(churn, 0, nil, prefix...)
+			ix.Apply(&st)
+			rm := event.Removed(churn, 0, 2, 1)
+			ix.Apply(&rm)
+		}
+	}()
+	var built []event.Rank
+	var b index.RankBuilder
+	for i := range 300 {
+		r := event.Rank{WorkerID: 1, DPRank: uint32(i)}
+		built = append(built, r)
+		if !b.Reset(ix, r) {
+			t.Fatal("builder refused")
+		}
+		st := event.Stored(r, 1, nil, append(prefix[:2:2], event.Block{BlockHash: 3, TokensHash: 30})...)
+		b.Apply(&st)
+		fork := event.Stored(r, 2, &prefix[1].BlockHash, event.Block{BlockHash: 4, TokensHash: 31})
+		b.Apply(&fork)
+		rm := event.Removed(r, 3, 1, 2)
+		b.Apply(&rm)
+		b.Commit()
+	}
+	stop.Store(true)
+	wg.Wait()
+	if err := ix.AuditRunTree(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range built {
+		st := event.Stored(r, 4, nil, prefix...)
+		ix.Apply(&st)
+	}
+	for _, q := range [][]uint64{{10, 20, 30}, {10, 20, 31}} {
+		got := ix.FindMatches(q, false)
+		if len(got) != len(built) {
+			t.Fatalf("query %v: %d ranks score, want %d", q, len(got), len(built))
+		}
+		for _, s := range got {
+			if s.Score != 3 || s.TreeSize != 4 {
+				t.Fatalf("query %v: rank %v scores %d of %d blocks, want 3 of 4", q, s.Rank(), s.Score, s.TreeSize)
+			}
+		}
+	}
+	for _, r := range append(built, churn) {
+		rm := event.Removed(r, 5, 1, 2, 3, 4)
+		ix.Apply(&rm)
+	}
+	if err := ix.AuditRunTree(); err != nil {
+		t.Fatal(err)
+	}
+	if n := ix.NodeCount(); n != 0 {
+		t.Fatalf("NodeCount %d after every block was removed", n)
+	}
+}
