@@ -500,13 +500,12 @@ func (b *runBuilder) commit() {
 	}
 	t.mu.Lock()
 	rs.lk, rs.extra, rs.blocks = lk, extra, b.held.n
-	positions := t.positions
+	ix.nodeCount.Store(int64(t.positions)) // under the lock, as applyRuns: never a stale count
 	t.mu.Unlock()
 	if e := ix.rankOf(b.r); e != nil {
 		nb := uint64(b.held.n)
 		ix.blocks.Add(int64(nb) - int64(e.blocks.Swap(nb)))
 	}
-	ix.nodeCount.Store(int64(positions))
 }
 
 func (b *runBuilder) publishCounts() {
