@@ -31,6 +31,8 @@ type RankBuilder struct {
 	need   []bool
 	nodes  []nref
 	pinned []nref
+	// runs is the builder of an index on the run layout (runs_bulk.go), kept for the next rank.
+	runs *runBuilder
 }
 
 type bpos struct {
@@ -97,7 +99,6 @@ func (t *steps) reset() {
 // NewRankBuilder returns a builder for rank r, which must hold nothing in ix (ok false
 // otherwise: apply its events one by one instead).
 func (ix *Index) NewRankBuilder(r event.Rank) (*RankBuilder, bool) {
-	ix.runsUnsupported("NewRankBuilder")
 	b := &RankBuilder{}
 	return b, b.Reset(ix, r)
 }
@@ -106,6 +107,13 @@ func (ix *Index) NewRankBuilder(r event.Rank) (*RankBuilder, bool) {
 // replay of many ranks reuses one). It reports false, and b must not be used, when r holds
 // something in ix.
 func (b *RankBuilder) Reset(ix *Index, r event.Rank) bool {
+	if ix.runs != nil {
+		if b.runs == nil {
+			b.runs = new(runBuilder)
+		}
+		b.ix = ix
+		return b.runs.reset(ix, r)
+	}
 	if rs := ix.rankOf(r); rs != nil && (rs.lookup.len() > 0 || len(rs.refs) > 0) {
 		return false
 	}
@@ -121,6 +129,9 @@ func (b *RankBuilder) Reset(ix *Index, r event.Rank) bool {
 // Apply applies one device-tier event of the builder's rank as Index.Apply would, and counts
 // it the same way (published by Commit). The event is not retained.
 func (b *RankBuilder) Apply(ev *event.RouterEvent) Result {
+	if b.ix.runs != nil {
+		return b.runs.apply(ev)
+	}
 	var res Result
 	switch ev.Kind {
 	case event.KindStored:
@@ -206,7 +217,12 @@ func (b *RankBuilder) clear() {
 }
 
 // Blocks returns the block hashes the rank holds so far.
-func (b *RankBuilder) Blocks() int { return len(b.held) }
+func (b *RankBuilder) Blocks() int {
+	if b.ix.runs != nil {
+		return b.runs.held.n
+	}
+	return len(b.held)
+}
 
 // Commit links the rank's final state into the tree: every held position and its ancestors,
 // parents first, each found or created once under its shard lock; then the rank's lookup, sized
@@ -215,6 +231,10 @@ func (b *RankBuilder) Blocks() int { return len(b.held) }
 // writer's reclaim cannot unlink it meanwhile. The counts of the applied events are published.
 // Reset makes the builder ready for another rank.
 func (b *RankBuilder) Commit() {
+	if b.ix.runs != nil {
+		b.runs.commit()
+		return
+	}
 	ix := b.ix
 	defer b.publishCounts()
 	if !b.register {

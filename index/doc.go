@@ -194,4 +194,16 @@
 // Scores: the walk keeps the ranks still matching (ascending ids), intersects them with a
 // span's set only when the set changes (a whole span of an unchanged set costs nothing), and
 // lays out each score's ranks through the rank table as the slab's answers are.
+//
+// RankBuilder (runs_bulk.go): the builder keeps its own compact state — a position per path its
+// events reached (24 B; the parent+1 of a chain needs no table entry, only forks do) and its
+// block hashes (16 B slots) — and drops the positions neither held nor above a held one once
+// they double. Commit walks the rank's final chains from the root, depth first and first child
+// first, so that a chain lands as appends (its run made with room for the whole chain) or as
+// steps along existing runs, and adds the rank to the spans of each run touched in one pass over
+// them (a range at a time); then it builds the rank's lookup, sized once, off the lock. It holds
+// the write lock for 4,096 positions at a time and lets go only right after a position the rank
+// holds, with its spans in place: every position made is held or above a held one, so another
+// writer's trim never cuts one whose chain has yet to be laid. A reader may see part of the rank
+// (never a position it will not hold) until Commit returns.
 package index

@@ -11,11 +11,14 @@ func (ix *Index) applyRuns(ev *event.RouterEvent) Result {
 	}
 	if rs := ix.rankOf(ev.Rank()); rs != nil {
 		ix.runs.mu.RLock()
-		rr := ix.runs.ranks[ev.Rank()]
-		n, positions := uint64(rr.blocks), ix.runs.positions
+		n := uint64(0)
+		if rr := ix.runs.ranks[ev.Rank()]; rr != nil { // nil: known by RegisterRanks only
+			n = uint64(rr.blocks)
+		}
+		// Stored under the lock: a writer's count never overwrites a later writer's.
+		ix.nodeCount.Store(int64(ix.runs.positions))
 		ix.runs.mu.RUnlock()
 		ix.blocks.Add(int64(n) - int64(rs.blocks.Swap(n)))
-		ix.nodeCount.Store(int64(positions))
 	}
 	ix.count(ev.Kind, res.Status)
 	return res
