@@ -11,12 +11,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/partition"
+	"github.com/kvindex/kvindex/peers"
+	"github.com/kvindex/kvindex/sources"
 	"github.com/kvindex/kvindex/vllm"
 )
 
@@ -62,11 +63,8 @@ var (
 	// ErrNoPartition: /query or /query_by_hash of a partition that does not exist.
 	ErrNoPartition = errors.New("no indexer")
 	// ErrPeerNotFound: /deregister_peer of a URL that is not a peer.
-	ErrPeerNotFound = errors.New("peer not found")
+	ErrPeerNotFound = peers.ErrNotFound
 )
-
-// peerMetaPrefix names the registered peers: "peer/<url>" → empty.
-const peerMetaPrefix = "peer/"
 
 // registration is one /register as the routes see it: the instance, its partition and the
 // engine's record of the dp rank.
@@ -113,33 +111,6 @@ func (s *Server) registrations() []registration {
 		}
 	}
 	return out
-}
-
-// registry holds the peers; mu serializes /register_peer and /deregister_peer.
-type registry struct {
-	mu    sync.Mutex
-	peers map[string]bool // url → persisted (false: from --peers only)
-}
-
-// loadRegistry reads the persisted peers; flagPeers are the --peers URLs.
-func loadRegistry(lg *engine.Engine, flagPeers []string) (*registry, error) {
-	g := &registry{peers: map[string]bool{}}
-	for _, p := range flagPeers {
-		if p = strings.TrimRight(strings.TrimSpace(p), "/"); p != "" {
-			if err := engine.CheckSourceURL(p); err != nil {
-				return nil, fmt.Errorf("--peers: %w", err)
-			}
-			g.peers[p] = false
-		}
-	}
-	m, err := lg.Metas(peerMetaPrefix)
-	if err != nil {
-		return nil, fmt.Errorf("loading peers: %w", err)
-	}
-	for name := range m {
-		g.peers[strings.TrimPrefix(name, peerMetaPrefix)] = true
-	}
-	return g, nil
 }
 
 // statusOK is Dynamo's success body.
@@ -220,7 +191,7 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, fmt.Errorf("source %s %w", cfg.ID, ErrAlreadyRegistered).Error())
 		return
 	}
-	srcJSON, err := json.Marshal(cfg)
+	meta, err := sources.RegisteredMeta(cfg)
 	if err != nil {
 		s.submitError(w, err)
 		return
@@ -228,17 +199,13 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 	// The registration's source starts once it stands (started again for the same registration
 	// after an indexer restart, Dynamo's documented flow), before an /unregister can stop it.
 	start := func(again bool) error {
-		if again && s.zmq.Has(cfg.ID) {
-			return nil
-		}
-		if _, err := s.zmq.Add(cfg); err != nil {
-			// Persisted: the source starts with the next restart; say why it does not run now.
+		err := s.src.StartRegistered(cfg, again)
+		if err != nil { // persisted: it starts with the next restart; say why it does not run now
 			s.lg.Error("registered, but its zmq source did not start", "instance_id", reg.InstanceID, "dp_rank", reg.DPRank, "err", err)
-			return fmt.Errorf("starting the source of instance %d dp_rank %d: %w", reg.InstanceID, reg.DPRank, err)
 		}
-		return nil
+		return err
 	}
-	again, err := s.e.Register(r.Context(), reg.InstanceID, key, reg.Registration, start, engine.Meta{Name: zmqSourceMetaPrefix + cfg.ID, Value: srcJSON})
+	again, err := s.e.Register(r.Context(), reg.InstanceID, key, reg.Registration, start, meta)
 	var re *engine.RegisterError
 	switch {
 	case errors.As(err, &re) && errors.Is(err, partition.ErrWorkerElsewhere):
@@ -306,20 +273,10 @@ func (s *Server) postUnregister(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	inst := *req.InstanceID
-	// The engine ends the registrations after stop (their sources stopped, their configs and
-	// cursors deleted with the record), then removes the ranks; a worker left with nothing is
-	// removed as DELETE removes it.
-	stop := func(regs []engine.Registration, b engine.MetaBatch) error {
-		for _, x := range regs {
-			if err := s.zmq.Remove(x.SourceID); err != nil && !errors.Is(err, vllm.ErrNotFound) {
-				return fmt.Errorf("stopping source %s: %w", x.SourceID, err)
-			}
-			b.DeleteMeta(zmqSourceMetaPrefix + x.SourceID)
-			b.DeleteMeta(vllm.CursorMeta(x.SourceID))
-		}
-		return nil
-	}
-	out, err := s.e.Unregister(r.Context(), inst, req.ModelName, req.RoutingGroup, req.DPRank, stop)
+	// The engine ends the registrations after their sources stopped (their configs and cursors
+	// deleted with the record), then removes the ranks; a worker left with nothing is removed as
+	// DELETE removes it.
+	out, err := s.e.Unregister(r.Context(), inst, req.ModelName, req.RoutingGroup, req.DPRank, s.src.StopRegistered)
 	switch {
 	case errors.Is(err, ErrNotRegistered):
 		writeError(w, http.StatusNotFound, err.Error())
@@ -647,15 +604,10 @@ func (s *Server) postRegisterPeer(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := s.e.CommitMeta(r.Context(), func(b engine.MetaBatch) {
-		b.SetMeta(peerMetaPrefix+u, nil)
-	}); err != nil {
-		s.submitError(w, fmt.Errorf("registering peer %s: %w", u, err))
+	if err := s.peers.Register(r.Context(), u); err != nil {
+		s.submitError(w, err)
 		return
 	}
-	s.reg.mu.Lock()
-	s.reg.peers[u] = true
-	s.reg.mu.Unlock()
 	s.lg.Info("peer registered", "url", u)
 	writeJSON(w, http.StatusCreated, statusOK)
 }
@@ -665,39 +617,19 @@ func (s *Server) postDeregisterPeer(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s.reg.mu.Lock()
-	defer s.reg.mu.Unlock()
-	stored, known := s.reg.peers[u]
-	if !known {
-		writeError(w, http.StatusNotFound, ErrPeerNotFound.Error()) // Dynamo's exact answer
+	switch err := s.peers.Deregister(r.Context(), u); {
+	case errors.Is(err, peers.ErrNotFound):
+		writeError(w, http.StatusNotFound, err.Error()) // Dynamo's exact answer
 		s.lg.Info("deregister_peer of an unknown peer", "url", u)
 		return
+	case err != nil:
+		s.submitError(w, err)
+		return
 	}
-	if stored {
-		if err := s.e.CommitMeta(r.Context(), func(b engine.MetaBatch) {
-			b.DeleteMeta(peerMetaPrefix + u)
-		}); err != nil {
-			s.submitError(w, fmt.Errorf("deregistering peer %s: %w", u, err))
-			return
-		}
-	}
-	delete(s.reg.peers, u)
 	s.lg.Info("peer deregistered", "url", u)
 	writeJSON(w, http.StatusOK, statusOK)
 }
 
-// peerList is every peer, sorted.
-func (s *Server) peerList() []string {
-	s.reg.mu.Lock()
-	defer s.reg.mu.Unlock()
-	out := make([]string, 0, len(s.reg.peers))
-	for u := range s.reg.peers {
-		out = append(out, u)
-	}
-	sort.Strings(out)
-	return out
-}
-
 func (s *Server) getPeers(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.peerList())
+	writeJSON(w, http.StatusOK, s.peers.List())
 }

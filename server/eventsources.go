@@ -16,9 +16,6 @@ import (
 // GET, POST /v1/sources and DELETE /v1/sources/{id}: the HTTP door of the event sources
 // (package sources owns their configs, placement and lifecycle).
 
-// zmqSourceMetaPrefix names the stored ZMQ sources (Dynamo's /register stores its own there).
-const zmqSourceMetaPrefix = sources.ZMQMetaPrefix
-
 // sourceJSON is a ZMQ element of GET /v1/sources.
 type sourceJSON struct {
 	Kind string `json:"kind"`

@@ -252,7 +252,7 @@ func (c *dynamoCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *dynamoCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
-	if s.e == nil || s.reg == nil || s.zmq == nil {
+	if s.e == nil || s.peers == nil || s.zmq == nil {
 		return // Open has not finished
 	}
 	held := map[uint32]bool{} // one scan of the ranks, not one per partition

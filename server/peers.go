@@ -11,7 +11,7 @@ import (
 // the bootstrap's counters.
 
 // bootstrapPeers is the --peers flag's URLs in order, then the registered ones.
-func (s *Server) bootstrapPeers() []string { return peers.Merge(s.cfg.Peers, s.peerList()) }
+func (s *Server) bootstrapPeers() []string { return peers.Merge(s.cfg.Peers, s.peers.List()) }
 
 // bootstrapFromPeers fills the empty partitions from the first peer that answers, once the
 // lanes are started, before the server is marked ready.

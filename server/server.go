@@ -146,7 +146,7 @@ type Server struct {
 	conns  connStats           // HTTP connections and slow bodies (conns.go)
 	src    *sources.Sources    // the event sources (package sources), started by Recover
 	zmq    *vllm.Manager       // src's ZMQ sources (Dynamo's /register adds its own)
-	reg    *registry           // Dynamo registrations and peers (dynamo.go)
+	peers  *peers.Registry     // the --peers URLs and the registered peers
 	boot   *peers.Bootstrapper // the --peers bootstrap (peers.go)
 	alog   *accessLog          // --access-log (accesslog.go); nil when none
 	start  time.Time           // when Open began (uptime on the status page)
@@ -187,7 +187,7 @@ func Open(cfg Config) (*Server, error) {
 	}
 	s.e, s.parts, s.approx = e, e.Partitions(), e.Approx()
 	s.m.registerEngine(e)
-	if s.reg, err = loadRegistry(e, cfg.Peers); err != nil {
+	if s.peers, err = peers.LoadRegistry(e, cfg.Peers); err != nil {
 		_ = e.Close()
 		return nil, err
 	}
