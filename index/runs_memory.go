@@ -195,3 +195,10 @@ var (
 	sizeofRunChain = unsafe.Sizeof(runChain{})
 	sizeofRunRank  = unsafe.Sizeof(runRank{})
 )
+
+// countLookup accounts rs's lookup and side maps built whole (a RankBuilder's commit: after
+// forgetRank(rs) and rs.lk, rs.extra = …).
+func (t *runTree) countLookup(rs *runRank) {
+	t.mem.lookups.Add(allocBytes(8 * len(rs.lk.slots)))
+	t.mem.side.Add(int64(len(rs.lk.other) + len(rs.extra)))
+}
