@@ -115,3 +115,14 @@ func (r *RunTree) Evicted(rank event.Rank, h uint64) bool {
 	rs := r.t.ranks[rank]
 	return rs != nil && rs.ev.ord.evicted.has(h)
 }
+
+// MemoryParts returns the run tree's memory counters by part (bytes; map parts estimated).
+func (ix *Index) MemoryParts() map[string]int64 {
+	m := &ix.runs.mem
+	return map[string]int64{
+		"runs": m.runs.Load(), "pairs": m.pairs.Load(), "spans": m.spans.Load(), "kidOffs": m.kidOffs.Load(),
+		"kids": mapBytes(m.kidsPeak.Load(), kidSlot), "sets": m.sets.Load(), "setKeys": mapBytes(m.setKeysPeak.Load(), setKeySlot),
+		"ranks": m.ranks.Load() + mapBytes(m.rankPeak.Load(), rankSlot), "lookups": m.lookups.Load(), "side": sideEntry * m.side.Load(),
+		"order": m.order.Load(), "evicted": m.evicted.Load(),
+	}
+}

@@ -2,7 +2,6 @@ package index_test
 
 import (
 	"fmt"
-	"runtime"
 	"testing"
 
 	"github.com/kvindex/kvindex/event"
@@ -207,80 +206,6 @@ func TestRunsEvictLeavesAcrossRuns(t *testing.T) {
 			t.Fatalf("%d blocks, %d positions, %d evictions (%d in all) left", ix.Blocks(), ix.NodeCount(), ix.RankEvictions(r), ix.Evictions())
 		}
 	})
-}
-
-// TestRunsMemoryBytesTracksHeap checks the rule "on the run layout MemoryBytes is within 5 % of
-// the index's live heap" on the conversation fixture (shared chains), on unshared chains, on
-// evictable chains fresh and after evicting half of every rank and storing as many new blocks,
-// and after churn (half of every chain removed from its middle, leaving holes); and that its
-// counters are what a walk over the tree counts.
-func TestRunsMemoryBytesTracksHeap(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds 260k entries")
-	}
-	unshared := func(ix *index.Index, from, to uint64) {
-		blocks := make([]event.Block, 64)
-		hashes := make([]uint64, 64)
-		for r := uint64(1); r <= 64; r++ {
-			for round := from; round < to; round++ {
-				chainBlocks(blocks, hashes, r, round)
-				blocks[0].TokensHash = r<<40 | round<<8
-				ev := event.Stored(event.Rank{WorkerID: r}, 0, nil, blocks...)
-				ix.Apply(&ev)
-			}
-		}
-	}
-	for _, tc := range []struct {
-		name  string
-		build func() *index.Index
-	}{
-		{"conversations", func() *index.Index { return conversationIndexOf(t, index.Options{Runs: true}) }},
-		{"unshared", func() *index.Index {
-			ix := index.New(index.Options{Runs: true})
-			unshared(ix, 0, 64)
-			return ix
-		}},
-		{"evictable", func() *index.Index {
-			ix := index.New(index.Options{Runs: true, Evictable: true})
-			unshared(ix, 0, 64)
-			return ix
-		}},
-		{"evictable/half evicted, refilled", func() *index.Index {
-			ix := index.New(index.Options{Runs: true, Evictable: true})
-			unshared(ix, 0, 64)
-			for r := uint64(1); r <= 64; r++ {
-				ix.EvictLeaves(event.Rank{WorkerID: r}, 32*64)
-			}
-			unshared(ix, 64, 96)
-			return ix
-		}},
-		{"holes", func() *index.Index {
-			ix := conversationIndexOf(t, index.Options{Runs: true})
-			for r := uint64(0); r < 256; r += 2 {
-				hs := make([]uint64, 0, 512)
-				for j := uint64(256); j < 768; j++ {
-					hs = append(hs, j+1)
-				}
-				ev := event.Removed(event.Rank{WorkerID: r}, 2, hs...)
-				ix.Apply(&ev)
-			}
-			return ix
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			before := liveHeap()
-			ix := tc.build()
-			heap, est := float64(liveHeap()-before), float64(ix.MemoryBytes())
-			t.Logf("blocks %d positions %d: heap %.0f B, estimate %.0f B (%.3f)", ix.Blocks(), ix.NodeCount(), heap, est, est/heap)
-			if est < 0.95*heap || est > 1.05*heap {
-				t.Errorf("MemoryBytes %.0f, live heap %.0f: off by more than 5 %%", est, heap)
-			}
-			if err := ix.AuditMemory(); err != nil {
-				t.Error(err)
-			}
-			runtime.KeepAlive(ix)
-		})
-	}
 }
 
 // BenchmarkRunsEvictLeaves measures EvictLeaves on the run layout per evicted block (a rank of

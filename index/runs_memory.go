@@ -104,8 +104,19 @@ func (m *runMem) bytes() uint64 {
 	return uint64(max(b, 0))
 }
 
-// memoryBytes is MemoryBytes on the run layout.
+// memoryBytes is the run tree's part of MemoryBytes.
 func (t *runTree) memoryBytes() uint64 { return t.mem.bytes() }
+
+// memoryBytesRuns is MemoryBytes on the run layout: the tree's counters, and the Index's own
+// record of each live rank (indexRankBytes).
+func (ix *Index) memoryBytesRuns() uint64 {
+	return ix.runs.memoryBytes() + uint64(ix.table.Load().live())*indexRankBytes
+}
+
+// indexRankBytes is what the Index keeps per live rank beside the tree: its rankEntry, its
+// byRank map entry (24-byte slots, estimated as the tree's maps are) and its rank table slots
+// (byID, ord, byOrd, sizes).
+var indexRankBytes = uint64(allocBytes(int(unsafe.Sizeof(rankEntry{}))) + 42 + 8 + 4 + 16 + 8)
 
 // ---- the writers' hooks (runs.go), each under t.mu ----
 
@@ -201,4 +212,11 @@ var (
 func (t *runTree) countLookup(rs *runRank) {
 	t.mem.lookups.Add(allocBytes(8 * len(rs.lk.slots)))
 	t.mem.side.Add(int64(len(rs.lk.other) + len(rs.extra)))
+}
+
+// rankDropped accounts a rank's record dropped from the tree (RemoveRank: after forgetRank,
+// with its ranks and byID entries).
+func (t *runTree) rankDropped() {
+	t.mem.ranks.Add(-allocBytes(int(sizeofRunRank)))
+	t.mem.rankN.Add(-1)
 }
