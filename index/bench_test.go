@@ -78,8 +78,17 @@ func BenchmarkApply(b *testing.B) {
 // first store in a random order (as on a real cluster, where rank ids follow arrival, not worker
 // order); otherwise in worker order.
 func conversationIndex(tb testing.TB, shuffled bool) *index.Index {
+	return conversationIndexShuffled(tb, benchOptions(), shuffled)
+}
+
+// conversationIndexOf is conversationIndex (in worker order) with opts.
+func conversationIndexOf(tb testing.TB, opts index.Options) *index.Index {
+	return conversationIndexShuffled(tb, opts, false)
+}
+
+func conversationIndexShuffled(tb testing.TB, opts index.Options, shuffled bool) *index.Index {
 	const ranks, convs, length = 256, 64, 1024
-	ix := index.New(benchOptions())
+	ix := index.New(opts)
 	order := make([]uint64, ranks)
 	for i := range order {
 		order[i] = uint64(i)

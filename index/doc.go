@@ -133,6 +133,13 @@
 // forget the evicted set; re-storing an evicted block holds it again. An evicted rank gives back
 // room: its store order is compacted, and its lookup shrinks to 2/3 full once under 2/5.
 //
+// On the run layout (runs_evict.go) the same order, evicted set and counters are the rank's
+// (runRank.ev), under the tree's write lock. "Followed down through the first children" reads:
+// through the next offsets of the position's run (a run's continuation is the child made first
+// below a position), and from the last position of a full run (65,535 positions) into the child
+// run that continues it; a run forked mid-chain is another chain, evicted in its own turn. The
+// positions of one run go in one span update and one trim, from the chain's end up.
+//
 // A reader sees each node's state as of its visit; a query racing a writer may see a mix of
 // before and after, never a torn holder set.
 //
@@ -141,10 +148,9 @@
 // The run layout of issue 34 lives beside the slab, selected by Options.Runs for measurements
 // (KVINDEX_BENCH_LAYOUT=runs for the layout benchmarks, BenchmarkSMG included); it supports
 // Apply, FindMatches/FindMatchesInto (no early exit), Blocks, NodeCount, Ranks, RankBlocks,
-// MemoryBytes (its own estimate) and the rank operations (runs_rank.go: ClearRank, RemoveRank,
-// RemoveWorker, ReplaceRank, Reserve, RegisterRanks, RankHashes, DumpRank); the other writers
-// (EvictLeaves, NewRankBuilder) panic rather than run the slab's code beside it. The slab is
-// the default and the only layout the rest of kvindex uses.
+// MemoryBytes, EvictLeaves with Options.Evictable, RankBuilder and the rank operations
+// (runs_rank.go: ClearRank, RemoveRank, RemoveWorker, ReplaceRank, Reserve, RegisterRanks,
+// RankHashes, DumpRank).
 //
 //	run         pairs  []{tokens hash, block hash}   16 B a position, contiguous; grown in place
 //	                                                  by a quarter (8 positions at least)
@@ -184,6 +190,16 @@
 // rank that comes back gets a fresh id. DumpRank and RankHashes read the rank's entries under
 // the read lock and call back without it; both layouts dump through one emitter (emitDump), so
 // the events are the slab's. Lock order: the tree's lock, then the registry's.
+//
+// MemoryBytes (runs_memory.go) adds up byte counters the tree's writers keep as they change its
+// shapes, read with atomic loads (no lock, no walk): every run's pairs, spans and fork offsets
+// and the run headers, at the Go allocator's size classes; the interned sets; each rank's
+// lookup slots, record, store order and evicted set; the Go maps (child map, set keys, ranks,
+// the lookups' side entries) from their entry counts at their peak (a Go map does not shrink);
+// and the Index's record of each live rank. A writer that changes a shape without its counter
+// fails the tree's audit, which walks the tree and compares part by part. It reads 0.98–1.00 of
+// the live heap on the ×8 trace and on SMG's pinned and fragmented workloads
+// (BenchmarkRunsMemoryBytes, TestRunsMemoryBytesTracksHeap).
 //
 // Concurrency: one sync.RWMutex per tree (SMG's choice for its keyspaces): an event holds the
 // write side for its whole application, a query the read side for its walk. A reader therefore

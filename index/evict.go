@@ -1,8 +1,6 @@
 package index
 
 import (
-	"sync"
-
 	"github.com/kvindex/kvindex/event"
 )
 
@@ -13,77 +11,16 @@ import (
 // under-count, never an over-count). It is not an event: Counts does not count it and nothing is
 // logged.
 
-// orderState is a rank's store order and the block hashes evicted from it; writer-owned.
-type orderState struct {
-	order []uint64 // block hashes in first-store order; order[head:] is live, stale ones skipped
-	head  int
-	// evicted holds the hashes evicted and not since removed, re-stored or cleared, so that a
-	// later Removed of one is not block_not_found. Capped (maxEvictedSet).
-	evicted hashSet
+// holds reports whether rs holds block hash h.
+func (rs *rankEntry) holds(h uint64) bool {
+	_, ok := rs.lookup.get(h)
+	return ok
 }
-
-// maxEvictedSet caps a rank's evicted set at a quarter of its live blocks plus 64, so that the
-// set (8 B a slot, 10 to 15 B an entry, counted in MemoryBytes) stays a small share of what the
-// bound keeps (an eviction that only unshares a node frees 13 B: its lookup entry and holder
-// set share). Beyond it an
-// eviction is not remembered, and a later Removed of that block counts as block_not_found.
-func maxEvictedSet(live int) int { return live/4 + 64 }
 
 // noteStored records that rs newly holds block hash h (attach, with Options.Evictable).
 func (ix *Index) noteStored(rs *rankEntry, h uint64) {
-	o := &rs.ord
-	o.evicted.del(h)
-	if len(o.order)-o.head > 2*rs.lookup.len()+64 {
-		ix.compactOrder(rs, false)
-	} else if o.head > 0 && len(o.order) == cap(o.order) && 2*o.head >= len(o.order) {
-		n := copy(o.order, o.order[o.head:])
-		o.order, o.head = o.order[:n], 0
-	}
-	if c := cap(o.order); len(o.order) == c {
-		// Grown by a quarter, not doubled: the order is counted in MemoryBytes, and ranks of a
-		// fleet grow alike, so doubling steps would make the bound's measure jump.
-		grown := make([]uint64, len(o.order), c+c/4+8)
-		copy(grown, o.order)
-		o.order = grown
-		ix.orderSlots.Add(int64(cap(grown) - c))
-	}
-	o.order = append(o.order, h)
+	ix.orderSlots.Add(int64(rs.ord.note(h, rs.lookup.len(), rs.holds)))
 }
-
-// compactOrder drops the stale entries of rs's order (hashes rs no longer holds) and the older
-// duplicates of a hash (removed, then stored again), keeping the order of the rest. It compacts
-// in place (a pooled set finds the duplicates); with shrink (after an eviction) it reallocates to
-// give back room when the array is more than twice what is kept (plus 64).
-func (ix *Index) compactOrder(rs *rankEntry, shrink bool) {
-	o := &rs.ord
-	live := o.order[o.head:]
-	seen := seenSets.Get().(map[uint64]struct{})
-	w := len(live) // live[w:] is kept, newest last; w only moves down, behind the reads
-	for i := len(live) - 1; i >= 0; i-- {
-		h := live[i]
-		if _, dup := seen[h]; dup {
-			continue
-		}
-		if _, ok := rs.lookup.get(h); !ok {
-			continue
-		}
-		seen[h] = struct{}{}
-		w--
-		live[w] = h
-	}
-	clear(seen)
-	seenSets.Put(seen)
-	kept := live[w:]
-	keep := o.order[:copy(o.order, kept)]
-	if shrink && cap(keep) > 2*len(keep)+64 {
-		keep = append(make([]uint64, 0, len(keep)+len(keep)/4+8), keep...)
-	}
-	ix.orderSlots.Add(int64(cap(keep) - cap(o.order)))
-	o.order, o.head = keep, 0
-}
-
-// seenSets are compactOrder's scratch sets.
-var seenSets = sync.Pool{New: func() any { return make(map[uint64]struct{}) }}
 
 // forgetEvicted reports whether h was evicted from rs (and forgets it): a Removed of it is then
 // not block_not_found.
@@ -117,10 +54,9 @@ func (ix *Index) evictedBelow(rs *rankEntry, ev *event.RouterEvent) bool {
 // resetOrder drops rs's order and evicted set (Cleared, ReplaceRank, RemoveRank); the eviction
 // total stays.
 func (ix *Index) resetOrder(rs *rankEntry) {
-	o := &rs.ord
-	ix.orderSlots.Add(-int64(cap(o.order)))
-	ix.evictedSlots.Add(-int64(o.evicted.cap()))
-	o.order, o.head, o.evicted = nil, 0, hashSet{}
+	o, e := rs.ord.reset()
+	ix.orderSlots.Add(-int64(o))
+	ix.evictedSlots.Add(-int64(e))
 }
 
 // EvictLeaves removes up to n blocks of rank r and returns how many it removed. It takes the
@@ -131,7 +67,9 @@ func (ix *Index) resetOrder(rs *rankEntry) {
 // no score, and is evicted in its own turn. Without Options.Evictable, or for an unknown rank,
 // it removes nothing. A writer method (the rank's lane).
 func (ix *Index) EvictLeaves(r event.Rank, n int) int {
-	ix.runsUnsupported("EvictLeaves")
+	if ix.runs != nil {
+		return ix.evictLeavesRuns(r, n)
+	}
 	if !ix.opts.Evictable || n <= 0 {
 		return 0
 	}
@@ -171,12 +109,7 @@ func (ix *Index) EvictLeaves(r event.Rank, n int) int {
 			}
 		}
 	}
-	if o.head == len(o.order) {
-		o.order, o.head = o.order[:0], 0
-	}
-	if cap(o.order) > 2*(len(o.order)-o.head)+64 {
-		ix.compactOrder(rs, true) // give back the room of what was evicted
-	}
+	ix.orderSlots.Add(int64(o.settle(rs.holds))) // give back the room of what was evicted
 	if m := &rs.lookup; len(m.tags) > minLookup && 5*m.n < 2*len(m.tags) {
 		m.resize(max(minLookup, 3*m.n/2+1)) // under 2/5 full: back to 2/3 (MemoryBytes counts 13 B an entry)
 	}
@@ -196,20 +129,15 @@ func (ix *Index) evictOne(rs *rankEntry, k uint64, d *deltas) {
 
 // rememberEvicted adds k to rs's evicted set, unless the set is full.
 func (ix *Index) rememberEvicted(rs *rankEntry, k uint64) {
-	o := &rs.ord
-	if o.evicted.len() >= maxEvictedSet(rs.lookup.len()) {
-		return
-	}
-	c := o.evicted.cap()
-	o.evicted.add(k)
-	if d := o.evicted.cap() - c; d != 0 {
-		ix.evictedSlots.Add(int64(d))
-	}
+	ix.evictedSlots.Add(int64(rs.ord.remember(k, rs.lookup.len())))
 }
 
 // RankEvictions returns the blocks evicted from r since it became known in this process (0 for
 // an unknown rank). Safe on any goroutine.
 func (ix *Index) RankEvictions(r event.Rank) uint64 {
+	if ix.runs != nil {
+		return ix.rankEvictionsRuns(r)
+	}
 	if rs := ix.rankOf(r); rs != nil {
 		return rs.evictions.Load()
 	}
@@ -218,4 +146,9 @@ func (ix *Index) RankEvictions(r event.Rank) uint64 {
 
 // Evictions returns the blocks evicted from every rank of the index since it was built
 // (removed ranks included). Safe on any goroutine.
-func (ix *Index) Evictions() uint64 { return ix.evictions.Load() }
+func (ix *Index) Evictions() uint64 {
+	if ix.runs != nil {
+		return ix.runs.evict.total.Load()
+	}
+	return ix.evictions.Load()
+}

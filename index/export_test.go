@@ -54,7 +54,7 @@ func (r *RunTree) MemoryBytes() uint64 { return r.t.memoryBytes() }
 // Audit checks the prototype's invariants: spans sorted, disjoint, maximal and non-empty,
 // set refcounts equal to the spans using them, no run ending in a position neither held nor
 // forked, every child keyed by its first tokens hash, every rank's lookup naming positions it
-// holds, and the position count.
+// holds, the position count, and the memory counters (auditMemory).
 func (r *RunTree) Audit() error {
 	t := r.t
 	refs := make([]int32, len(t.sets.ids))
@@ -123,7 +123,7 @@ func (r *RunTree) Audit() error {
 			return fmt.Errorf("rank %v: %d hashes in its lookup, %d counted", rs.rank, n, rs.blocks)
 		}
 	}
-	return nil
+	return t.auditMemory() // export_runs_evict_test.go
 }
 
 // Intersect is the run walk's intersection: the kept ids, and the dropped ones with score.

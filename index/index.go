@@ -216,6 +216,7 @@ func New(opts Options) *Index {
 	if opts.Runs {
 		ix.runs = newRunTree()
 		ix.runs.newID = func(r event.Rank) uint32 { return ix.register(r).id }
+		ix.runs.evict.on = opts.Evictable
 	}
 	return ix
 }

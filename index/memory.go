@@ -19,7 +19,7 @@ const lookupBytesPerEntry = 9
 // live heap (TestMemoryBytesTracksHeap).
 func (ix *Index) MemoryBytes() uint64 {
 	if ix.runs != nil {
-		return ix.runs.memoryBytes()
+		return ix.memoryBytesRuns() // runs_memory.go
 	}
 	nodes, blocks := uint64(max(ix.NodeCount(), 0)), ix.Blocks()
 	b := nodes * uint64(unsafe.Sizeof(node{}))

@@ -82,6 +82,8 @@ type runTree struct {
 	// newID names a new rank: Index's registration in its rank table (Options.Runs), or the
 	// next id when nil.
 	newID func(event.Rank) uint32
+	evict runEvict // Options.Evictable (runs_evict.go)
+	mem   runMem   // heap counters (runs_memory.go)
 }
 
 type runRank struct {
@@ -90,15 +92,18 @@ type runRank struct {
 	lk     runLookup
 	extra  map[rpos]int32 // hashes beyond the first that map to one position
 	blocks int
+	ev     runRankEvict // store order and evicted set (runs_evict.go)
 }
 
 func newRunTree() *runTree {
-	return &runTree{
+	t := &runTree{
 		runs:  make([]runChain, 1),
 		kids:  map[kidKey]uint32{},
 		sets:  newSetInterner(),
 		ranks: map[event.Rank]*runRank{},
 	}
+	t.sets.mem = &t.mem
+	return t
 }
 
 // ---- holder sets ----
@@ -108,6 +113,7 @@ type setInterner struct {
 	refs []int32
 	key  map[string]uint32
 	free []uint32
+	mem  *runMem
 }
 
 func newSetInterner() setInterner {
@@ -146,6 +152,7 @@ func (s *setInterner) intern(ids []uint32) uint32 {
 		return id
 	}
 	own := slices.Clone(ids)
+	oldIDs, oldRefs := cap(s.ids), cap(s.refs)
 	var id uint32
 	if n := len(s.free); n > 0 {
 		id, s.free = s.free[n-1], s.free[:n-1]
@@ -155,6 +162,7 @@ func (s *setInterner) intern(ids []uint32) uint32 {
 		s.ids, s.refs = append(s.ids, own), append(s.refs, 0)
 	}
 	s.key[idsKey(own)] = id
+	s.setMade(own, oldIDs, oldRefs)
 	return id
 }
 
@@ -175,6 +183,7 @@ func (s *setInterner) unref(id uint32) {
 func (s *setInterner) reap(id uint32) {
 	if id != 0 && id&setSingle == 0 && s.refs[id] == 0 && s.ids[id] != nil {
 		delete(s.key, idsKey(s.ids[id]))
+		s.setFreed(s.ids[id])
 		s.ids[id] = nil
 		s.free = append(s.free, id)
 	}
@@ -268,10 +277,11 @@ func (t *runTree) lkPut(m *runLookup, h uint64, p rpos) {
 			m.other = map[uint64]rpos{}
 		}
 		m.other[h] = p
+		t.mem.side.Add(1)
 		return
 	}
 	if (m.n+1)*5 > len(m.slots)*4 {
-		m.grow(max(16, (m.n+1)*3/2))
+		t.lkResize(m, max(16, (m.n+1)*3/2))
 	}
 	m.insert(lkTag(h)<<40 | p)
 	m.n++
@@ -334,6 +344,7 @@ func (t *runTree) lkDel(m *runLookup, h uint64) (rpos, bool) {
 		p, ok := m.other[h]
 		if ok {
 			delete(m.other, h)
+			t.mem.side.Add(-1)
 		}
 		return p, ok
 	}
@@ -380,7 +391,7 @@ func (t *runTree) make(p rpos, tok, hash uint64, hint int) rpos {
 	if r != 0 {
 		if c := &t.runs[r]; int(o)+1 == len(c.pairs) && len(c.pairs) < runMaxLen {
 			if len(c.pairs) == cap(c.pairs) {
-				c.pairs = slices.Grow(c.pairs, max(8, len(c.pairs)/4))
+				c.pairs = t.growPairs(c.pairs, max(8, len(c.pairs)/4))
 			}
 			c.pairs = append(c.pairs, runPair{tok, hash})
 			t.positions++
@@ -395,11 +406,11 @@ func (t *runTree) make(p rpos, tok, hash uint64, hint int) rpos {
 		if id >= 1<<runIDBits {
 			panic("index: more than 2^24 runs")
 		}
-		t.runs = append(t.runs, runChain{})
+		t.growRuns()
 	}
-	t.runs[id] = runChain{pairs: append(make([]runPair, 0, max(1, hint)), runPair{tok, hash}), parent: p}
+	t.runs[id] = runChain{pairs: append(t.newPairs(max(1, hint)), runPair{tok, hash}), parent: p}
 	t.kids[kidKey{p, tok}] = id
-	t.runs[r].kidOffs = append(t.runs[r].kidOffs, o)
+	t.runs[r].kidOffs = t.forked(t.runs[r].kidOffs, o)
 	t.positions++
 	return mkpos(id, 0)
 }
@@ -503,10 +514,12 @@ func (t *runTree) setRange(r, a, b, id uint32, add bool, buf *[]uint32) {
 	t.sets.reap(memoOut)
 	// The new spans replace the old in place when they fit: a run's spans are sized to what
 	// it holds, with a quarter of room from 4 spans on.
+	spans := old[:0]
 	if cap(old) < len(out) || cap(old) > 2*len(out)+4 {
-		old = make([]runSpan, 0, len(out)+len(out)/4)
+		spans = make([]runSpan, 0, len(out)+len(out)/4)
+		t.respanned(old, spans)
 	}
-	c.spans = append(old[:0], out...)
+	c.spans = append(spans, out...)
 	t.spanBuf = out[:0]
 }
 
@@ -532,12 +545,13 @@ func (t *runTree) trim(r uint32) {
 		if end > 0 {
 			c.pairs = c.pairs[:end]
 			if cap(c.pairs) > 2*int(end)+8 {
-				c.pairs = slices.Clone(c.pairs)
+				c.pairs = t.clonePairs(c.pairs)
 			}
 			return
 		}
 		p, tok := c.parent, c.pairs[0].tok
 		delete(t.kids, kidKey{p, tok})
+		t.unlinked(c)
 		*c = runChain{}
 		t.freeRuns = append(t.freeRuns, r)
 		r = posRun(p)
@@ -552,6 +566,7 @@ func (t *runTree) unref(rs *runRank, p rpos, buf *[]uint32) {
 	if n := rs.extra[p]; n > 0 {
 		if n == 1 {
 			delete(rs.extra, p)
+			t.mem.side.Add(-1)
 		} else {
 			rs.extra[p] = n - 1
 		}
@@ -571,10 +586,12 @@ func (t *runTree) rankOf(r event.Rank, make bool) *runRank {
 		}
 		rs = &runRank{id: id, rank: r}
 		t.ranks[r] = rs
+		oldByID := cap(t.byID)
 		for len(t.byID) <= int(id) {
 			t.byID = append(t.byID, nil)
 		}
 		t.byID[id] = rs
+		t.rankMade(oldByID)
 	}
 	return rs
 }
@@ -605,6 +622,9 @@ func (t *runTree) apply(ev *event.RouterEvent) Result {
 				cur, ok = t.lkGet(&rs.lk, ev.ParentHash)
 			}
 			if !ok {
+				if rs != nil && t.evictedBelow(rs, ev, &buf) {
+					return Result{Status: StatusOK} // under an evicted block: evicted at once (runs_evict.go)
+				}
 				return Result{Status: StatusParentNotFound}
 			}
 		}
@@ -629,12 +649,16 @@ func (t *runTree) apply(ev *event.RouterEvent) Result {
 				moved = append(moved, old)
 			} else {
 				rs.blocks++
+				t.noteStored(rs, b.BlockHash)
 			}
 			r, o := posRun(next), posOff(next)
 			switch {
 			case (pb > pa && r == pr && o >= pa && o < pb) || t.holds(next, rs.id):
 				if rs.extra == nil {
 					rs.extra = map[rpos]int32{}
+				}
+				if rs.extra[next] == 0 {
+					t.mem.side.Add(1)
 				}
 				rs.extra[next]++
 			case pb > pa && r == pr && o == pb:
@@ -664,6 +688,9 @@ func (t *runTree) apply(ev *event.RouterEvent) Result {
 				p, ok = t.lkDel(&rs.lk, h)
 			}
 			if !ok {
+				if rs != nil && rs.ev.ord.evicted.del(h) {
+					continue // evicted under the memory bound: not an error (runs_evict.go)
+				}
 				res.NotFound++
 				continue
 			}
@@ -881,19 +908,4 @@ func intersect(drops *runDrops, active, set []uint32, score uint32, buf *[]uint3
 	}
 	*buf = active
 	return out
-}
-
-// memoryBytes estimates the tree's heap from its shapes.
-func (t *runTree) memoryBytes() uint64 {
-	var b uint64
-	for i := range t.runs {
-		c := &t.runs[i]
-		b += uint64(unsafe.Sizeof(*c)) + 16*uint64(cap(c.pairs)) + 12*uint64(cap(c.spans)) + 4*uint64(cap(c.kidOffs))
-	}
-	for _, rs := range t.byID {
-		if rs != nil {
-			b += 8 * uint64(len(rs.lk.slots))
-		}
-	}
-	return b
 }

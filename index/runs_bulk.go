@@ -499,7 +499,9 @@ func (b *runBuilder) commit() {
 		}
 	}
 	t.mu.Lock()
+	t.forgetRank(rs)
 	rs.lk, rs.extra, rs.blocks = lk, extra, b.held.n
+	t.countLookup(rs)
 	ix.nodeCount.Store(int64(t.positions)) // under the lock, as applyRuns: never a stale count
 	t.mu.Unlock()
 	if e := ix.rankOf(b.r); e != nil {
@@ -525,7 +527,7 @@ func (t *runTree) makeAlong(p rpos, tok, hash uint64, hint int) rpos {
 	if r, o := posRun(p), posOff(p); r != 0 {
 		c := &t.runs[r]
 		if n := len(c.pairs); int(o)+1 == n && n == cap(c.pairs) && hint > 1 && !slices.Contains(c.kidOffs, o) {
-			c.pairs = slices.Grow(c.pairs, min(hint, runMaxLen-n))
+			c.pairs = t.growPairs(c.pairs, min(hint, runMaxLen-n))
 		}
 	}
 	return t.make(p, tok, hash, hint)
@@ -636,5 +638,6 @@ func (t *runTree) addSpans(r uint32, add []rbRange, id uint32, fresh *uint32, bu
 	for _, s := range old {
 		t.sets.unref(s.set)
 	}
+	t.respanned(old, out)
 	c.spans = out
 }

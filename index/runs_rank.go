@@ -22,6 +22,7 @@ import (
 // Cleared, ClearRank, ReplaceRank, RemoveRank): what else a rank keeps and a clear forgets goes
 // here too, for an empty rank as well.
 func (t *runTree) clearLocked(rs *runRank) {
+	t.forgetRank(rs) // the lookup's bytes, the store order and the evicted set (runs_evict.go)
 	touched := make([]uint32, 0, 8)
 	last := ^uint32(0)
 	for _, s := range rs.lk.slots {
@@ -52,13 +53,14 @@ func (t *runTree) forgetLocked(rs *runRank) {
 	t.clearLocked(rs)
 	delete(t.ranks, rs.rank)
 	t.byID[rs.id] = nil
+	t.rankDropped()
 }
 
 // lkReserve makes room for n entries in m's slots (at most 4/5 full, lkPut's bound), so that n
 // puts do not grow it step by step. The other map is not sized: it is rare.
 func (t *runTree) lkReserve(m *runLookup, n int) {
 	if size := (5*n + 3) / 4; size > len(m.slots) {
-		m.grow(max(16, size))
+		t.lkResize(m, max(16, size))
 	}
 }
 
