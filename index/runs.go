@@ -597,11 +597,14 @@ func (t *runTree) rankOf(r event.Rank, make bool) *runRank {
 // apply applies one device event (Stored, Removed or Cleared) as Index.Apply does.
 func (t *runTree) apply(ev *event.RouterEvent) Result {
 	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.applyLocked(ev)
+}
+
+// applyLocked is apply under the write lock.
+func (t *runTree) applyLocked(ev *event.RouterEvent) Result {
 	buf := t.idBuf
-	defer func() {
-		t.idBuf = buf[:0]
-		t.mu.Unlock()
-	}()
+	defer func() { t.idBuf = buf[:0] }()
 	switch ev.Kind {
 	case event.KindStored:
 		for i, b := range ev.Blocks {

@@ -2,23 +2,24 @@ package index
 
 import "github.com/kvindex/kvindex/event"
 
-// applyRuns is Apply on the run tree: the tree's write lock for the event,
-// then the rank's published block count and the index's totals.
+// applyRuns is Apply on the run tree: one hold of the write lock for the event, the rank's block
+// count and the position count (stored under the lock: a writer's count never overwrites a later
+// writer's); then the rank's published block count and the index's totals.
 func (ix *Index) applyRuns(ev *event.RouterEvent) Result {
-	res := ix.runs.apply(ev)
+	t := ix.runs
+	t.mu.Lock()
+	res := t.applyLocked(ev)
+	n := 0
+	if rr := t.ranks[ev.Rank()]; rr != nil { // nil: unknown, or known by RegisterRanks only
+		n = rr.blocks
+	}
+	ix.nodeCount.Store(int64(t.positions))
+	t.mu.Unlock()
 	if res.Status == StatusInvalidBlock && ev.Kind != event.KindStored {
 		return res
 	}
 	if rs := ix.rankOf(ev.Rank()); rs != nil {
-		ix.runs.mu.RLock()
-		n := uint64(0)
-		if rr := ix.runs.ranks[ev.Rank()]; rr != nil { // nil: known by RegisterRanks only
-			n = uint64(rr.blocks)
-		}
-		// Stored under the lock: a writer's count never overwrites a later writer's.
-		ix.nodeCount.Store(int64(ix.runs.positions))
-		ix.runs.mu.RUnlock()
-		ix.blocks.Add(int64(n) - int64(rs.blocks.Swap(n)))
+		ix.blocks.Add(int64(n) - int64(rs.blocks.Swap(uint64(n))))
 	}
 	ix.count(ev.Kind, res.Status)
 	return res
