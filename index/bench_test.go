@@ -3,6 +3,7 @@ package index_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -77,7 +78,7 @@ func BenchmarkApply(b *testing.B) {
 // first store in a random order (as on a real cluster, where rank ids follow arrival, not worker
 // order); otherwise in worker order.
 func conversationIndex(tb testing.TB, shuffled bool) *index.Index {
-	return conversationIndexShuffled(tb, index.Options{}, shuffled)
+	return conversationIndexShuffled(tb, benchOptions(), shuffled)
 }
 
 // conversationIndexOf is conversationIndex (in worker order) with opts.
@@ -225,7 +226,7 @@ func BenchmarkHeapBytesPerEntry(b *testing.B) {
 	b.Run("shape=unshared", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			before := liveHeap()
-			ix := index.New(index.Options{})
+			ix := index.New(benchOptions())
 			blocks := make([]event.Block, 64)
 			hashes := make([]uint64, 64)
 			for r := uint64(1); r <= 64; r++ {
@@ -287,7 +288,7 @@ func BenchmarkTrace(b *testing.B) {
 			b.StopTimer()
 			before := liveHeap()
 			b.StartTimer()
-			ix := index.New(index.Options{})
+			ix := index.New(benchOptions())
 			for j := range wl.Events {
 				ix.Apply(&wl.Events[j])
 			}
@@ -387,7 +388,7 @@ func applyWriters(wl *workload.Workload, writers int) *index.Index {
 		k := (uint64(e.WorkerID)*31 + uint64(e.DPRank)) % uint64(writers)
 		parts[k] = append(parts[k], e)
 	}
-	ix := index.New(index.Options{})
+	ix := index.New(benchOptions())
 	var wg sync.WaitGroup
 	for _, p := range parts {
 		wg.Go(func() {
@@ -520,4 +521,10 @@ func BenchmarkTraceHeapSize(b *testing.B) {
 			runtime.KeepAlive(ix)
 		})
 	}
+}
+
+// benchOptions are the options of the benchmarks that compare layouts: KVINDEX_BENCH_LAYOUT=runs
+// selects the run-layout prototype (Options.Runs), anything else the slab.
+func benchOptions() index.Options {
+	return index.Options{Runs: os.Getenv("KVINDEX_BENCH_LAYOUT") == "runs"}
 }

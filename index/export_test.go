@@ -15,6 +15,9 @@ func SetTailFrom(n int) (restore func()) {
 	return func() { tailFrom = old }
 }
 
+// NodeSlots returns how many node slab slots ix has made (the root's included).
+func (ix *Index) NodeSlots() uint32 { return ix.nodes.next.Load() }
+
 // RunTree exposes the run-layout prototype (runs.go) to the tests.
 type RunTree struct {
 	t  *runTree

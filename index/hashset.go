@@ -1,7 +1,5 @@
 package index
 
-import "math/bits"
-
 // hashSet is a set of uint64 keys: an open-addressing table of 8-byte slots with linear probing
 // and backward-shift deletion (no tombstones), at most 4/5 full and grown by half, so it costs
 // 10 to 15 bytes a key (a Go map of uint64 costs about 20). 0 marks an empty slot; the key 0
@@ -12,14 +10,10 @@ type hashSet struct {
 	zero  bool
 }
 
-// home returns key k's home slot in a table of size slots: the high word of its mix × size (a
-// size need not be a power of two).
+// home returns key k's home slot in a table of size slots (the rank lookup's, slotOf).
 func home(k uint64, size int) int {
-	k ^= k >> 33
-	k *= 0xff51afd7ed558ccd
-	k ^= k >> 33
-	hi, _ := bits.Mul64(k, uint64(size))
-	return int(hi)
+	i, _ := slotOf(k, size)
+	return i
 }
 
 // len returns the number of keys.
@@ -124,12 +118,4 @@ func (s *hashSet) del(k uint64) bool {
 	s.slots[i] = 0
 	s.n--
 	return true
-}
-
-// cyclicDist is how far to lies past from in a table of size slots, wrapping around.
-func cyclicDist(from, to, size int) int {
-	if to >= from {
-		return to - from
-	}
-	return to + size - from
 }

@@ -20,7 +20,9 @@ import (
 // describes the holders (set nil), or just before set is cleared.
 //
 // Package tier's edges keep the two words in their own layout, so the set is handled through
-// these functions on the two words (the run tree interns its sets instead: runs.go).
+// these functions on the two words. The tree's nodes keep one holder word instead, naming the
+// one holder or a slot of the holder set slab that holds the set (tree.go); they share
+// setIDs, withID and withoutAt.
 
 // HolderIDs returns the holder ids of (set, one), ascending; a single holder is returned in buf.
 // The slice must not be modified. Safe without a lock.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -78,14 +79,30 @@ type Options struct {
 	// RankCapacity is the number of ranks the rank table is sized for up front; it grows past
 	// it as needed. Default (0): 64.
 	RankCapacity int
+	// LookupCapacity is the initial capacity of a new rank's block lookup. Default (0): 0, the
+	// lookup grows with the rank.
+	LookupCapacity int
 	// Evictable makes EvictLeaves work (evict.go): each rank keeps the order it stored its
 	// blocks in, 8 B per entry, counted in MemoryBytes. Default off: nothing is kept.
 	Evictable bool
+	// Runs selects the run-layout prototype (runs.go) instead of the node slab: experimental,
+	// for measurements only. It supports Apply, FindMatches and FindMatchesInto (without early
+	// exit), Blocks, NodeCount, Ranks, RankBlocks and the rank operations (runs_rank.go); not
+	// EvictLeaves and NewRankBuilder yet.
+	Runs bool
 }
+
+// layoutRuns makes every Index use the run layout (KVINDEX_INDEX_LAYOUT=runs): the switch that
+// runs the whole test suite on the run layout while the slab is being replaced (issue 34). It
+// goes with the slab.
+var layoutRuns = os.Getenv("KVINDEX_INDEX_LAYOUT") == "runs"
 
 func (o Options) withDefaults() Options {
 	if o.RankCapacity <= 0 {
 		o.RankCapacity = 64
+	}
+	if o.LookupCapacity < 0 {
+		o.LookupCapacity = 0
 	}
 	return o
 }
@@ -119,20 +136,48 @@ func (c Counts) Get(k event.Kind, s Status) uint64 {
 	return c[k][s]
 }
 
-// rankEntry is the index's entry for one known rank in its rank table: what an answer needs of
-// the rank. The rank's blocks, lookup and eviction state are the run tree's (runRank).
+// rankEntry is the index's entry for one known rank (its lookup and the nodes it holds). lookup
+// is owned by the rank's writer; blocks is read by anyone.
 type rankEntry struct {
-	rank event.Rank
-	id   uint32
-	// blocks is the rank's block count, published for readers: the rank's slot in the rank
-	// tables' sizes, where a query reads it next to the other ranks' counts.
+	rank   event.Rank
+	id     uint32
+	lookup lookup // block_hash → node; writer-owned
+	// refs counts, per node, the block hashes of the rank there beyond the first (a rank may
+	// store two block hashes at one position; it holds the node until both are gone). Rarely
+	// non-empty; writer-owned.
+	refs map[nref]uint32
+	// blocks is len(lookup), published for readers: the rank's slot in the rank tables' sizes,
+	// where a query reads it next to the other ranks' counts.
 	blocks *atomic.Uint64
+	// ord is the store order eviction follows (evict.go); writer-owned, empty unless Evictable.
+	ord orderState
+	// evictions counts the blocks evicted from the rank; read by anyone.
+	evictions atomic.Uint64
+	// mag is the magazine of node slots the rank's writer makes nodes from while it applies a
+	// Stored event or commits a RankBuilder (nil otherwise: taken at the first node made); pend the slots of nodes its writer
+	// unlinked, not yet in the index's limbo (slab.go). Writer-owned.
+	mag  *magazine
+	pend []nref
 }
 
-// Index is the concurrent index: the run tree (runs.go) and the rank table its answers are laid
-// out through. See the package documentation for the concurrency contract.
+// Index is the concurrent radix-tree index. See the package documentation for the concurrency
+// contract.
 type Index struct {
 	opts Options
+	// nodes holds every node, the root at rootRef; sets holds the holder sets of nodes held by
+	// two ranks or more (slab.go). ep guards the reuse of their slots.
+	nodes slab[node]
+	sets  slab[atomic.Pointer[uint32]]
+	ep    epochs
+	pool  nodePool
+	// Magazines of node slots for writers (slab.go): the Pool keeps a P's last one; allMags,
+	// guarded by magMu, every one made.
+	mags    sync.Pool
+	magMu   sync.Mutex
+	allMags []*magazine
+
+	// shards is the child table: (parent, tokens hash) → node, for every linked node.
+	shards [numShards]shard
 
 	regMu  sync.RWMutex
 	byRank map[event.Rank]*rankEntry
@@ -141,27 +186,38 @@ type Index struct {
 	// readers load it without a lock.
 	table atomic.Pointer[rankTable]
 
-	nodeCount atomic.Int64 // positions (NodeCount), stored under the tree's lock
+	nodeCount atomic.Int64
 	blocks    atomic.Int64
 	counts    [4][4]atomic.Uint64
+	// Eviction (evict.go): slots of every rank's store order, slots of the evicted sets, and
+	// blocks evicted in total.
+	orderSlots, evictedSlots atomic.Int64
+	evictions                atomic.Uint64
 
 	scratch sync.Pool // *matchScratch
 
-	runs *runTree // the tree (runs.go, runs_index.go)
+	runs *runTree // Options.Runs (runs_index.go)
 }
 
 // New returns an empty index.
 func New(opts Options) *Index {
 	opts = opts.withDefaults()
+	if layoutRuns {
+		opts.Runs = true
+	}
 	ix := &Index{
 		opts:   opts,
 		byRank: make(map[event.Rank]*rankEntry, opts.RankCapacity),
 	}
+	ix.ep.global.Store(1) // 0 marks a free reader slot
+	ix.nodes.fresh()      // the root, rootRef
 	ix.table.Store(&rankTable{byID: make([]*rankEntry, 0, opts.RankCapacity), byOrd: make([]ordRank, 0, opts.RankCapacity)})
 	ix.scratch.New = func() any { return new(matchScratch) }
-	ix.runs = newRunTree()
-	ix.runs.newID = func(r event.Rank) uint32 { return ix.register(r).id }
-	ix.runs.evict.on = opts.Evictable
+	if opts.Runs {
+		ix.runs = newRunTree()
+		ix.runs.newID = func(r event.Rank) uint32 { return ix.register(r).id }
+		ix.runs.evict.on = opts.Evictable
+	}
 	return ix
 }
 
@@ -185,7 +241,7 @@ func (ix *Index) register(r event.Rank) *rankEntry {
 	if rs := ix.byRank[r]; rs != nil {
 		return rs
 	}
-	rs := &rankEntry{rank: r, id: ix.nextID}
+	rs := &rankEntry{rank: r, id: ix.nextID, lookup: newLookup(&ix.nodes, ix.opts.LookupCapacity)}
 	ix.nextID++
 	ix.table.Store(ix.table.Load().with(rs))
 	ix.byRank[r] = rs
@@ -197,7 +253,9 @@ func (ix *Index) register(r event.Rank) *rankEntry {
 // restart replay calls it with every rank of the log before applying anything. It may run
 // concurrently with readers and with writers of other ranks.
 func (ix *Index) RegisterRanks(ranks []event.Rank) {
-	defer ix.registerRanksRuns(ranks) // deferred first: runs once regMu is released
+	if ix.runs != nil {
+		defer ix.registerRanksRuns(ranks) // deferred first: runs once regMu is released
+	}
 	ix.regMu.Lock()
 	defer ix.regMu.Unlock()
 	t := ix.table.Load()
@@ -206,7 +264,7 @@ func (ix *Index) RegisterRanks(ranks []event.Rank) {
 		if ix.byRank[r] != nil {
 			continue
 		}
-		rs := &rankEntry{rank: r, id: ix.nextID}
+		rs := &rankEntry{rank: r, id: ix.nextID, lookup: newLookup(&ix.nodes, ix.opts.LookupCapacity)}
 		ix.nextID++
 		byID = append(byID, rs)
 		ix.byRank[r] = rs
@@ -402,22 +460,165 @@ func (ix *Index) count(k event.Kind, s Status) {
 // A rank becomes known with its first successful Stored (an empty one included); a Removed or
 // Cleared of an unknown rank changes nothing and does not make it known. An event of an unknown
 // kind returns StatusInvalidBlock and is not counted.
-func (ix *Index) Apply(ev *event.RouterEvent) Result { return ix.applyRuns(ev) }
+func (ix *Index) Apply(ev *event.RouterEvent) Result {
+	if ix.runs != nil {
+		return ix.applyRuns(ev)
+	}
+	var res Result
+	switch ev.Kind {
+	case event.KindStored:
+		res = ix.applyStored(ev.Rank(), ev)
+	case event.KindRemoved:
+		res = ix.applyRemoved(ev)
+	case event.KindCleared:
+		ix.ClearRank(ev.Rank())
+	default:
+		return Result{Status: StatusInvalidBlock}
+	}
+	ix.count(ev.Kind, res.Status)
+	return res
+}
+
+func (ix *Index) applyStored(r event.Rank, ev *event.RouterEvent) Result {
+	// Validate before any mutation.
+	for i, b := range ev.Blocks {
+		if ev.HasParent && b.BlockHash == ev.ParentHash {
+			return Result{Status: StatusInvalidBlock}
+		}
+		if i > 0 && b.BlockHash == ev.Blocks[i-1].BlockHash {
+			return Result{Status: StatusInvalidBlock}
+		}
+	}
+	// Inside an epoch from here: a Stored under an evicted parent releases nodes too.
+	g := ix.ep.enter()
+	defer ix.ep.exit(g)
+	rs := ix.rankOf(r)
+	cur := rootRef
+	if ev.HasParent {
+		if rs == nil {
+			return Result{Status: StatusParentNotFound}
+		}
+		p, ok := rs.lookup.get(ev.ParentHash)
+		if !ok {
+			if ix.evictedBelow(rs, ev) {
+				return Result{Status: StatusOK} // under an evicted block: evicted at once (evict.go)
+			}
+			return Result{Status: StatusParentNotFound}
+		}
+		cur = p
+	}
+	if rs == nil {
+		rs = ix.register(r)
+	}
+	defer ix.releaseMag(rs)
+	var d deltas
+	for _, b := range ev.Blocks {
+		cur = ix.attach(rs, cur, b, &d)
+	}
+	ix.publish(rs, &d)
+	return Result{Status: StatusOK, Blocks: len(ev.Blocks)}
+}
+
+func (ix *Index) applyRemoved(ev *event.RouterEvent) Result {
+	rs := ix.rankOf(ev.Rank())
+	if rs == nil {
+		if len(ev.Removed) == 0 {
+			return Result{}
+		}
+		return Result{Status: StatusBlockNotFound, NotFound: len(ev.Removed)}
+	}
+	res := Result{}
+	var d deltas
+	g := ix.ep.enter()
+	defer ix.ep.exit(g)
+	for _, h := range ev.Removed {
+		n, ok := rs.lookup.del(h)
+		if !ok {
+			if ix.forgetEvicted(rs, h) {
+				continue // evicted under the memory bound: not an error (evict.go)
+			}
+			res.NotFound++
+			continue
+		}
+		d.blocks--
+		ix.release(rs, n, &d)
+		res.Blocks++
+	}
+	ix.publish(rs, &d)
+	if res.NotFound > 0 {
+		res.Status = StatusBlockNotFound
+	}
+	return res
+}
 
 // ClearRank drops every block of r (a Cleared event, without counting it). r stays known.
-func (ix *Index) ClearRank(r event.Rank) { ix.clearRankRuns(r) }
+func (ix *Index) ClearRank(r event.Rank) {
+	if ix.runs != nil {
+		ix.clearRankRuns(r)
+		return
+	}
+	if rs := ix.rankOf(r); rs != nil {
+		ix.clearState(rs)
+	}
+}
+
+func (ix *Index) clearState(rs *rankEntry) {
+	d := deltas{blocks: -int64(rs.lookup.len())}
+	g := ix.ep.enter()
+	for _, n := range rs.lookup.all() {
+		ix.release(rs, n, &d)
+	}
+	ix.ep.exit(g)
+	ix.publish(rs, &d)
+	ix.returnNodes(rs)
+	rs.lookup = newLookup(&ix.nodes, ix.opts.LookupCapacity)
+	rs.refs = nil
+	ix.resetOrder(rs)
+}
 
 // RemoveRank drops every block of r and forgets r. It reports whether r was known.
-func (ix *Index) RemoveRank(r event.Rank) bool { return ix.removeRankRuns(r) }
+func (ix *Index) RemoveRank(r event.Rank) bool {
+	if ix.runs != nil {
+		return ix.removeRankRuns(r)
+	}
+	rs := ix.rankOf(r)
+	if rs == nil {
+		return false
+	}
+	ix.clearState(rs)
+	ix.unregister(rs)
+	return true
+}
 
 // Reserve makes room in r's block lookup for blocks entries, so that building a rank of known
-// size (the restart replay of a snapshot) does not grow its table step by step. r becomes known
-// when blocks > 0. A writer method.
-func (ix *Index) Reserve(r event.Rank, blocks int) { ix.reserveRuns(r, blocks) }
+// size (the restart replay of a snapshot) does not grow its table step by step. r becomes known.
+// A writer method.
+func (ix *Index) Reserve(r event.Rank, blocks int) {
+	if ix.runs != nil {
+		ix.reserveRuns(r, blocks)
+		return
+	}
+	if blocks <= 0 {
+		return
+	}
+	ix.register(r).lookup.reserve(blocks)
+}
 
 // ReplaceRank clears r, then applies the Stored events of a dump (DumpRank) to it, whatever rank
 // the events name. Other kinds are ignored. Nothing is counted in Counts. r becomes known.
-func (ix *Index) ReplaceRank(r event.Rank, stored []event.RouterEvent) { ix.replaceRankRuns(r, stored) }
+func (ix *Index) ReplaceRank(r event.Rank, stored []event.RouterEvent) {
+	if ix.runs != nil {
+		ix.replaceRankRuns(r, stored)
+		return
+	}
+	rs := ix.register(r)
+	ix.clearState(rs)
+	for i := range stored {
+		if stored[i].Kind == event.KindStored {
+			ix.applyStored(r, &stored[i])
+		}
+	}
+}
 
 // RemoveWorker removes every rank of a worker and returns how many there were. It requires that
 // no writer runs on that worker's ranks meanwhile.
@@ -465,15 +666,22 @@ func (ix *Index) RankBlocks(r event.Rank) uint64 {
 	return 0
 }
 
-// RankHashes calls fn with every block r holds, its block hash and its position's tokens hash,
-// in no order: also the blocks DumpRank leaves out (stranded under an ancestor r no longer holds). A
+// RankHashes calls fn with every block r holds, its block hash and its node's tokens hash, in no
+// order: also the blocks DumpRank leaves out (stranded under an ancestor r no longer holds). A
 // writer method, like DumpRank.
 func (ix *Index) RankHashes(r event.Rank, fn func(blockHash, tokensHash uint64)) {
-	ix.rankHashesRuns(r, fn)
+	if ix.runs != nil {
+		ix.rankHashesRuns(r, fn)
+		return
+	}
+	if rs := ix.rankOf(r); rs != nil {
+		for h, n := range rs.lookup.all() {
+			fn(h, ix.at(n).tokens)
+		}
+	}
 }
 
-// NodeCount returns the number of tree positions (the root excluded): a position is counted once
-// however many ranks hold it.
+// NodeCount returns the number of live tree nodes, the root excluded.
 func (ix *Index) NodeCount() int { return int(ix.nodeCount.Load()) }
 
 // Blocks returns the number of (rank, block) entries held.

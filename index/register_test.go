@@ -1,6 +1,7 @@
 package index
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -63,10 +64,13 @@ func checkTable(t interface{ Fatalf(string, ...any) }, tab *rankTable) {
 // TestRegisterRanksMatchesOneByOne: registering ranks in bulk (as the restart replay does) and
 // then applying, mixed with single registrations, removals and a registered rank's Removed or
 // Cleared before its first Stored, gives the same answers as registering each rank on its first
-// Stored, and keeps the table's invariants, every registered rank with its runRank (AuditRuns).
+// Stored, and keeps the table's invariants; on the run layout too, where every registered rank
+// has its runRank (AuditRuns).
 func TestRegisterRanksMatchesOneByOne(t *testing.T) {
 	defer SetTailFrom(0)()
-	testRegisterRanks(t, Options{})
+	for _, runs := range []bool{false, true} {
+		t.Run(fmt.Sprintf("runs=%v", runs), func(t *testing.T) { testRegisterRanks(t, Options{Runs: runs}) })
+	}
 }
 
 func testRegisterRanks(t *testing.T, opts Options) {

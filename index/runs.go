@@ -1,7 +1,9 @@
 package index
 
-// runs.go: the run tree (doc.go "Layout: runs"): Apply's device-tier semantics (Stored, Removed,
-// Cleared: parents, moves, exact partial removal) and FindMatches' walk.
+// runs.go: a prototype of the run layout (issue 34), beside the node slab, behind
+// Options.Runs (runs_index.go). Device-tier semantics of Apply (Stored, Removed, Cleared:
+// parents, moves, exact partial removal) and FindMatches' scores, measured on SMG's pinned
+// workload by BenchmarkSMG with KVINDEX_BENCH_LAYOUT=runs against the slab.
 //
 // Layout:
 //
@@ -77,7 +79,7 @@ type runTree struct {
 	idBuf   []uint32
 	spanBuf []runSpan
 	sink    uint64 // runLookup.touch's
-	// newID names a new rank: Index's registration in its rank table, or the
+	// newID names a new rank: Index's registration in its rank table (Options.Runs), or the
 	// next id when nil.
 	newID func(event.Rank) uint32
 	evict runEvict // Options.Evictable (runs_evict.go)

@@ -1,6 +1,6 @@
 package index
 
-// runs_bulk.go: RankBuilder's work on the run tree, the restart replay's bulk path.
+// runs_bulk.go: RankBuilder on the run layout (Options.Runs), the restart replay's bulk path.
 //
 // The builder runs one empty rank's events on private state with Index.Apply's semantics, then
 // Commit lays the rank's final positions into the run tree, walking each final chain from the

@@ -17,4 +17,4 @@ func (ix *Index) AuditRunTree() error {
 }
 
 // RunsPositions returns how many private positions a run-layout builder keeps.
-func (b *RankBuilder) RunsPositions() int { return len(b.b.pos) }
+func (b *RankBuilder) RunsPositions() int { return len(b.runs.pos) }

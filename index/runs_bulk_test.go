@@ -40,8 +40,8 @@ func TestRunsRankBuilderAgainstModel(t *testing.T) {
 		oneByOne := event.Rank{WorkerID: 3}
 		all := []event.Rank{built[0][0], built[0][1], built[1][0], built[1][1], oneByOne}
 		m := testutil.NewModel()
-		ref := index.New(index.Options{})
-		ix := index.New(index.Options{})
+		ref := index.New(index.Options{Runs: true})
+		ix := index.New(index.Options{Runs: true})
 		steps := map[event.Rank][]bulkStep{}
 		draw := func(r event.Rank, ev event.RouterEvent) {
 			want := m.Apply(&ev)
@@ -201,8 +201,8 @@ func TestRunsRankBuilderAgainstModel(t *testing.T) {
 // its commit is the one-by-one result.
 func TestRunsRankBuilderCompacts(t *testing.T) {
 	defer index.SetRunsBulk(64, 256)()
-	ix := index.New(index.Options{})
-	ref := index.New(index.Options{})
+	ix := index.New(index.Options{Runs: true})
+	ref := index.New(index.Options{Runs: true})
 	r := event.Rank{WorkerID: 5}
 	b, ok := ix.NewRankBuilder(r)
 	if !ok {
@@ -329,7 +329,7 @@ func benchRankBuilder(b *testing.B, makeLog func() ([][]*event.RouterEvent, int)
 		var rb index.RankBuilder
 		cpu := cpuTime(false)
 		for i := 0; i < b.N; i++ {
-			ix := index.New(index.Options{})
+			ix := index.New(benchOptions())
 			ix.RegisterRanks(ranks)
 			for _, evs := range log {
 				if !rb.Reset(ix, evs[0].Rank()) {
@@ -349,7 +349,7 @@ func benchRankBuilder(b *testing.B, makeLog func() ([][]*event.RouterEvent, int)
 	b.Run("one-by-one", func(b *testing.B) {
 		cpu := cpuTime(false)
 		for i := 0; i < b.N; i++ {
-			ix := index.New(index.Options{})
+			ix := index.New(benchOptions())
 			ix.RegisterRanks(ranks)
 			for _, evs := range log {
 				for _, ev := range evs {
@@ -375,7 +375,7 @@ func reportPerBlock(b *testing.B, blocks int, cpu time.Duration) {
 // and removing every block leaves no position.
 func TestRunsRankBuilderCommitUnderChurn(t *testing.T) {
 	defer index.SetRunsBulk(1, 4)()
-	ix := index.New(index.Options{})
+	ix := index.New(index.Options{Runs: true})
 	churn := event.Rank{WorkerID: 99}
 	prefix := []event.Block{{BlockHash: 1, TokensHash: 10}, {BlockHash: 2, TokensHash: 20}}
 	var wg sync.WaitGroup

@@ -1,6 +1,7 @@
 package index_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/kvindex/kvindex/event"
@@ -169,7 +170,7 @@ func TestRunsEvictLeavesAcrossRuns(t *testing.T) {
 	}
 	t.Run("full run", func(t *testing.T) {
 		const full = 1<<16 - 1
-		ix := index.New(index.Options{Evictable: true})
+		ix := index.New(index.Options{Runs: true, Evictable: true})
 		long := chain(1<<32, full+5)
 		ev := event.Stored(r, 0, nil, long...)
 		ix.Apply(&ev)
@@ -187,7 +188,7 @@ func TestRunsEvictLeavesAcrossRuns(t *testing.T) {
 		}
 	})
 	t.Run("fork mid-chain", func(t *testing.T) {
-		ix := index.New(index.Options{Evictable: true})
+		ix := index.New(index.Options{Runs: true, Evictable: true})
 		a := chain(100, 6)
 		b := append(chain(100, 3), chain(200, 2)...) // forks from a at offset 2, stored later
 		for _, ev := range []event.RouterEvent{event.Stored(r, 0, nil, a...), event.Stored(r, 0, ptr(uint64(102)), b[3:]...)} {
@@ -207,14 +208,14 @@ func TestRunsEvictLeavesAcrossRuns(t *testing.T) {
 	})
 }
 
-// BenchmarkRunsEvictLeaves measures EvictLeaves per evicted block (a rank of 64-block chains
-// evicted 256 blocks a call, the store included).
+// BenchmarkRunsEvictLeaves measures EvictLeaves on the run layout per evicted block (a rank of
+// 64-block chains evicted 256 blocks a call, the store included), beside the slab's.
 //
 //	go test ./index -run '^$' -bench BenchmarkRunsEvictLeaves -benchmem
 func BenchmarkRunsEvictLeaves(b *testing.B) {
-	{
-		b.Run("runs=true", func(b *testing.B) {
-			ix := index.New(index.Options{Evictable: true})
+	for _, runs := range []bool{false, true} {
+		b.Run(fmt.Sprintf("runs=%v", runs), func(b *testing.B) {
+			ix := index.New(index.Options{Evictable: true, Runs: runs})
 			rank := event.Rank{WorkerID: 1}
 			blocks := make([]event.Block, 64)
 			hashes := make([]uint64, 64)

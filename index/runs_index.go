@@ -2,9 +2,9 @@ package index
 
 import "github.com/kvindex/kvindex/event"
 
-// applyRuns is Apply on the run tree: one hold of the write lock for the event, the rank's block
-// count and the position count (stored under the lock: a writer's count never overwrites a later
-// writer's); then the rank's published block count and the index's totals.
+// applyRuns is Apply on the run layout (Options.Runs): one hold of the write lock for the event,
+// the rank's block count and the position count (stored under the lock: a writer's count never
+// overwrites a later writer's); then the rank's published block count and the index's totals.
 func (ix *Index) applyRuns(ev *event.RouterEvent) Result {
 	t := ix.runs
 	t.mu.Lock()
@@ -25,9 +25,9 @@ func (ix *Index) applyRuns(ev *event.RouterEvent) Result {
 	return res
 }
 
-// findMatchesRuns is findMatches on the run tree: the walk leaves each score's ranks ascending
-// by id, and each score's group is laid out deepest first through the rank table (doc.go
-// "Concurrency", Scores).
+// findMatchesRuns is findMatches on the run layout: the walk leaves each score's ranks
+// ascending by id, and each run is laid out deepest first through the rank table, as the slab's
+// answers are.
 func (ix *Index) findMatchesRuns(dst []Score, path *[]uint64, q []uint64, earlyExit bool) []Score {
 	t := ix.table.Load()
 	sc := ix.scratch.Get().(*matchScratch)
@@ -37,4 +37,13 @@ func (ix *Index) findMatchesRuns(dst []Score, path *[]uint64, q []uint64, earlyE
 	})
 	ix.scratch.Put(sc)
 	return dst
+}
+
+// runsUnsupported panics when ix runs the prototype (Options.Runs), which supports Apply and the
+// queries only: the slab code of the other writers would desynchronize the rank table from the
+// run tree's holder sets (a removed rank's id left in them) instead of failing.
+func (ix *Index) runsUnsupported(op string) {
+	if ix.runs != nil {
+		panic("index: Options.Runs (the run-layout prototype) does not support " + op)
+	}
 }

@@ -34,19 +34,19 @@ func TestRunsMemoryBytesTracksHeap(t *testing.T) {
 		name  string
 		build func() *index.Index
 	}{
-		{"conversations", func() *index.Index { return conversationIndexOf(t, index.Options{}) }},
+		{"conversations", func() *index.Index { return conversationIndexOf(t, index.Options{Runs: true}) }},
 		{"unshared", func() *index.Index {
-			ix := index.New(index.Options{})
+			ix := index.New(index.Options{Runs: true})
 			unshared(ix, 0, 64)
 			return ix
 		}},
 		{"evictable", func() *index.Index {
-			ix := index.New(index.Options{Evictable: true})
+			ix := index.New(index.Options{Runs: true, Evictable: true})
 			unshared(ix, 0, 64)
 			return ix
 		}},
 		{"evictable/half evicted, refilled", func() *index.Index {
-			ix := index.New(index.Options{Evictable: true})
+			ix := index.New(index.Options{Runs: true, Evictable: true})
 			unshared(ix, 0, 64)
 			for r := uint64(1); r <= 64; r++ {
 				ix.EvictLeaves(event.Rank{WorkerID: r}, 32*64)
@@ -55,7 +55,7 @@ func TestRunsMemoryBytesTracksHeap(t *testing.T) {
 			return ix
 		}},
 		{"holes", func() *index.Index {
-			ix := conversationIndexOf(t, index.Options{})
+			ix := conversationIndexOf(t, index.Options{Runs: true})
 			for r := uint64(0); r < 256; r += 2 {
 				hs := make([]uint64, 0, 512)
 				for j := uint64(256); j < 768; j++ {
@@ -109,9 +109,9 @@ func BenchmarkRunsMemoryBytes(b *testing.B) {
 			ix.Apply(&wl.Events[j])
 		}
 	}
-	b.Run("trace-x8", func(b *testing.B) { measure(b, index.Options{}, trace) })
+	b.Run("trace-x8", func(b *testing.B) { measure(b, index.Options{Runs: true}, trace) })
 	b.Run("trace-x8/evictable,third-evicted", func(b *testing.B) {
-		measure(b, index.Options{Evictable: true}, func(ix *index.Index) {
+		measure(b, index.Options{Runs: true, Evictable: true}, func(ix *index.Index) {
 			trace(ix)
 			for _, ri := range ix.Ranks() {
 				ix.EvictLeaves(ri.Rank, int(ri.Blocks/3))
@@ -124,7 +124,7 @@ func BenchmarkRunsMemoryBytes(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			measure(b, index.Options{}, func(ix *index.Index) {
+			measure(b, index.Options{Runs: true}, func(ix *index.Index) {
 				for i := range w.Ops {
 					ev := w.Ops[i].Event()
 					ix.Apply(&ev)

@@ -1,6 +1,6 @@
 package index
 
-// runs_rank.go: the rank-level operations of the Index on the run tree:
+// runs_rank.go: the rank-level operations of the Index on the run layout (Options.Runs):
 // ClearRank, RemoveRank (and through it RemoveWorker), ReplaceRank, Reserve, RegisterRanks,
 // RankHashes and DumpRank. Each keeps the Index's rank registry (byRank, the rank table) and the
 // run tree's (ranks, byID) in step: every rank the Index knows has a runRank of the same id.
@@ -116,7 +116,7 @@ func (ix *Index) ensureRunRank(r event.Rank) *runRank {
 // reserveRuns is Reserve on the run layout.
 func (ix *Index) reserveRuns(r event.Rank, blocks int) {
 	if blocks <= 0 {
-		return // r is not made known
+		return // as on the slab: r is not made known
 	}
 	rs := ix.ensureRunRank(r)
 	ix.runs.mu.Lock()
@@ -126,7 +126,7 @@ func (ix *Index) reserveRuns(r event.Rank, blocks int) {
 
 // replaceRankRuns is ReplaceRank on the run layout: the rank is cleared, then each Stored is
 // applied as r's (one tree write at a time, as Apply does: readers may see the rank partly
-// rebuilt).
+// rebuilt, as on the slab).
 func (ix *Index) replaceRankRuns(r event.Rank, stored []event.RouterEvent) {
 	ix.ensureRunRank(r)
 	ix.clearRankRuns(r)
@@ -231,7 +231,7 @@ func (ix *Index) rankHashesRuns(r event.Rank, fn func(blockHash, tokensHash uint
 	}
 }
 
-// dumpRankRuns is DumpRank on the run tree, through emitDump (dump.go): the rank's
+// dumpRankRuns is DumpRank on the run layout, with the slab's events (dump.go): the rank's
 // entries are read under the read lock, the events are planned and fn called without it.
 //
 // The plan works on the rank's positions sorted by (run, offset): a held position's in-run

@@ -13,8 +13,8 @@ import (
 // of depth blocks under a prefix of 8 positions every chain shares; rank w holds chain c when
 // (w+c)%2 == 0 or c%3 == 0, so that the positions of a chain are held by one of a few holder
 // sets. A position has one block hash whoever stores it.
-func rankOpsIndex(ranks, chains, depth int) *index.Index {
-	ix := index.New(index.Options{})
+func rankOpsIndex(runs bool, ranks, chains, depth int) *index.Index {
+	ix := index.New(index.Options{Runs: runs})
 	for w := range ranks {
 		r := event.Rank{WorkerID: uint64(w + 1)}
 		for c := range chains {
@@ -45,8 +45,8 @@ func rankOpsIndex(ranks, chains, depth int) *index.Index {
 //	go test ./index -run '^$' -bench BenchmarkRankOps -benchmem
 func BenchmarkRankOps(b *testing.B) {
 	const ranks, chains, depth = 32, 32, 32
-	for _, layout := range []string{"runs"} {
-		ix := rankOpsIndex(ranks, chains, depth)
+	for _, layout := range []string{"slab", "runs"} {
+		ix := rankOpsIndex(layout == "runs", ranks, chains, depth)
 		r := event.Rank{WorkerID: 7}
 		dump := dumpRank(b, ix, r)
 		blocks := float64(ix.RankBlocks(r))

@@ -135,7 +135,7 @@ func auditRuns(t tb, ix *index.Index, what string) {
 // same events.
 func checkRoundTrip(t tb, ix *index.Index, m *testutil.Model, queries [][]uint64) {
 	t.Helper()
-	fresh := index.New(index.Options{})
+	fresh := index.New(index.Options{Runs: true})
 	for _, ri := range ix.Ranks() {
 		fresh.ReplaceRank(ri.Rank, dumpRank(t, ix, ri.Rank))
 		auditRuns(t, fresh, "replay of "+ri.Rank.String())
@@ -174,17 +174,18 @@ func checkRoundTrip(t tb, ix *index.Index, m *testutil.Model, queries [][]uint64
 	}
 }
 
-// TestRunsRankOpsAgainstModel drives an Index and the reference model with the same random mix
-// of events and rank operations (ClearRank, RemoveRank, RemoveWorker, ReplaceRank with another
-// rank's dump, Reserve, RegisterRanks). After every step the run layout's invariants hold
-// (AuditRuns: no span names a removed rank, both registries in step) and the index's state and
-// scores are the model's; every few steps and at the end the dumps replayed into a fresh index
-// reproduce every score.
+// TestRunsRankOpsAgainstModel drives a run-layout Index, a slab Index and the reference model
+// with the same random mix of events and rank operations (ClearRank, RemoveRank, RemoveWorker,
+// ReplaceRank with another rank's dump, Reserve, RegisterRanks). After every step the run
+// layout's invariants hold (AuditRuns: no span names a removed rank, both registries in step),
+// both indexes' state and scores are the model's, and both dump every rank with the same events
+// and list the same RankHashes; every few steps and at the end the dumps replayed into a fresh
+// index reproduce every score.
 func TestRunsRankOpsAgainstModel(t *testing.T) {
 	defer index.SetTailFrom(0)()
 	rapid.Check(t, func(rt *rapid.T) {
-		runs := index.New(index.Options{})
-		both := []*index.Index{runs}
+		runs, slab := index.New(index.Options{Runs: true}), index.New(index.Options{})
+		both := []*index.Index{runs, slab}
 		m := testutil.NewModel()
 		rankGen := propRanks
 		var queries [][]uint64
@@ -223,6 +224,9 @@ func TestRunsRankOpsAgainstModel(t *testing.T) {
 			case op < 22:
 				src := rankGen.Draw(rt, "source")
 				dump := dumpRank(rt, runs, src)
+				if d, e := dumpText(rt, runs, src), dumpText(rt, slab, src); d != e {
+					rt.Fatalf("step %d: rank %v dumps\n%s\non the run layout, on the slab\n%s", step, src, d, e)
+				}
 				for _, ix := range both {
 					ix.ReplaceRank(r, dump)
 				}
@@ -258,6 +262,11 @@ func TestRunsRankOpsAgainstModel(t *testing.T) {
 			for _, ix := range both {
 				checkState(rt, ix, m)
 			}
+			for _, rk := range m.Ranks() {
+				if a, b := rankHashes(runs, rk), rankHashes(slab, rk); !slices.Equal(a, b) {
+					rt.Fatalf("step %d: rank %v hashes %v on the run layout, %v on the slab", step, rk, a, b)
+				}
+			}
 			qs := [][]uint64{rapid.SliceOfN(propTokens, 0, 6).Draw(rt, "query")}
 			if held := m.HeldBlocks(r); len(held) > 0 {
 				b, _ := m.Block(r, rapid.SampledFrom(held).Draw(rt, "path of"))
@@ -269,6 +278,11 @@ func TestRunsRankOpsAgainstModel(t *testing.T) {
 				}
 			}
 			queries = append(queries, qs...)
+		}
+		for _, rk := range m.Ranks() {
+			if d, e := dumpText(rt, runs, rk), dumpText(rt, slab, rk); d != e {
+				rt.Fatalf("rank %v dumps\n%s\non the run layout, on the slab\n%s", rk, d, e)
+			}
 		}
 		checkRoundTrip(rt, runs, m, queries)
 		// Removing every rank leaves no position, no span and no holder set.
@@ -287,7 +301,7 @@ func TestRunsRankOpsAgainstModel(t *testing.T) {
 // TestRunsRemovedRankGetsFreshID: a rank that comes back after RemoveRank (or RemoveWorker) gets
 // a new id, no span names the old one, and its new blocks score alone.
 func TestRunsRemovedRankGetsFreshID(t *testing.T) {
-	ix := index.New(index.Options{})
+	ix := index.New(index.Options{Runs: true})
 	a, b := event.Rank{WorkerID: 1}, event.Rank{WorkerID: 2}
 	chain := []event.Block{{BlockHash: 1, TokensHash: 101}, {BlockHash: 2, TokensHash: 102}, {BlockHash: 3, TokensHash: 103}}
 	for _, r := range []event.Rank{a, b} {
@@ -323,7 +337,7 @@ func TestRunsRemovedRankGetsFreshID(t *testing.T) {
 }
 
 // TestRunsRegisteredRankEvents: ranks made known by RegisterRanks (as the restart replay does)
-// and by Reserve take any event before their first Stored, with the outcomes of a known rank.
+// and by Reserve take any event before their first Stored, with the slab's outcomes.
 func TestRunsRegisteredRankEvents(t *testing.T) {
 	a, b, c := event.Rank{WorkerID: 1}, event.Rank{WorkerID: 1, DPRank: 1}, event.Rank{WorkerID: 2}
 	p := uint64(5)
@@ -335,26 +349,19 @@ func TestRunsRegisteredRankEvents(t *testing.T) {
 		event.Stored(c, 2, nil, event.Block{BlockHash: 9, TokensHash: 109}),
 		event.Stored(b, 2, nil, event.Block{BlockHash: 9, TokensHash: 109}),
 	}
-	want := []index.Result{
-		{Status: index.StatusBlockNotFound, NotFound: 1},
-		{},
-		{Status: index.StatusParentNotFound},
-		{Status: index.StatusBlockNotFound, NotFound: 1},
-		{Blocks: 1},
-		{Blocks: 1},
+	runs, slab := index.New(index.Options{Runs: true}), index.New(index.Options{})
+	for _, ix := range []*index.Index{runs, slab} {
+		ix.RegisterRanks([]event.Rank{a, b})
+		ix.Reserve(c, 10)
 	}
-	runs := index.New(index.Options{})
-	runs.RegisterRanks([]event.Rank{a, b})
-	runs.Reserve(c, 10)
 	for i := range evs {
-		if r := runs.Apply(&evs[i]); r != want[i] {
-			t.Fatalf("%+v: %+v, want %+v", evs[i], r, want[i])
+		if r, s := runs.Apply(&evs[i]), slab.Apply(&evs[i]); r != s {
+			t.Fatalf("%+v: %+v on the run layout, %+v on the slab", evs[i], r, s)
 		}
 		auditRuns(t, runs, "after an event")
 	}
-	wantRanks := []index.RankInfo{{Rank: a}, {Rank: b, Blocks: 1}, {Rank: c, Blocks: 1}}
-	if r := runs.Ranks(); !slices.Equal(r, wantRanks) {
-		t.Fatalf("ranks %v, want %v", r, wantRanks)
+	if r, s := runs.Ranks(), slab.Ranks(); !slices.Equal(r, s) {
+		t.Fatalf("ranks %v on the run layout, %v on the slab", r, s)
 	}
 }
 
@@ -362,7 +369,7 @@ func TestRunsRegisteredRankEvents(t *testing.T) {
 // grow it; a smaller reservation keeps it, and a reservation of nothing does not make the rank
 // known (as on the slab).
 func TestRunsReserve(t *testing.T) {
-	ix := index.New(index.Options{})
+	ix := index.New(index.Options{Runs: true})
 	r := event.Rank{WorkerID: 1}
 	ix.Reserve(r, 1000)
 	slots := ix.RunLookupSlots(r)
@@ -401,7 +408,7 @@ func TestRunsReserve(t *testing.T) {
 func TestRunsRankOpsConcurrentReaders(t *testing.T) {
 	const ops, readers = 600, 4
 	rng := rand.New(rand.NewPCG(34, 4))
-	ix := index.New(index.Options{})
+	ix := index.New(index.Options{Runs: true})
 	m := testutil.NewModel()
 	ranks := []event.Rank{{WorkerID: 1}, {WorkerID: 1, DPRank: 1}, {WorkerID: 2}, {WorkerID: 3}}
 	queries := twoTokenQueries(rng, 16, 10)

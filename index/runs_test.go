@@ -178,7 +178,7 @@ func equalScores(a, b map[event.Rank]uint32) bool {
 func TestRunsIndexAgainstModel(t *testing.T) {
 	defer index.SetTailFrom(0)()
 	rapid.Check(t, func(rt *rapid.T) {
-		ix := index.New(index.Options{})
+		ix := index.New(index.Options{Runs: true})
 		m := testutil.NewModel()
 		rankGen := rapid.Custom(func(t *rapid.T) event.Rank {
 			return event.Rank{WorkerID: rapid.Uint64Range(1, 2).Draw(t, "worker"), DPRank: rapid.Uint32Range(0, 2).Draw(t, "dp")}

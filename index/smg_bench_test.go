@@ -22,7 +22,7 @@ import (
 func BenchmarkSMG(b *testing.B) {
 	forSMGProfiles(b, func(b *testing.B, w *workload.SMGWorkload) {
 		for i := 0; i < b.N; i++ {
-			rep, _, err := bench.RunSMG(context.Background(), w, bench.SMGOptions{})
+			rep, _, err := bench.RunSMG(context.Background(), w, bench.SMGOptions{Index: benchOptions()})
 			if err != nil {
 				b.Fatal(err)
 			}
