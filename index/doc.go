@@ -143,14 +143,18 @@
 // A reader sees each node's state as of its visit; a query racing a writer may see a mix of
 // before and after, never a torn holder set.
 //
-// # Runs (prototype: Options.Runs, runs.go)
+// # Runs (Options.Runs, runs.go)
 //
-// The run layout of issue 34 lives beside the slab, selected by Options.Runs for measurements
-// (KVINDEX_BENCH_LAYOUT=runs for the layout benchmarks, BenchmarkSMG included); it supports
-// Apply, FindMatches/FindMatchesInto (no early exit), Blocks, NodeCount, Ranks, RankBlocks,
-// MemoryBytes, EvictLeaves with Options.Evictable, RankBuilder and the rank operations
-// (runs_rank.go: ClearRank, RemoveRank, RemoveWorker, ReplaceRank, Reserve, RegisterRanks,
-// RankHashes, DumpRank).
+// The run layout of issue 34 lives beside the slab, selected by Options.Runs (or, for every
+// Index of a process, KVINDEX_INDEX_LAYOUT=runs: how the whole test suite runs on it;
+// KVINDEX_BENCH_LAYOUT=runs for the layout benchmarks, BenchmarkSMG included). It supports every
+// method: Apply, FindMatches/FindMatchesInto/FindMatchesPath (early exit included), Blocks,
+// NodeCount, Ranks, RankBlocks, MemoryBytes, EvictLeaves with Options.Evictable, RankBuilder
+// (runs_bulk.go) and the rank operations (runs_rank.go: ClearRank, RemoveRank, RemoveWorker,
+// ReplaceRank, Reserve, RegisterRanks, RankHashes, DumpRank). It was main's index for one commit
+// (56e1214) and was reverted: its one lock per tree serializes writers, so in-memory ingest on
+// 2 cores, the restart and the query tail under load measured worse than the slab's
+// (docs/BENCHMARKS.md). What it needs to be main's: writers of different ranks in parallel.
 //
 //	run         pairs  []{tokens hash, block hash}   16 B a position, contiguous; grown in place
 //	                                                  by a quarter (8 positions at least)

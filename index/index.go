@@ -85,10 +85,10 @@ type Options struct {
 	// Evictable makes EvictLeaves work (evict.go): each rank keeps the order it stored its
 	// blocks in, 8 B per entry, counted in MemoryBytes. Default off: nothing is kept.
 	Evictable bool
-	// Runs selects the run-layout prototype (runs.go) instead of the node slab: experimental,
-	// for measurements only. It supports Apply, FindMatches and FindMatchesInto (without early
-	// exit), Blocks, NodeCount, Ranks, RankBlocks and the rank operations (runs_rank.go); not
-	// EvictLeaves and NewRankBuilder yet.
+	// Runs selects the run layout (runs.go) instead of the node slab. It supports every method
+	// (doc.go "Runs"), with one lock per tree: fewer bytes and a shorter idle tail, but writers
+	// of different ranks serialize (docs/BENCHMARKS.md, "The run layout as main's index, measured
+	// and reverted"). KVINDEX_INDEX_LAYOUT=runs selects it for every Index of the process.
 	Runs bool
 }
 

@@ -38,12 +38,3 @@ func (ix *Index) findMatchesRuns(dst []Score, path *[]uint64, q []uint64, earlyE
 	ix.scratch.Put(sc)
 	return dst
 }
-
-// runsUnsupported panics when ix runs the prototype (Options.Runs), which supports Apply and the
-// queries only: the slab code of the other writers would desynchronize the rank table from the
-// run tree's holder sets (a removed rank's id left in them) instead of failing.
-func (ix *Index) runsUnsupported(op string) {
-	if ix.runs != nil {
-		panic("index: Options.Runs (the run-layout prototype) does not support " + op)
-	}
-}
