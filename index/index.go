@@ -87,8 +87,9 @@ type Options struct {
 	Evictable bool
 	// Runs selects the run layout (runs.go) instead of the node slab. It supports every method
 	// (doc.go "Runs"), with one lock per tree: fewer bytes and a shorter idle tail, but writers
-	// of different ranks serialize (docs/BENCHMARKS.md, "The run layout as main's index, measured
-	// and reverted"). KVINDEX_INDEX_LAYOUT=runs selects it for every Index of the process.
+	// of different ranks serialize (docs/BENCHMARKS.md, "Issue 34: the run layout complete, made
+	// main's index, measured, reverted"). KVINDEX_INDEX_LAYOUT=runs selects it for every Index
+	// of the process.
 	Runs bool
 }
 
