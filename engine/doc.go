@@ -24,9 +24,10 @@
 //   - Range answers are chosen by recovery.RangeRule (a pure function) and served for every
 //     partition; recovery fetches name the rank's partition on the wire and keep its local id.
 //   - Durable metadata (worker records, peers, source configs) is written through CommitMeta
-//     only — but for the worker records an ingest batch changes (a worker's door, its placement,
-//     the leases the event sources imply: Config.SourceLease), written in the log batch of the
-//     events that change them.
+//     only — but for the worker records an HTTP ingest batch changes (a worker's door, its
+//     placement) and the leases the event sources imply (Config.SourceLease), written in the log
+//     batch of the events that change them. An event source's placement (Place) writes its
+//     record in a commit of its own, before the source submits the events.
 //   - Every door names its kind (Source: http, zmq, dynamo, nats, peer, library, decisions) where
 //     it places events (Place with a Placement, Batch.Source); the engine keeps each worker's kind
 //     in its record and counts outcomes per partition and kind (accuracy.go). The event sources

@@ -129,9 +129,23 @@ type Unregistered struct {
 // committed with the worker's record. A worker left with neither registrations nor ranks is
 // removed (lease ended, record forgotten, an emptied partition dropped). A worker that is not
 // there, or of which nothing was removed, is ErrNotRegistered.
+//
+// stop runs twice: first before the record is locked, with a batch that is dropped, so that the
+// sources stop while none of them waits for the record (a source placing its worker, or renewing
+// its lease, takes the record's lock; stopping it under that lock would wait for it forever);
+// then under the lock with the batch that ends the registrations (a source stopped already is
+// not found: no error). stop must therefore be idempotent.
 func (e *Engine) Unregister(ctx context.Context, w uint64, model, group string, dp *uint32,
 	stop func(regs []Registration, b MetaBatch) error) (Unregistered, error) {
 	var out Unregistered
+	if going := e.regsGoing(w, model, group, dp); len(going) > 0 {
+		b := e.log.NewBatch()
+		err := stop(going, b)
+		b.Close() // dropped: the registrations end in the batch built under the lock
+		if err != nil {
+			return out, err
+		}
+	}
 	rec := e.lockRec(w, false)
 	if rec == nil {
 		return out, fmt.Errorf("instance %d %w", w, ErrNotRegistered)
@@ -142,6 +156,25 @@ func (e *Engine) Unregister(ctx context.Context, w uint64, model, group string, 
 		e.dropIfLeft(ctx, part)
 	}
 	return out, err
+}
+
+// regsGoing lists the registrations of w an Unregister of (model, group, dp) would end, read
+// without the record's lock: none when w is not placed in that partition.
+func (e *Engine) regsGoing(w uint64, model, group string, dp *uint32) []Registration {
+	var regs []Registration
+	placed, part := false, uint32(0)
+	e.look(w, func(st *workerState) {
+		if st != nil {
+			regs, placed, part = slices.Clone(st.regs), st.placed, st.part
+		}
+	})
+	if !placed || e.parts.Get(part) == nil {
+		return nil
+	}
+	if have := e.keyOf(part); have.ModelName != model || (group != "" && have.RoutingGroup != group) {
+		return nil
+	}
+	return slices.DeleteFunc(regs, func(x Registration) bool { return dp != nil && x.DPRank != *dp })
 }
 
 func (e *Engine) unregisterLocked(ctx context.Context, w uint64, rec *workerRec, model, group string, dp *uint32,

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -87,8 +88,10 @@ func TestFormat4DirUpgradesToWorkerRecords(t *testing.T) {
 	// Unregistered: nothing of it is left, and its emptied partition is dropped.
 	var stopped []string
 	if _, err := e.Unregister(ctx, 4, "r", "", nil, func(regs []Registration, b MetaBatch) error {
-		for _, r := range regs {
-			stopped = append(stopped, r.SourceID)
+		for _, r := range regs { // stop runs twice (Unregister): a source stops once
+			if !slices.Contains(stopped, r.SourceID) {
+				stopped = append(stopped, r.SourceID)
+			}
 		}
 		return nil
 	}); err != nil {

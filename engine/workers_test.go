@@ -182,8 +182,10 @@ func TestWorkersDataDriven(t *testing.T) {
 				}
 				var stopped []string
 				out, err := e.Unregister(ctx, worker, key.ModelName, "", dpp, func(regs []Registration, _ MetaBatch) error {
-					for _, r := range regs {
-						stopped = append(stopped, r.SourceID)
+					for _, r := range regs { // stop runs twice (Unregister): a source stops once
+						if !slices.Contains(stopped, r.SourceID) {
+							stopped = append(stopped, r.SourceID)
+						}
 					}
 					return nil
 				})

@@ -408,7 +408,7 @@ func (t *runTree) make(p rpos, tok, hash uint64, hint int) rpos {
 		}
 		t.growRuns()
 	}
-	t.runs[id] = runChain{pairs: append(t.newPairs(max(1, hint)), runPair{tok, hash}), parent: p}
+	t.runs[id] = runChain{pairs: append(t.newPairs(min(max(1, hint), runMaxLen)), runPair{tok, hash}), parent: p}
 	t.kids[kidKey{p, tok}] = id
 	t.runs[r].kidOffs = t.forked(t.runs[r].kidOffs, o)
 	t.positions++

@@ -301,12 +301,12 @@ func (ix *Index) evictLeavesRuns(r event.Rank, n int) int {
 		return 0
 	}
 	done := t.evictLeaves(rr, n)
-	blocks, positions := uint64(rr.blocks), t.positions
+	blocks := uint64(rr.blocks)
+	ix.nodeCount.Store(int64(t.positions)) // under the lock, as applyRuns: never a stale count
 	t.mu.Unlock()
 	if rs := ix.rankOf(r); rs != nil {
 		ix.blocks.Add(int64(blocks) - int64(rs.blocks.Swap(blocks)))
 	}
-	ix.nodeCount.Store(int64(positions))
 	return done
 }
 
