@@ -568,8 +568,13 @@ func (e *Engine) removeLocked(ctx context.Context, w uint64, rec *workerRec, key
 			return gone, part, false, nil // another partition's worker: as for an unknown one
 		}
 	}
-	// The record first: a crash before the ranks are removed leaves ranks without a record,
-	// which the restart places again (Recover), never a record of ranks that are gone.
+	// The ranks first, then the record: a crash between the two leaves a record without ranks
+	// (as of a worker placed before its first event), whose lease the sweep ends again after
+	// the restart, and which DELETE removes again; the other order left ranks without their
+	// record, which the restart placed again as a live worker without its lease.
+	if gone, err = e.removeRanks(ctx, w); err != nil {
+		return gone, part, false, err
+	}
 	keep := func(st *workerState) {
 		*st = workerState{placed: st.placed && regs > 0, part: st.part, regs: st.regs}
 	}
@@ -579,9 +584,6 @@ func (e *Engine) removeLocked(ctx context.Context, w uint64, rec *workerRec, key
 	m, gen := e.buildRec(w, rec, keep)
 	if err := e.CommitMeta(ctx, func(b MetaBatch) { putRec(b, m) }); err != nil {
 		return gone, part, false, fmt.Errorf("removing worker %d: %w", w, err)
-	}
-	if gone, err = e.removeRanks(ctx, w); err != nil {
-		return gone, part, false, err
 	}
 	if regs == 0 {
 		e.forget(w, rec)

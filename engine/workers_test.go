@@ -39,8 +39,10 @@ import (
 //	url worker=W [url=U]                       SetRecoverySource (no url: clears it)
 //	kinds worker=W kinds=(K,...) [partition=M] Place as an event source naming its group kinds
 //	record worker=W                            the worker's durable record (package worker)
-//	lose-record worker=W                       delete the durable record alone (as a crash between
-//	                                           Remove's record deletion and its rank removal leaves it)
+//	lose-record worker=W                       delete the durable record alone (ranks without a
+//	                                           record: a record lost)
+//	lose-ranks worker=W                        remove the worker's ranks alone (as a crash between
+//	                                           Remove's rank removal and its record's leaves them)
 //	find [partition=M] hashes=(T,...)          Find: worker/dp=score, best first
 //	state                                      partitions, ranks, and each worker seen: its
 //	                                           partition, door and lease
@@ -213,6 +215,11 @@ func TestWorkersDataDriven(t *testing.T) {
 					return "error: " + err.Error() + "\n"
 				}
 				return "ok\n"
+			case "lose-ranks":
+				if _, err := e.removeRanks(ctx, worker); err != nil {
+					t.Fatal(err)
+				}
+				return ""
 			case "lose-record":
 				if err := e.CommitMeta(ctx, func(b MetaBatch) { b.DeleteMeta(wrec.Name(worker)) }); err != nil {
 					t.Fatal(err)
