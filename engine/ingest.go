@@ -190,7 +190,12 @@ func (e *Engine) ingestFrom(ctx context.Context, src Source, key partition.Key, 
 	if err := e.place(ctx, key, blockSize, evs); err != nil {
 		return Result{}, err
 	}
-	meta, done := e.noteDoors(evs, src) // the records of workers new to this door, in the events' batch
+	// The records of workers new to this door go in the events' batch; every worker's record is
+	// held for the submit, so that a removal in between refuses the batch (lockBatch).
+	meta, done, err := e.lockDoors(evs, src)
+	if err != nil {
+		return Result{}, &PlaceError{Index: -1, Err: err}
+	}
 	res, err := e.pipe.SubmitWithMeta(ctx, evs, meta...)
 	done(err == nil)
 	return res, err

@@ -339,8 +339,11 @@ func (e *Engine) runLeaseSweep(ctx context.Context) {
 // after its last event.
 func (e *Engine) submitRenewing(ctx context.Context, evs []event.RouterEvent, meta []Meta) (Result, error) {
 	ttl := e.cfg.SourceLease
-	if ttl <= 0 || len(evs) == 0 {
+	if len(evs) == 0 {
 		return e.pipe.SubmitWithMeta(ctx, evs, meta...)
+	}
+	if ttl <= 0 {
+		return e.submitLocked(ctx, evs, meta, nil, nil)
 	}
 	start := e.now().UnixNano()
 	var renew, taken []uint64
@@ -360,7 +363,7 @@ func (e *Engine) submitRenewing(ctx context.Context, evs []event.RouterEvent, me
 	}
 	t.mu.RUnlock()
 	if len(renew) == 0 {
-		return e.pipe.SubmitWithMeta(ctx, evs, meta...)
+		return e.submitLocked(ctx, evs, meta, nil, nil)
 	}
 	return e.submitRenewed(ctx, evs, meta, renew, taken, start, ttl)
 }
@@ -374,6 +377,19 @@ func renewDue(st *workerState, start int64, ttl time.Duration) bool {
 	return have == nil || have.ttl != ttl || have.deadline-start < int64(ttl)*3/4
 }
 
+// submitLocked submits a source's batch with every worker's record held (lockBatch: a worker
+// removed since its placement refuses the batch), the records of due changed by ch written with
+// the events.
+func (e *Engine) submitLocked(ctx context.Context, evs []event.RouterEvent, meta []Meta, due []uint64, ch change) (Result, error) {
+	recs, done, err := e.lockBatch(evs, due, ch)
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := e.pipe.SubmitWithMeta(ctx, evs, append(slices.Clip(meta), recs...)...)
+	done(err == nil)
+	return res, err
+}
+
 // submitRenewed is submitRenewing's batch with the records of the workers whose leases it renews.
 func (e *Engine) submitRenewed(ctx context.Context, evs []event.RouterEvent, meta []Meta, renew, taken []uint64,
 	start int64, ttl time.Duration) (Result, error) {
@@ -384,9 +400,7 @@ func (e *Engine) submitRenewed(ctx context.Context, evs []event.RouterEvent, met
 			st.lease = &x
 		}
 	}
-	recs, done := e.lockWrites(renew, ch)
-	res, err := e.pipe.SubmitWithMeta(ctx, evs, append(slices.Clip(meta), recs...)...)
-	done(err == nil)
+	res, err := e.submitLocked(ctx, evs, meta, renew, ch)
 	if err == nil {
 		for _, w := range taken {
 			e.lg.Info("lease implied by the worker's event source", "worker_id", w, "ttl_ms", ttl.Milliseconds())

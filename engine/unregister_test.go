@@ -3,10 +3,14 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/partition"
 )
 
@@ -53,5 +57,61 @@ func TestUnregisterStopsSourcesBeforeLockingTheRecord(t *testing.T) {
 	}
 	if w, _ := e.Worker(7); len(w.Registrations) != 0 {
 		t.Fatalf("worker 7 still registered: %+v", w)
+	}
+}
+
+// TestRemoveBetweenPlaceAndSubmitRefusesTheBatch: a worker removed (DELETE, the lease sweep)
+// after an event source placed its batch and before the source submits it: the batch is refused
+// (ErrPlacementChanged) and writes nothing, so no rank lands in the partition the removal
+// dropped; the source's next batch places the worker again, and is applied. Both with and
+// without implied leases (the two submit paths).
+func TestRemoveBetweenPlaceAndSubmitRefusesTheBatch(t *testing.T) {
+	for _, lease := range []time.Duration{0, time.Minute} {
+		t.Run(fmt.Sprintf("source-lease=%v", lease), func(t *testing.T) {
+			ctx := context.Background()
+			e, err := Open(Config{DataDir: "data", FS: vfs.NewMem(), Lanes: 2, SourceLease: lease,
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			if err := e.Recover(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			key := partition.KeyOf("m", "", "")
+			place := func() uint32 {
+				id, err := e.Place(ctx, Placement{Door: SourceZMQ, Key: key, Worker: 1, EventSource: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return id
+			}
+			stored := func(part uint32, id uint64) []event.RouterEvent {
+				ev := event.Stored(event.Rank{Partition: part, WorkerID: 1}, id, nil, event.Block{BlockHash: 100 + id, TokensHash: 10 + id})
+				return []event.RouterEvent{ev}
+			}
+			part := place()
+			if _, err := e.SourceDoor().SubmitWithMeta(ctx, stored(part, 1)); err != nil {
+				t.Fatal(err)
+			}
+			part = place()                                   // the next batch is placed ...
+			if _, err := e.Remove(ctx, 1, nil); err != nil { // ... then the worker is removed
+				t.Fatal(err)
+			}
+			_, err = e.SourceDoor().SubmitWithMeta(ctx, stored(part, 2))
+			if !errors.Is(err, ErrPlacementChanged) {
+				t.Fatalf("submit after the removal: %v, want ErrPlacementChanged", err)
+			}
+			if st := e.Status(); len(st) != 0 {
+				t.Fatalf("ranks after the refused batch: %+v, want none", st)
+			}
+			part = place()
+			if _, err := e.SourceDoor().SubmitWithMeta(ctx, stored(part, 3)); err != nil {
+				t.Fatal(err)
+			}
+			if st := e.Status(); len(st) != 1 || e.keyOf(st[0].Rank.Partition) != key {
+				t.Fatalf("ranks after the source placed again: %+v, want worker 1's in m", st)
+			}
+		})
 	}
 }

@@ -472,11 +472,9 @@ func sameDoor(have, src Source) bool {
 	return have == src || (have != "" && src == SourceDecisions)
 }
 
-// noteDoors applies door src to the workers of evs (placed in memory) for an ingest batch: it
-// locks the records to write (their door changes, or their placement is unsaved) and returns
-// their entries for the batch, and the function that applies them once the batch is durable
-// and unlocks them (call it whatever the outcome: ok false applies nothing).
-func (e *Engine) noteDoors(evs []event.RouterEvent, src Source) ([]Meta, func(ok bool)) {
+// lockDoors is lockBatch for an ingest door's batch: the records of the workers new to the door
+// src (or not yet written) are rewritten with it, in the events' log batch.
+func (e *Engine) lockDoors(evs []event.RouterEvent, src Source) ([]Meta, func(ok bool), error) {
 	var due []uint64
 	t := e.workers
 	t.mu.RLock()
@@ -492,15 +490,78 @@ func (e *Engine) noteDoors(evs []event.RouterEvent, src Source) ([]Meta, func(ok
 		}
 	}
 	t.mu.RUnlock()
-	if len(due) == 0 {
-		return nil, func(bool) {}
-	}
 	ch := func(st *workerState) {
 		if !sameDoor(st.door, src) {
 			st.door = src
 		}
 	}
-	return e.lockWrites(due, ch)
+	return e.lockBatch(evs, due, ch)
+}
+
+// ErrPlacementChanged refuses a batch whose worker was removed, or placed elsewhere, between the
+// batch's placement and its submit (a DELETE, a lease sweep or an /unregister in between):
+// nothing of it is written, and the door places it again (a source's next batch does; an HTTP
+// client posts again: 409).
+var ErrPlacementChanged = fmt.Errorf("%w: the worker was removed or placed again while its batch was in flight; send the batch again", partition.ErrWorkerElsewhere)
+
+// lockBatch locks the records of every worker of evs (in id order: no two batches deadlock) for
+// the batch's submit, and checks under them that each event's partition is its worker's: a
+// removal waits for the submit, or the submit sees the removal (ErrPlacementChanged; no lock
+// kept). It builds the entries of the workers in due changed by ch, written with the events,
+// and returns the function that applies ch to them once durable and unlocks every record.
+func (e *Engine) lockBatch(evs []event.RouterEvent, due []uint64, ch change) ([]Meta, func(ok bool), error) {
+	ws := make([]uint64, 0, 2)
+	for i := range evs {
+		if w := evs[i].WorkerID; (i == 0 || w != evs[i-1].WorkerID) && !slices.Contains(ws, w) {
+			ws = append(ws, w)
+		}
+	}
+	slices.Sort(ws)
+	recs := make([]*workerRec, 0, len(ws))
+	unlock := func() {
+		for _, rec := range recs {
+			rec.wmu.Unlock()
+		}
+	}
+	for _, w := range ws {
+		rec := e.lockRec(w, false)
+		if rec == nil {
+			unlock()
+			return nil, nil, fmt.Errorf("worker %d: %w", w, ErrPlacementChanged)
+		}
+		recs = append(recs, rec)
+	}
+	bad := uint64(0)
+	found := false
+	e.workers.mu.RLock()
+	for i := range evs {
+		j, _ := slices.BinarySearch(ws, evs[i].WorkerID)
+		if rec := recs[j]; !rec.placed || rec.part != evs[i].Partition {
+			bad, found = evs[i].WorkerID, true
+			break
+		}
+	}
+	e.workers.mu.RUnlock()
+	if found {
+		unlock()
+		return nil, nil, fmt.Errorf("worker %d: %w", bad, ErrPlacementChanged)
+	}
+	meta := make([]Meta, len(due))
+	gens := make([]uint64, len(due))
+	slices.Sort(due)
+	for i, w := range due {
+		j, _ := slices.BinarySearch(ws, w)
+		meta[i], gens[i] = e.buildRec(w, recs[j], ch)
+	}
+	return meta, func(ok bool) {
+		if ok {
+			for i, w := range due {
+				j, _ := slices.BinarySearch(ws, w)
+				e.applyRec(w, recs[j], ch, gens[i])
+			}
+		}
+		unlock()
+	}, nil
 }
 
 // lockWrites locks the records of ws (in id order: no two writers deadlock), builds their entries
