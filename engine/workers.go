@@ -46,6 +46,10 @@ type workerRec struct {
 	gen   uint64 // counts changes of workerState
 }
 
+// unlockAfter releases the record after a submit it was held for (lockOne): whether the submit
+// succeeded changes nothing of it.
+func (rec *workerRec) unlockAfter(bool) { rec.wmu.Unlock() }
+
 // workers is the worker table.
 type workers struct {
 	mu   sync.RWMutex
@@ -510,6 +514,9 @@ var ErrPlacementChanged = fmt.Errorf("%w: the worker was removed or placed again
 // kept). It builds the entries of the workers in due changed by ch, written with the events,
 // and returns the function that applies ch to them once durable and unlocks every record.
 func (e *Engine) lockBatch(evs []event.RouterEvent, due []uint64, ch change) ([]Meta, func(ok bool), error) {
+	if len(due) == 0 && oneWorker(evs) { // a source's batch (one rank a call), most HTTP batches
+		return e.lockOne(evs)
+	}
 	ws := make([]uint64, 0, 2)
 	for i := range evs {
 		if w := evs[i].WorkerID; (i == 0 || w != evs[i-1].WorkerID) && !slices.Contains(ws, w) {
@@ -562,6 +569,37 @@ func (e *Engine) lockBatch(evs []event.RouterEvent, due []uint64, ch change) ([]
 		}
 		unlock()
 	}, nil
+}
+
+// oneWorker reports whether every event of evs (at least one) is of one worker.
+func oneWorker(evs []event.RouterEvent) bool {
+	for i := 1; i < len(evs); i++ {
+		if evs[i].WorkerID != evs[0].WorkerID {
+			return false
+		}
+	}
+	return len(evs) > 0
+}
+
+// lockOne is lockBatch for a batch of one worker with no record to write: one lock, no
+// allocation but the release.
+func (e *Engine) lockOne(evs []event.RouterEvent) ([]Meta, func(ok bool), error) {
+	w := evs[0].WorkerID
+	rec := e.lockRec(w, false)
+	if rec == nil {
+		return nil, nil, fmt.Errorf("worker %d: %w", w, ErrPlacementChanged)
+	}
+	e.workers.mu.RLock()
+	ok := rec.placed
+	for i := range evs {
+		ok = ok && rec.part == evs[i].Partition
+	}
+	e.workers.mu.RUnlock()
+	if !ok {
+		rec.wmu.Unlock()
+		return nil, nil, fmt.Errorf("worker %d: %w", w, ErrPlacementChanged)
+	}
+	return nil, rec.unlockAfter, nil
 }
 
 // lockWrites locks the records of ws (in id order: no two writers deadlock), builds their entries
