@@ -255,8 +255,10 @@ func TestReusedNodesNeverOverCount(t *testing.T) {
 	// 195,000 nodes were made, at most 65 live at once: their slots were reused. Not all: a
 	// slot waits while a reader that may have seen it is in its epoch, and a reader descheduled
 	// mid-query (two readers and a writer on two cores) holds back reuse meanwhile: a quarter
-	// of the nodes get a fresh slot here, 6 % under -race.
-	if n := ix.NodeSlots(); n > rounds*(4+long)/2 {
+	// of the nodes get a fresh slot here, 6 % under -race, and up to 56 % was seen on a busy
+	// machine (one run in ten failed a bound of a half): the bound is three quarters, which a
+	// slab that reused nothing (one slot per node) still fails.
+	if n := ix.NodeSlots(); n > rounds*(4+long)*3/4 {
 		t.Fatalf("%d node slots made for %d rounds of 65 nodes: slots are not reused", n, rounds)
 	}
 	t.Logf("%d queries during %d rounds, %d node slots", queries.Load(), rounds, ix.NodeSlots())
