@@ -19,9 +19,10 @@ type RankBuilder struct {
 	r  event.Rank
 	// pos are the positions the rank's events reached, parents before children (a position is
 	// made under one that exists): pos[0] is the root.
-	pos []bpos
-	// at interns a position by its path step (parent position, tokens hash).
-	at steps
+	pos []rbPos
+	// at interns a position by its path step (parent position, tokens hash): the run builder's
+	// table (runs_bulk.go), every position in it.
+	at rbForks
 	// held is the rank's lookup: block hash → position.
 	held map[uint64]int32
 	// register: a Stored that makes the rank known was applied (Index.applyStored).
@@ -33,67 +34,6 @@ type RankBuilder struct {
 	pinned []nref
 	// runs is the builder of an index on the run layout (runs_bulk.go), kept for the next rank.
 	runs *runBuilder
-}
-
-type bpos struct {
-	parent int32
-	holds  int32 // the rank's block hashes mapped here
-	tokens uint64
-	hash   uint64 // node.hash: the block hash that last made the position held
-}
-
-// steps is an open-addressing table of positions (index + 1; 0 is an empty slot) keyed by
-// their path step, at most half full, linear probing; positions are only added, or all
-// dropped at once.
-type steps struct {
-	slots []int32
-	n     int
-}
-
-func stepHash(parent int32, tokens uint64) uint64 {
-	h := uint64(uint32(parent))*0x9e3779b97f4a7c15 ^ tokens
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	return h
-}
-
-// find returns the position reached from parent by tokens, or -1 and the free slot to put it.
-func (t *steps) find(pos []bpos, parent int32, tokens uint64) (int32, int) {
-	mask := len(t.slots) - 1
-	for i := int(stepHash(parent, tokens)) & mask; ; i = (i + 1) & mask {
-		p := t.slots[i] - 1
-		if p < 0 {
-			return -1, i
-		}
-		if pos[p].parent == parent && pos[p].tokens == tokens {
-			return p, i
-		}
-	}
-}
-
-// add puts position p (absent) at free slot i, growing the table as needed.
-func (t *steps) add(pos []bpos, p int32, i int) {
-	if 2*(t.n+1) > len(t.slots) {
-		old := t.slots
-		t.slots = make([]int32, max(64, 2*len(old)))
-		t.n = 0
-		for _, q := range old {
-			if q != 0 {
-				_, j := t.find(pos, pos[q-1].parent, pos[q-1].tokens)
-				t.slots[j] = q
-				t.n++
-			}
-		}
-		_, i = t.find(pos, pos[p].parent, pos[p].tokens)
-	}
-	t.slots[i] = p + 1
-	t.n++
-}
-
-func (t *steps) reset() {
-	clear(t.slots)
-	t.n = 0
 }
 
 // NewRankBuilder returns a builder for rank r, which must hold nothing in ix (ok false
@@ -176,7 +116,7 @@ func (b *RankBuilder) stored(ev *event.RouterEvent) Result {
 		}
 		if child < 0 {
 			child = int32(len(b.pos))
-			b.pos = append(b.pos, bpos{parent: cur, tokens: blk.TokensHash, hash: blk.BlockHash})
+			b.pos = append(b.pos, rbPos{parent: cur, tokens: blk.TokensHash, hash: blk.BlockHash})
 			b.at.add(b.pos, child, slot)
 		}
 		if b.pos[child].holds++; b.pos[child].holds == 1 {
@@ -212,8 +152,8 @@ func (b *RankBuilder) removed(ev *event.RouterEvent) Result {
 // clear drops every block: no position is held, so none is needed any more.
 func (b *RankBuilder) clear() {
 	clear(b.held)
-	b.at.reset()
-	b.pos = append(b.pos[:0], bpos{parent: -1})
+	b.at.rebuild(b.pos, len(b.at.slots), func(func(int32)) {})
+	b.pos = append(b.pos[:0], rbPos{parent: -1})
 }
 
 // Blocks returns the block hashes the rank holds so far.

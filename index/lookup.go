@@ -56,9 +56,7 @@ func (m *lookup) hash(c nref) uint64 { return m.st.at(c).hash }
 
 // slotOf returns the home slot of key k in a table of size slots, and k's fingerprint.
 func slotOf(k uint64, size int) (int, uint16) {
-	k ^= k >> 33
-	k *= 0xff51afd7ed558ccd
-	k ^= k >> 33
+	k = mix64(k)
 	hi, _ := bits.Mul64(k, uint64(size))
 	return int(hi), 0x80 | uint16(k&0x7f)
 }

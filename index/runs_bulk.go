@@ -61,7 +61,7 @@ type runBuilder struct {
 	buf    []uint32
 }
 
-// rbPos is a private position.
+// rbPos is a private position (of both layouts' builders).
 type rbPos struct {
 	parent int32
 	holds  int32 // the rank's block hashes mapped here
@@ -75,7 +75,9 @@ const rbColumn = 1 << 63
 // rbRange is offsets [start, end) of a run that the rank comes to hold.
 type rbRange struct{ run, start, end uint32 }
 
-func rbMix(x uint64) uint64 {
+// mix64 spreads a hash's bits (the first half of MurmurHash3's finalizer): the home slot of the
+// builders' tables and of the rank lookups (slotOf).
+func mix64(x uint64) uint64 {
 	x ^= x >> 33
 	x *= 0xff51afd7ed558ccd
 	x ^= x >> 33
@@ -90,7 +92,7 @@ type rbForks struct {
 }
 
 func rbForkHash(parent int32, tokens uint64) uint64 {
-	return rbMix(uint64(uint32(parent))*0x9e3779b97f4a7c15 ^ tokens)
+	return mix64(uint64(uint32(parent))*0x9e3779b97f4a7c15 ^ tokens)
 }
 
 // find returns the position reached from parent by tokens, or -1 and the slot to put it in.
@@ -154,7 +156,7 @@ type rbSlot struct {
 // find returns the slot of h, or the empty slot where it goes.
 func (m *rbHeld) find(h uint64) int {
 	mask := len(m.slots) - 1
-	i := int(rbMix(h)) & mask
+	i := int(mix64(h)) & mask
 	for m.slots[i].p != 0 && m.slots[i].h != h {
 		i = (i + 1) & mask
 	}
@@ -183,7 +185,7 @@ func (m *rbHeld) reserve(k int) {
 func (m *rbHeld) del(i int) {
 	mask := len(m.slots) - 1
 	for j := (i + 1) & mask; m.slots[j].p != 0; j = (j + 1) & mask {
-		if home := int(rbMix(m.slots[j].h)) & mask; (j-home)&mask >= (j-i)&mask {
+		if home := int(mix64(m.slots[j].h)) & mask; (j-home)&mask >= (j-i)&mask {
 			m.slots[i] = m.slots[j]
 			i = j
 		}
