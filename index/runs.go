@@ -738,19 +738,16 @@ type runGroup struct {
 func (d *runDrops) reset() { d.ids, d.groups = d.ids[:0], d.groups[:0] }
 
 func (d *runDrops) add(ids []uint32, score uint32) {
-	if len(ids) == 0 {
-		return
-	}
+	from := len(d.ids)
 	d.ids = append(d.ids, ids...)
-	if n := len(d.groups); n > 0 && d.groups[n-1].score == score {
-		d.groups[n-1].end = len(d.ids)
-		return
-	}
-	d.groups = append(d.groups, runGroup{len(d.ids), score})
+	d.scored(from, score)
 }
 
-func (d *runDrops) addOne(id, score uint32) {
-	d.ids = append(d.ids, id)
+// scored records that the ids from index from on scored score (nothing when there are none).
+func (d *runDrops) scored(from int, score uint32) {
+	if len(d.ids) == from {
+		return
+	}
 	if n := len(d.groups); n > 0 && d.groups[n-1].score == score {
 		d.groups[n-1].end = len(d.ids)
 		return
@@ -878,37 +875,14 @@ func knownOf(dst, set []uint32, t *rankTable) []uint32 {
 	return dst
 }
 
-// intersect keeps in active the ids in set; the others leave with score. A set much smaller
-// than active (a conversation's holders meeting the first block's) is searched for in active,
-// and the ids between its hits leave as whole runs.
+// intersect keeps in active the ids in set; the others leave with score: the slab walk's split
+// (a set much smaller than active is searched for in it, the ids between its hits leave whole),
+// its drops recorded as one score's group.
 func intersect(drops *runDrops, active, set []uint32, score uint32, buf *[]uint32) []uint32 {
-	out := (*buf)[:0]
-	if len(set)*8 < len(active) {
-		lo := 0
-		for _, id := range set {
-			k, ok := slices.BinarySearch(active[lo:], id)
-			drops.add(active[lo:lo+k], score)
-			lo += k
-			if ok {
-				out = append(out, id)
-				lo++
-			}
-		}
-		drops.add(active[lo:], score)
-		*buf = active
-		return out
-	}
-	j := 0
-	for _, id := range active {
-		for j < len(set) && set[j] < id {
-			j++
-		}
-		if j < len(set) && set[j] == id {
-			out = append(out, id)
-		} else {
-			drops.addOne(id, score)
-		}
-	}
+	from := len(drops.ids)
+	var out []uint32
+	out, drops.ids = split((*buf)[:0], drops.ids, active, set) // match.go
+	drops.scored(from, score)
 	*buf = active
 	return out
 }
