@@ -40,6 +40,22 @@ func drawChain(rt *rapid.T, m *testutil.Model, r event.Rank) event.RouterEvent {
 	return event.Stored(r, 0, parent, blocks...)
 }
 
+// drawRunsEvent draws a rank (propRanks) and one of its events: a Stored of
+// TestPropertyAgainstModel's alphabets, a long chain over two tokens hashes (runs append, fork
+// mid-run, get holes and merge spans back when a hole is re-stored), a Removed, or a Cleared.
+func drawRunsEvent(rt *rapid.T, m *testutil.Model) (event.Rank, event.RouterEvent) {
+	r := propRanks.Draw(rt, "rank")
+	switch op := rapid.IntRange(0, 19).Draw(rt, "op"); {
+	case op < 6:
+		return r, drawStored(rt, m, r)
+	case op < 12:
+		return r, drawChain(rt, m, r)
+	case op < 19:
+		return r, drawRemoved(rt, m, r)
+	}
+	return r, event.Cleared(r, 0)
+}
+
 // TestRunsAgainstModel drives the run prototype and the reference model with the same random
 // events (TestPropertyAgainstModel's alphabets, and long chains over two tokens hashes so that
 // runs append, fork mid-run, get holes and merge spans back when a hole is re-stored). After
@@ -49,22 +65,8 @@ func TestRunsAgainstModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		rs := index.NewRunTree()
 		m := testutil.NewModel()
-		rankGen := rapid.Custom(func(t *rapid.T) event.Rank {
-			return event.Rank{WorkerID: rapid.Uint64Range(1, 2).Draw(t, "worker"), DPRank: rapid.Uint32Range(0, 2).Draw(t, "dp")}
-		})
 		for step := 0; step < propSteps; step++ {
-			r := rankGen.Draw(rt, "rank")
-			var ev event.RouterEvent
-			switch op := rapid.IntRange(0, 19).Draw(rt, "op"); {
-			case op < 6:
-				ev = drawStored(rt, m, r)
-			case op < 12:
-				ev = drawChain(rt, m, r)
-			case op < 19:
-				ev = drawRemoved(rt, m, r)
-			default:
-				ev = event.Cleared(r, 0)
-			}
+			r, ev := drawRunsEvent(rt, m)
 			res, want := rs.Apply(&ev), m.Apply(&ev)
 			if res.Status.String() != want.Status || res.Blocks != want.Blocks || res.NotFound != want.NotFound {
 				rt.Fatalf("step %d %+v: runs %+v, model %+v", step, ev, res, want)
@@ -180,22 +182,8 @@ func TestRunsIndexAgainstModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		ix := index.New(index.Options{Runs: true})
 		m := testutil.NewModel()
-		rankGen := rapid.Custom(func(t *rapid.T) event.Rank {
-			return event.Rank{WorkerID: rapid.Uint64Range(1, 2).Draw(t, "worker"), DPRank: rapid.Uint32Range(0, 2).Draw(t, "dp")}
-		})
 		for step := 0; step < propSteps; step++ {
-			r := rankGen.Draw(rt, "rank")
-			var ev event.RouterEvent
-			switch op := rapid.IntRange(0, 19).Draw(rt, "op"); {
-			case op < 6:
-				ev = drawStored(rt, m, r)
-			case op < 12:
-				ev = drawChain(rt, m, r)
-			case op < 19:
-				ev = drawRemoved(rt, m, r)
-			default:
-				ev = event.Cleared(r, 0)
-			}
+			r, ev := drawRunsEvent(rt, m)
 			res, want := ix.Apply(&ev), m.Apply(&ev)
 			if res.Status.String() != want.Status || res.Blocks != want.Blocks || res.NotFound != want.NotFound {
 				rt.Fatalf("step %d %+v: index %+v, model %+v", step, ev, res, want)
