@@ -127,6 +127,8 @@ func (s *Server) removeEventSource(w http.ResponseWriter, r *http.Request) {
 	switch err := s.src.Remove(r.Context(), r.PathValue("id")); {
 	case errors.Is(err, sources.ErrNotFound):
 		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, sources.ErrRegistered):
+		writeError(w, http.StatusConflict, err.Error())
 	case err != nil:
 		s.submitError(w, err)
 	default:

@@ -34,6 +34,9 @@ var (
 	ErrNotFound = errors.New("no such source")
 	// ErrNotStarted: the source was stored but did not start (it starts with the next restart).
 	ErrNotStarted = errors.New("source stored but not started")
+	// ErrRegistered: the source is a Dynamo registration's (Options.RegistryPrefix): the
+	// worker's record owns it, and only /register and /unregister start and stop it.
+	ErrRegistered = errors.New("the source of a Dynamo registration")
 )
 
 // wrapped is an error whose message is its cause's, that is also each of its kinds.
@@ -108,7 +111,7 @@ func (s *Sources) Place(ctx context.Context, cfg vllm.Config, topic string, work
 		bs = batchBlockSize
 	}
 	door := engine.SourceZMQ
-	if s.opts.RegistryPrefix != "" && strings.HasPrefix(cfg.ID, s.opts.RegistryPrefix) {
+	if s.isRegistered(cfg.ID) {
 		door = engine.SourceDynamo
 	}
 	kinds, _ := event.ParseGroupKinds(cfg.IndexedGroupKinds) // checked when the source was added
@@ -275,6 +278,9 @@ func (s *Sources) AddZMQ(ctx context.Context, cfg vllm.Config) (Source, bool, er
 	if err == nil && strings.ContainsAny(cfg.ID, "/ ") {
 		err = fmt.Errorf("source id %q must not contain '/' or spaces", cfg.ID)
 	}
+	if err == nil {
+		err = s.registryID(cfg.ID)
+	}
 	if err != nil {
 		return Source{}, false, as(err, ErrBadConfig)
 	}
@@ -292,6 +298,9 @@ func (s *Sources) AddZMQ(ctx context.Context, cfg vllm.Config) (Source, bool, er
 // AddNATS is AddZMQ for a NATS Core or JetStream source.
 func (s *Sources) AddNATS(ctx context.Context, cfg natsrc.Config) (Source, bool, error) {
 	cfg, err := natsrc.Normalize(cfg)
+	if err == nil {
+		err = s.registryID(cfg.ID)
+	}
 	if err != nil {
 		return Source{}, false, as(err, ErrBadConfig)
 	}
@@ -327,10 +336,27 @@ func startError(err, dup error) error {
 	return as(err, ErrNotStarted)
 }
 
+// isRegistered reports whether id names a Dynamo registration's source.
+func (s *Sources) isRegistered(id string) bool {
+	return s.opts.RegistryPrefix != "" && strings.HasPrefix(id, s.opts.RegistryPrefix)
+}
+
+// registryID refuses a source id of the registrations' own (isRegistered).
+func (s *Sources) registryID(id string) error {
+	if s.isRegistered(id) {
+		return fmt.Errorf("source id %q starts with %q, which names the sources of Dynamo's /register: choose another id", id, s.opts.RegistryPrefix)
+	}
+	return nil
+}
+
 // Remove stops the source id and forgets it and its positions in one commit (added again
 // later, it starts afresh). A JetStream source's durable consumer stays on the NATS server
-// until its inactivity threshold. ErrNotFound when no source runs under id.
+// until its inactivity threshold. ErrNotFound when no source runs under id, ErrRegistered when
+// it is a Dynamo registration's (the worker's record owns it).
 func (s *Sources) Remove(ctx context.Context, id string) error {
+	if s.isRegistered(id) {
+		return fmt.Errorf("source %s: %w: POST /unregister its instance instead", id, ErrRegistered)
+	}
 	var names []string
 	switch {
 	case s.nats.Has(id):

@@ -58,3 +58,29 @@ func TestAddListRemove(t *testing.T) {
 		t.Fatalf("remove again: %v", err)
 	}
 }
+
+// TestRegistrationSourcesBelongToTheRecord: a Dynamo registration's source (an id of
+// Options.RegistryPrefix) is the worker record's: DELETE /v1/sources cannot stop it behind the
+// registration's back (ErrRegistered), and POST /v1/sources cannot take such an id
+// (ErrBadConfig); nothing is stored either way.
+func TestRegistrationSourcesBelongToTheRecord(t *testing.T) {
+	ctx := context.Background()
+	e, s := openSources(t)
+	w := uint64(42)
+	cfg, err := vllm.Normalize(vllm.Config{ID: "dynamo-42-0", Endpoint: "tcp://127.0.0.1:1", WorkerID: &w, ModelName: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StartRegistered(cfg, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remove(ctx, "dynamo-42-0"); !errors.Is(err, ErrRegistered) || !s.Has("dynamo-42-0") {
+		t.Fatalf("Remove of a registration's source: %v (running %v), want ErrRegistered and still running", err, s.Has("dynamo-42-0"))
+	}
+	if _, _, err := s.AddZMQ(ctx, vllm.Config{ID: "dynamo-7-0", Endpoint: "tcp://127.0.0.1:2"}); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("AddZMQ under the registrations' prefix: %v, want ErrBadConfig", err)
+	}
+	if m, err := e.Metas(ZMQMetaPrefix + "dynamo-7-0"); err != nil || len(m) != 0 {
+		t.Fatalf("a refused source was stored: %v %v", m, err)
+	}
+}
