@@ -49,7 +49,7 @@ func (e *RegisterError) Unwrap() error { return e.Err }
 func (e *Engine) Register(ctx context.Context, w uint64, key partition.Key, reg Registration, start func(again bool) error,
 	meta ...Meta) (again bool, err error) {
 	rec := e.lockRec(w, true)
-	defer rec.wmu.Unlock()
+	defer e.unlockRec(w, rec) // a refused registration leaves no record behind
 	if start != nil {
 		defer func() {
 			if err == nil {

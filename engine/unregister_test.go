@@ -115,3 +115,27 @@ func TestRemoveBetweenPlaceAndSubmitRefusesTheBatch(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusedRegisterLeavesNoWorker: a /register refused (here: a block size other than its
+// partition's) leaves no record of the instance behind: Workers does not list a phantom.
+func TestRefusedRegisterLeavesNoWorker(t *testing.T) {
+	ctx := context.Background()
+	e := openTestEngine(t, vfs.NewMem(), &clock{}, 0)
+	defer e.Close()
+	key := partition.KeyOf("m", "", "")
+	if _, err := e.Place(ctx, Placement{Door: SourceHTTP, Key: key, BlockSize: 16, Worker: 1}); err != nil {
+		t.Fatal(err)
+	}
+	reg := Registration{DPRank: 0, Endpoint: "tcp://127.0.0.1:5557", BlockSize: 32, SourceID: "dynamo-9-0"}
+	if _, err := e.Register(ctx, 9, key, reg, nil); !errors.Is(err, partition.ErrBlockSizeMismatch) {
+		t.Fatalf("register with another block size: %v, want ErrBlockSizeMismatch", err)
+	}
+	if w, known := e.Worker(9); known {
+		t.Fatalf("a refused registration left worker 9: %+v", w)
+	}
+	for _, w := range e.Workers() {
+		if w.Worker == 9 {
+			t.Fatalf("Workers lists the refused instance: %+v", w)
+		}
+	}
+}

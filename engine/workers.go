@@ -215,11 +215,30 @@ func (e *Engine) applyRec(w uint64, rec *workerRec, ch change, gen uint64) {
 	if leaseBefore != rec.lease {
 		t.rebuildLocked(e.now().UnixNano())
 	}
-	if st := &rec.workerState; !st.placed && st.door == "" && st.url == "" && st.kinds == 0 && st.lease == nil && len(st.regs) == 0 {
-		if t.byID[w] == rec {
-			delete(t.byID, w) // its record was deleted: nothing is known of the worker
-		}
+	t.dropIfEmptyLocked(w, rec) // its record was deleted: nothing is known of the worker
+}
+
+// empty reports whether st knows nothing of its worker.
+func (st *workerState) empty() bool {
+	return !st.placed && st.door == "" && st.url == "" && st.kinds == 0 && st.lease == nil && len(st.regs) == 0
+}
+
+// dropIfEmptyLocked drops rec from the table when it knows nothing (t.mu held for writing).
+func (t *workers) dropIfEmptyLocked(w uint64, rec *workerRec) {
+	if rec.empty() && t.byID[w] == rec {
+		delete(t.byID, w)
 	}
+}
+
+// unlockRec releases rec (locked by lockRec), first dropping it from the table when it knows
+// nothing: a write that lockRec(w, true) made a record for and that then failed (a refused
+// /register, a failed commit) leaves no phantom worker in Workers.
+func (e *Engine) unlockRec(w uint64, rec *workerRec) {
+	t := e.workers
+	t.mu.Lock()
+	t.dropIfEmptyLocked(w, rec)
+	t.mu.Unlock()
+	rec.wmu.Unlock()
 }
 
 // putRec writes a record entry (recordMeta) into b.
@@ -410,7 +429,7 @@ func (e *Engine) SetRecoverySource(ctx context.Context, w uint64, u string) (str
 	rec := e.lockRec(w, u != "")
 	if rec != nil {
 		err := e.writeRec(ctx, w, rec, func(st *workerState) { st.url = u })
-		rec.wmu.Unlock()
+		e.unlockRec(w, rec)
 		if err != nil {
 			return "", err
 		}
@@ -451,7 +470,7 @@ func (e *Engine) placeDoor(ctx context.Context, p Placement) (bool, error) {
 		return false, nil
 	}
 	rec = e.lockRec(p.Worker, true)
-	defer rec.wmu.Unlock()
+	defer e.unlockRec(p.Worker, rec)
 	t.mu.RLock()
 	kindsChanged := p.EventSource && rec.kinds != p.Kinds
 	upToDate = rec.saved && sameDoor(rec.door, p.Door) && !kindsChanged
@@ -619,7 +638,7 @@ func (e *Engine) lockWrites(ws []uint64, ch change) ([]Meta, func(ok bool)) {
 			if ok {
 				e.applyRec(ws[i], rec, ch, gens[i])
 			}
-			rec.wmu.Unlock()
+			e.unlockRec(ws[i], rec)
 		}
 	}
 }
