@@ -223,12 +223,20 @@ func (b *Bootstrapper) applyPartition(ctx context.Context, k string, d dumpParti
 	}
 	next := map[event.Rank]uint64{}
 	kept := evs[:0]
+	here, exists := parts.Lookup(key)
+	elsewhere := map[uint64]bool{} // per worker, looked up once: placed in another partition
 	for _, ev := range evs {
-		if w, _ := b.e.Worker(ev.WorkerID); w.Placed {
-			if p, exists := parts.Lookup(key); !exists || p.ID != w.Partition {
-				b.lg.Warn("peer bootstrap: event of a worker of another partition skipped", "partition", k, "worker_id", ev.WorkerID)
-				continue
+		other, seen := elsewhere[ev.WorkerID]
+		if !seen {
+			w, _ := b.e.Worker(ev.WorkerID)
+			other = w.Placed && (!exists || here.ID != w.Partition)
+			elsewhere[ev.WorkerID] = other
+			if other {
+				b.lg.Warn("peer bootstrap: events of a worker of another partition skipped", "partition", k, "worker_id", ev.WorkerID)
 			}
+		}
+		if other {
+			continue
 		}
 		next[ev.Rank()]++
 		ev.EventID = next[ev.Rank()]
