@@ -138,6 +138,9 @@ func (e *Engine) placeOnce(ctx context.Context, key partition.Key, blockSize int
 		return &PlaceError{Index: -1, Err: err}
 	}
 	for i := range evs {
+		if i > 0 && evs[i].WorkerID == evs[i-1].WorkerID {
+			continue // a run of one worker's events: looked up once
+		}
 		if id, ok := e.partitionOf(evs[i].WorkerID); ok && id != p.ID {
 			return &PlaceError{Index: i, Err: e.elsewhere(evs[i].WorkerID, id)}
 		}

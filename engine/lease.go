@@ -351,8 +351,8 @@ func (e *Engine) submitRenewing(ctx context.Context, evs []event.RouterEvent, me
 	t.mu.RLock()
 	for i := range evs {
 		w := evs[i].WorkerID
-		if slices.Contains(renew, w) {
-			continue
+		if (i > 0 && w == evs[i-1].WorkerID) || slices.Contains(renew, w) {
+			continue // a run of one worker's events: looked up once
 		}
 		if rec := t.byID[w]; rec == nil || renewDue(&rec.workerState, start, ttl) {
 			renew = append(renew, w)
