@@ -90,26 +90,14 @@ func (e *Engine) refuseBeforeCreate(key partition.Key, n int, worker func(int) u
 }
 
 func (e *Engine) place1(ctx context.Context, key partition.Key, blockSize int, worker uint64) (uint32, error) {
-	if _, err := e.refuseBeforeCreate(key, 1, func(int) uint64 { return worker }); err != nil {
+	evs := []event.RouterEvent{{WorkerID: worker}}
+	if err := e.place(ctx, key, blockSize, evs); err != nil {
+		if pe := (*PlaceError)(nil); errors.As(err, &pe) {
+			return 0, pe.Err // one worker: no event index to name
+		}
 		return 0, err
 	}
-	for {
-		if err := ctx.Err(); err != nil {
-			return 0, fmt.Errorf("placing worker %d in %s: %w", worker, key, err)
-		}
-		p, err := e.parts.Ensure(ctx, key, blockSize)
-		if err != nil {
-			return 0, err
-		}
-		err = e.claim(worker, p.ID)
-		if errors.Is(err, partition.ErrDropped) {
-			continue // dropped between Ensure and the claim (its last worker left): ensure it anew
-		}
-		if err != nil {
-			return 0, err
-		}
-		return p.ID, nil
-	}
+	return evs[0].Partition, nil
 }
 
 // place puts evs in key's partition (created when needed) and places their workers there. A
