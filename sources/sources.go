@@ -107,8 +107,10 @@ func (s *Sources) Place(ctx context.Context, cfg vllm.Config, topic string, work
 	}
 	key := partition.KeyOf(model, cfg.RoutingGroup, "")
 	bs := cfg.BlockSize
-	if _, exists := s.e.Partitions().Lookup(key); bs == 0 && !exists {
-		bs = batchBlockSize
+	if bs == 0 { // the batch's size for a partition made now: an existing one keeps its own
+		if _, exists := s.e.Partitions().Lookup(key); !exists {
+			bs = batchBlockSize
+		}
 	}
 	door := engine.SourceZMQ
 	if s.isRegistered(cfg.ID) {
