@@ -23,9 +23,7 @@ func TestPropertyAgainstModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		ix := index.New(index.Options{})
 		m := testutil.NewModel()
-		rankGen := rapid.Custom(func(t *rapid.T) event.Rank {
-			return event.Rank{WorkerID: rapid.Uint64Range(1, 2).Draw(t, "worker"), DPRank: rapid.Uint32Range(0, 2).Draw(t, "dp")}
-		})
+		rankGen := propRanks
 		var queries [][]uint64
 		for step := 0; step < propSteps; step++ {
 			r := rankGen.Draw(rt, "rank")
