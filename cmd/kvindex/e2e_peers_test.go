@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"strings"
 	"testing"
 
 	"github.com/kvindex/kvindex/event"
@@ -26,33 +24,7 @@ func TestE2EPeerBootstrapPlacesWorkersAgainAfterRemovalAndKill9(t *testing.T) {
 	peers := []string{"--peers", a.base}
 	check := func(b *proc, when string) {
 		t.Helper()
-		rows := b.ranks()
-		var got []rankRow
-		for _, r := range rows {
-			if strings.HasPrefix(r.ModelName, "unknown-") {
-				t.Fatalf("%s: a partition nobody made: %+v", when, rows)
-			}
-			if r.WorkerID == w.WorkerID {
-				got = append(got, r)
-			}
-		}
-		if len(got) != 1 || got[0].ModelName != "m" || got[0].Blocks != 3 {
-			t.Fatalf("%s: worker 3's ranks %+v, want one rank of 3 blocks in m (all: %+v)", when, got, rows)
-		}
-		b.part = "?model_name=m"
-		sc := b.scores(query)
-		b.part = ""
-		if len(sc) != 1 || sc[0].WorkerID != w.WorkerID || sc[0].Score != 3 {
-			t.Fatalf("%s: find_matches?model_name=m: %+v, want worker 3 scoring 3", when, sc)
-		}
-		if sc := b.scores(query); len(sc) != 0 {
-			t.Fatalf("%s: worker 3 scores in the default partition: %+v", when, sc)
-		}
-		code, body := b.post("/v1/events?model_name=n", jsonEvents(rootStored(w, 100, 900)))
-		var e struct{ Error string }
-		if err := json.Unmarshal(body, &e); code != 409 || err != nil || !strings.Contains(e.Error, "worker 3 has ranks in partition model_name=m") {
-			t.Fatalf("%s: a post of worker 3 to n: %d %s, want 409 naming m", when, code, body)
-		}
+		workerOnlyIn(t, b, when, w, func(r rankRow) bool { return r.Blocks == 3 }, query, rootStored(w, 100, 900))
 	}
 
 	b := start(t, dirB, peers...)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -82,39 +83,8 @@ func workerPlacedAgain(t *testing.T, args []string, remove func(t *testing.T, p 
 	check := func(p *proc, when string) {
 		t.Helper()
 		p.mustPost("/v1/flush", "")
-		rows := p.ranks()
-		var got []rankRow
-		for _, r := range rows {
-			if strings.HasPrefix(r.ModelName, "unknown-") {
-				t.Fatalf("%s: a partition nobody made: %+v", when, rows)
-			}
-			if r.WorkerID == w.WorkerID {
-				got = append(got, r)
-			}
-		}
-		if len(got) != 1 || got[0].ModelName != "m" || got[0].DPRank != 0 || got[0].LastEventID != g.id {
-			t.Fatalf("%s: worker 3's ranks %+v, want one rank in m with last_event_id %d (all: %+v)", when, got, g.id, rows)
-		}
-		p.part = part
-		sc := p.scores(query)
-		p.part = ""
-		if len(sc) != 1 || sc[0].WorkerID != w.WorkerID || sc[0].Score != uint32(len(query)) {
-			t.Fatalf("%s: find_matches%s for worker 3's chain of %d: %+v", when, part, len(query), sc)
-		}
-		if sc := p.scores(query); len(sc) != 0 {
-			t.Fatalf("%s: worker 3 scores in the default partition: %+v", when, sc)
-		}
-		// Another partition: refused, nothing written, worker 3 still only in m.
-		next := event.Stored(w, g.id+100, nil, event.Block{BlockHash: 999_999, TokensHash: 999})
-		code, b := p.post("/v1/events?model_name=n", jsonEvents(next))
-		var body struct{ Error string }
-		if err := json.Unmarshal(b, &body); code != 409 || err != nil ||
-			!strings.Contains(body.Error, "worker 3 has ranks in partition model_name=m routing_group=default") {
-			t.Fatalf("%s: a post of worker 3 to partition n: %d %s, want 409 naming partition m", when, code, b)
-		}
-		if _, ok := p.rankOf(w); !ok {
-			t.Fatalf("%s: worker 3 gone after the refused post", when)
-		}
+		workerOnlyIn(t, p, when, w, func(r rankRow) bool { return r.DPRank == 0 && r.LastEventID == g.id }, query,
+			event.Stored(w, g.id+100, nil, event.Block{BlockHash: 999_999, TokensHash: 999}))
 	}
 	check(p, "before kill -9")
 
@@ -124,5 +94,45 @@ func workerPlacedAgain(t *testing.T, args []string, remove func(t *testing.T, p 
 	check(p, "after kill -9")
 	if rows := p.ranks(); len(rows) != 2 {
 		t.Fatalf("after kill -9: ranks %+v, want worker 3 in m and worker 4 in n", rows)
+	}
+}
+
+// workerOnlyIn checks worker w (worker 3) on the running server p, as issue 35 asks after its
+// removal and placement again: one rank, in partition m (never an invented "unknown-N"), the row
+// as rowOK wants; query scores all of its blocks there and nothing in the default partition; a
+// post of next to partition n is refused with 409 naming m, and the worker is still listed.
+func workerOnlyIn(t *testing.T, p *proc, when string, w event.Rank, rowOK func(rankRow) bool, query []uint64, next event.RouterEvent) {
+	t.Helper()
+	rows := p.ranks()
+	var got []rankRow
+	for _, r := range rows {
+		if strings.HasPrefix(r.ModelName, "unknown-") {
+			t.Fatalf("%s: a partition nobody made: %+v", when, rows)
+		}
+		if r.WorkerID == w.WorkerID {
+			got = append(got, r)
+		}
+	}
+	if len(got) != 1 || got[0].ModelName != "m" || !rowOK(got[0]) {
+		t.Fatalf("%s: worker %d's ranks %+v, want one rank in m as the test says (all: %+v)", when, w.WorkerID, got, rows)
+	}
+	p.part = "?model_name=m"
+	sc := p.scores(query)
+	p.part = ""
+	if len(sc) != 1 || sc[0].WorkerID != w.WorkerID || sc[0].Score != uint32(len(query)) {
+		t.Fatalf("%s: find_matches?model_name=m for worker %d's chain of %d: %+v", when, w.WorkerID, len(query), sc)
+	}
+	if sc := p.scores(query); len(sc) != 0 {
+		t.Fatalf("%s: worker %d scores in the default partition: %+v", when, w.WorkerID, sc)
+	}
+	// Another partition: refused, nothing written, the worker still only in m.
+	code, b := p.post("/v1/events?model_name=n", jsonEvents(next))
+	var body struct{ Error string }
+	if err := json.Unmarshal(b, &body); code != 409 || err != nil ||
+		!strings.Contains(body.Error, fmt.Sprintf("worker %d has ranks in partition model_name=m routing_group=default", w.WorkerID)) {
+		t.Fatalf("%s: a post of worker %d to partition n: %d %s, want 409 naming partition m", when, w.WorkerID, code, b)
+	}
+	if _, ok := p.rankOf(w); !ok {
+		t.Fatalf("%s: worker %d gone after the refused post", when, w.WorkerID)
 	}
 }
