@@ -299,6 +299,11 @@ func (e *Engine) Recover(ctx context.Context, progress Progress) error {
 		defer close(e.approxDone)
 		e.approx.Run(actx)
 	}()
+	// Leases that ran out, past their grace, while the engine was down are swept before Recover
+	// returns: what a caller sees next does not depend on when a goroutine gets a core.
+	if _, _, err := e.SweepLeases(ctx); err != nil {
+		e.lg.Warn("lease sweep at start failed (retried by the periodic sweep)", "err", err)
+	}
 	lctx, lstop := context.WithCancel(context.Background())
 	e.leaseStop, e.leaseDone = lstop, make(chan struct{})
 	go func() {

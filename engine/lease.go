@@ -249,8 +249,8 @@ func (e *Engine) LeaseCounters() LeaseCounters {
 
 // SweepLeases removes, durably and as Remove does, every worker whose lease expired more than
 // the grace ago; it returns the workers and ranks removed. The engine runs it every
-// Config.LeaseSweep once recovered (and at once after a restart); tests with an injected clock
-// call it directly.
+// Config.LeaseSweep once recovered (and once inside Recover, before it returns); tests with an
+// injected clock call it directly.
 func (e *Engine) SweepLeases(ctx context.Context) (workers, ranks int, err error) {
 	t := e.workers
 	t.sweep.Lock()
@@ -315,18 +315,18 @@ func (e *Engine) leasesDue() []uint64 {
 	return out
 }
 
-// runLeaseSweep sweeps at once, then every Config.LeaseSweep, until ctx ends.
+// runLeaseSweep sweeps every Config.LeaseSweep until ctx ends (Recover ran the first sweep).
 func (e *Engine) runLeaseSweep(ctx context.Context) {
 	t := time.NewTicker(e.cfg.LeaseSweep)
 	defer t.Stop()
 	for {
-		if _, _, err := e.SweepLeases(ctx); err != nil && ctx.Err() == nil {
-			e.lg.Warn("lease sweep failed (retried)", "err", err)
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if _, _, err := e.SweepLeases(ctx); err != nil && ctx.Err() == nil {
+			e.lg.Warn("lease sweep failed (retried)", "err", err)
 		}
 	}
 }

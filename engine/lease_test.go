@@ -29,9 +29,9 @@ func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 const testGrace = time.Minute
 
 // openTestEngine opens and recovers an engine on fs's "data" with the injected clock, a grace of
-// testGrace and a sweep that runs on its own only once, as the engine starts (then every hour:
-// tests call SweepLeases), unless sweep is set. A lease that ran out while the engine was down
-// may thus be swept by that first sweep.
+// testGrace and a sweep that runs on its own only once, inside Recover (then every hour: tests
+// call SweepLeases), unless sweep is set. A lease that ran out while the engine was down is thus
+// swept before openTestEngine returns.
 func openTestEngine(t *testing.T, fs vfs.FS, c *clock, sweep time.Duration) *Engine {
 	t.Helper()
 	if sweep == 0 {
