@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/kvindex/kvindex/partition"
 )
@@ -40,14 +41,20 @@ func (e *RegisterError) Unwrap() error { return e.Err }
 
 // Register records reg as a registration of worker in key's partition (created with
 // reg.BlockSize when needed; an existing one of another size is refused), placing the worker
-// there with door SourceDynamo; meta (the registration's source configuration) is written in
-// the same commit as the record. The identical registration again writes nothing (again). A
-// worker registered in another partition, or its dp rank with other settings, is a
-// *RegisterError; a worker with ranks in another partition a partition.ElsewhereError. start
-// (nil: none) runs once the registration stands, before any other write of the worker's record
-// (an /unregister) can begin: the server starts the registration's source there.
-func (e *Engine) Register(ctx context.Context, w uint64, key partition.Key, reg Registration, start func(again bool) error,
-	meta ...Meta) (again bool, err error) {
+// there with door SourceDynamo. lease > 0 takes or renews the worker's lease (as SetLease) in
+// the same commit as the registration: a /register that answers an error has changed nothing.
+// The identical registration again writes nothing but its lease (again). A worker registered in
+// another partition, or its dp rank with other settings, is a *RegisterError; a worker with
+// ranks in another partition a partition.ElsewhereError; a lease out of range ErrBadLease.
+// start (nil: none) runs once the registration stands, before any other write of the worker's
+// record (an /unregister) can begin: the server starts the registration's source there. The
+// record is all that persists a registration: the source's config is built from it at every
+// start (sources.RegistrationConfig).
+func (e *Engine) Register(ctx context.Context, w uint64, key partition.Key, reg Registration, lease time.Duration,
+	start func(again bool) error) (again bool, err error) {
+	if lease < 0 || lease > MaxLeaseTTL {
+		return false, fmt.Errorf("%w: ttl %v (want > 0 and at most %v)", ErrBadLease, lease, MaxLeaseTTL)
+	}
 	rec := e.lockRec(w, true)
 	defer e.unlockRec(w, rec) // a refused registration leaves no record behind
 	if start != nil {
@@ -58,8 +65,18 @@ func (e *Engine) Register(ctx context.Context, w uint64, key partition.Key, reg 
 		}()
 	}
 	e.workers.mu.RLock()
-	regs, placed, part := slices.Clone(rec.regs), rec.placed, rec.part
+	regs, placed, part, prev := slices.Clone(rec.regs), rec.placed, rec.part, rec.lease
 	e.workers.mu.RUnlock()
+	setLease := func(st *workerState) {}
+	if lease > 0 {
+		le := leaseEntry{deadline: e.now().Add(lease).UnixNano(), ttl: lease}
+		setLease = func(st *workerState) { x := le; st.lease = &x }
+		defer func() {
+			if err == nil && (prev == nil || prev.implied) {
+				e.lg.Info("lease taken", "worker_id", w, "ttl_ms", lease.Milliseconds())
+			}
+		}()
+	}
 	if len(regs) > 0 {
 		have := e.keyOf(part)
 		if have != key {
@@ -68,6 +85,11 @@ func (e *Engine) Register(ctx context.Context, w uint64, key partition.Key, reg 
 		if i := slices.IndexFunc(regs, func(x Registration) bool { return x.DPRank == reg.DPRank }); i >= 0 {
 			if regs[i] != reg {
 				return false, &RegisterError{Worker: w, Key: have, Have: regs[i], Err: ErrAlreadyRegistered}
+			}
+			if lease > 0 { // a client re-registering renews its lease
+				if err := e.writeRec(ctx, w, rec, setLease); err != nil {
+					return true, fmt.Errorf("renewing the lease of instance %d: %w", w, err)
+				}
 			}
 			return true, nil
 		}
@@ -79,20 +101,14 @@ func (e *Engine) Register(ctx context.Context, w uint64, key partition.Key, reg 
 		st.door = SourceDynamo
 		st.regs = append(slices.DeleteFunc(slices.Clone(st.regs), func(x Registration) bool { return x.DPRank == reg.DPRank }), reg)
 		slices.SortFunc(st.regs, func(a, b Registration) int { return int(a.DPRank) - int(b.DPRank) })
+		setLease(st)
 	}
-	m, gen := e.buildRec(w, rec, ch)
-	if err := e.CommitMeta(ctx, func(b MetaBatch) {
-		putRec(b, m)
-		for _, x := range meta {
-			b.SetMeta(x.Name, x.Value)
-		}
-	}); err != nil {
+	if err := e.writeRec(ctx, w, rec, ch); err != nil {
 		if !placed {
 			e.unplace(rec)
 		}
 		return false, fmt.Errorf("registering instance %d dp_rank %d: %w", w, reg.DPRank, err)
 	}
-	e.applyRec(w, rec, ch, gen)
 	return false, nil
 }
 

@@ -26,7 +26,7 @@ func TestUnregisterStopsSourcesBeforeLockingTheRecord(t *testing.T) {
 	defer e.Close()
 	key := partition.KeyOf("m", "", "")
 	reg := Registration{DPRank: 0, Endpoint: "tcp://127.0.0.1:5557", BlockSize: 16, SourceID: "dynamo-7-0"}
-	if _, err := e.Register(ctx, 7, key, reg, nil); err != nil {
+	if _, err := e.Register(ctx, 7, key, reg, 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	// DELETE /v1/workers/7: the registration stays, the door is forgotten, so the source's next
@@ -127,7 +127,7 @@ func TestRefusedRegisterLeavesNoWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := Registration{DPRank: 0, Endpoint: "tcp://127.0.0.1:5557", BlockSize: 32, SourceID: "dynamo-9-0"}
-	if _, err := e.Register(ctx, 9, key, reg, nil); !errors.Is(err, partition.ErrBlockSizeMismatch) {
+	if _, err := e.Register(ctx, 9, key, reg, 0, nil); !errors.Is(err, partition.ErrBlockSizeMismatch) {
 		t.Fatalf("register with another block size: %v, want ErrBlockSizeMismatch", err)
 	}
 	if w, known := e.Worker(9); known {

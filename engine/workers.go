@@ -100,6 +100,17 @@ func openWorkers(lg *wal.Log, parts *partition.Set, upstream string, now int64, 
 		}
 		if r.Partition != nil {
 			p, ok := parts.Lookup(*r.Partition)
+			if !ok && len(r.Registrations) > 0 {
+				// A registration names its partition until /unregister: one whose partition record
+				// was lost (a damaged dir) gets it again, or the instance could never be
+				// unregistered (Unregister finds workers by their partition).
+				if p, err = parts.Ensure(context.Background(), *r.Partition, r.Registrations[0].BlockSize); err != nil {
+					return nil, fmt.Errorf("recreating partition %s of worker %d's registrations: %w", r.Partition, w, err)
+				}
+				ok = true
+				log("a registered worker's partition had no record: made again from its registration",
+					"worker_id", w, "partition", r.Partition.String(), "block_size", p.BlockSize)
+			}
 			if ok && parts.Hold(p.ID) == nil {
 				rec.placed, rec.part = true, p.ID
 			} else {

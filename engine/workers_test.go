@@ -34,13 +34,15 @@ import (
 //	restart                                    close the engine and open it again on its data
 //	format4                                    close the engine and open it on a copy of
 //	                                           testdata/format4workers (a format-4 dir: upgraded)
-//	register worker=W dp=R partition=M [bs=N] [endpoint=E]   Register (Dynamo's /register)
+//	register worker=W dp=R partition=M [bs=N] [endpoint=E] [lease=D]   Register (Dynamo's /register)
 //	unregister worker=W partition=M [dp=R]     Unregister (Dynamo's /unregister)
 //	url worker=W [url=U]                       SetRecoverySource (no url: clears it)
 //	kinds worker=W kinds=(K,...) [partition=M] Place as an event source naming its group kinds
 //	record worker=W                            the worker's durable record (package worker)
 //	lose-record worker=W                       delete the durable record alone (ranks without a
 //	                                           record: a record lost)
+//	lose-partition partition=M                 delete the partition's durable record alone (a
+//	                                           damaged dir; the engine still holds it until restart)
 //	lose-ranks worker=W                        remove the worker's ranks alone (as a crash between
 //	                                           Remove's rank removal and its record's leaves them)
 //	find [partition=M] hashes=(T,...)          Find: worker/dp=score, best first
@@ -171,8 +173,12 @@ func TestWorkersDataDriven(t *testing.T) {
 				if td.HasArg("endpoint") {
 					td.ScanArgs(t, "endpoint", &ep)
 				}
+				var lease time.Duration
+				if td.HasArg("lease") {
+					td.ScanArgs(t, "lease", &lease)
+				}
 				reg := Registration{DPRank: dp, Endpoint: ep, BlockSize: bs, SourceID: fmt.Sprintf("dynamo-%d-%d", worker, dp)}
-				again, err := e.Register(ctx, worker, key, reg, nil)
+				again, err := e.Register(ctx, worker, key, reg, lease, nil)
 				if err != nil {
 					return "error: " + err.Error() + "\n"
 				}
@@ -217,6 +223,15 @@ func TestWorkersDataDriven(t *testing.T) {
 				return "ok\n"
 			case "lose-ranks":
 				if _, err := e.removeRanks(ctx, worker); err != nil {
+					t.Fatal(err)
+				}
+				return ""
+			case "lose-partition":
+				p, ok := e.parts.Lookup(key)
+				if !ok {
+					t.Fatalf("no partition %s", key)
+				}
+				if err := e.CommitMeta(ctx, func(b MetaBatch) { b.DeleteMeta("partition/" + strconv.FormatUint(uint64(p.ID), 10)) }); err != nil {
 					t.Fatal(err)
 				}
 				return ""

@@ -73,6 +73,8 @@ type Config struct {
 	// indexed (kind names); empty: the partition's setting, else the server's
 	// (engine.Placement.Kinds, kept in the worker's record).
 	IndexedGroupKinds []string `json:"indexed_group_kinds,omitempty"`
+	// Kinds is IndexedGroupKinds parsed, set by Normalize (every batch's placement reads it).
+	Kinds event.GroupKinds `json:"-"`
 	// Batch is the most messages taken per fetch (JetStream) or per drained burst (Core); each
 	// burst is one log batch per lane. Default 256.
 	Batch int `json:"batch,omitempty"`
@@ -141,7 +143,7 @@ func Normalize(cfg Config) (Config, error) {
 	if err != nil {
 		return cfg, fmt.Errorf("%w: indexed_group_kinds: %v", ErrBadConfig, err)
 	}
-	cfg.IndexedGroupKinds = kinds.Names() // one name a kind, in kind order
+	cfg.IndexedGroupKinds, cfg.Kinds = kinds.Names(), kinds // one name a kind, in kind order
 	return cfg, nil
 }
 

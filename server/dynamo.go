@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,9 +29,9 @@ import (
 //   - A registration (instance_id, dp_rank) is a vLLM ZMQ source (package vllm) with the
 //     instance as its worker id, the registration's dp_rank for batches that carry none, and the
 //     partition and block size of the registration. It is a field of the instance's worker
-//     record in the engine (Engine.Register, Unregister; the record and the source's own
-//     "zmqsource/<id>" in one batch), so a restarted kvindex resumes every registered listener
-//     from its seq cursor. Persistence does not change what a Dynamo client sees: the identical
+//     record in the engine (Engine.Register, Unregister), and only there: the source's config
+//     is built from the record (sources.RegistrationConfig), so a restarted kvindex resumes every
+//     registered listener from its seq cursor. Persistence does not change what a Dynamo client sees: the identical
 //     /register of a registered rank (a client re-registering after a restart) is 201; a
 //     conflicting one stays 409.
 //   - An instance belongs to one partition: /register refuses it (409) when it is registered, or
@@ -47,8 +46,9 @@ import (
 //     cumulative over the storage tiers (rankMatch); the tier extensions are 0 until the storage
 //     tiers land, so cpu = gpu and disk = cpu.
 //   - /register may take a lease, "lease_ttl_ms" (kvindex's extension; Dynamo has none): the
-//     instance's lease, taken or renewed as PUT /v1/workers/{id}/lease does (Engine.SetLease),
-//     once the registration is durable; a client re-registering renews it. /unregister of the
+//     instance's lease, taken or renewed as PUT /v1/workers/{id}/lease does, in the commit that
+//     records the registration (Engine.Register): a /register that fails changed nothing. A
+//     client re-registering renews it. /unregister of the
 //     instance (or of its last rank) ends it (Engine.Unregister).
 //   - Peers registered with /register_peer are persisted ("peer/<url>"): a restarted kvindex
 //     lists them again and, with --peers, tries them after the flag's peers when a partition
@@ -83,13 +83,6 @@ func reregisterConflict(inst uint64, old engine.Registration) string {
 	}
 	return fmt.Sprintf("instance %d dp_rank %d %v with endpoint %s%s, block_size %d: register the same settings again, "+
 		"or POST /unregister it first", inst, old.DPRank, ErrAlreadyRegistered, old.Endpoint, replay, old.BlockSize)
-}
-
-// source is the vLLM ZMQ source of the registration.
-func (r registration) source() vllm.Config {
-	inst, dp := r.InstanceID, r.DPRank
-	return vllm.Config{ID: r.SourceID, Endpoint: r.Endpoint, ReplayEndpoint: r.ReplayEndpoint, WorkerID: &inst,
-		ModelName: r.Key.ModelName, RoutingGroup: r.Key.RoutingGroup, BlockSize: r.BlockSize, DPRank: &dp}
 }
 
 // registrySourceID is the source id of a registration (its seq cursor is kept under it).
@@ -182,18 +175,13 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 	key := partitionKey(r, req.partitionNames)
 	reg := registration{InstanceID: *req.InstanceID, Key: key, Registration: engine.Registration{DPRank: req.DPRank, Endpoint: *req.Endpoint,
 		ReplayEndpoint: req.ReplayEndpoint, BlockSize: int(*req.BlockSize), SourceID: registrySourceID(*req.InstanceID, req.DPRank)}}
-	cfg, err := vllm.Normalize(reg.source())
+	cfg, err := sources.RegistrationConfig(reg.InstanceID, key, reg.Registration)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if s.zmq.Has(cfg.ID) && !s.registered(reg.InstanceID, reg.DPRank) {
-		writeError(w, http.StatusConflict, fmt.Errorf("source %s %w", cfg.ID, ErrAlreadyRegistered).Error())
-		return
-	}
-	meta, err := sources.RegisteredMeta(cfg)
-	if err != nil {
-		s.submitError(w, err)
+	if err := s.src.CheckRegistration(reg.InstanceID, reg.DPRank, cfg.ID); err != nil {
+		writeError(w, http.StatusConflict, err.Error())
 		return
 	}
 	// The registration's source starts once it stands (started again for the same registration
@@ -205,7 +193,7 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 		}
 		return err
 	}
-	again, err := s.e.Register(r.Context(), reg.InstanceID, key, reg.Registration, start, meta)
+	again, err := s.e.Register(r.Context(), reg.InstanceID, key, reg.Registration, lease, start)
 	var re *engine.RegisterError
 	switch {
 	case errors.As(err, &re) && errors.Is(err, partition.ErrWorkerElsewhere):
@@ -223,35 +211,12 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 		s.submitError(w, err)
 		return
 	}
-	if !s.registerLease(w, r, reg.InstanceID, key, lease) {
-		return
-	}
 	if !again {
 		s.lg.Info("instance registered", "instance_id", reg.InstanceID, "dp_rank", reg.DPRank, "model_name", key.ModelName,
 			"routing_group", key.RoutingGroup, "block_size", reg.BlockSize, "endpoint", reg.Endpoint, "source", cfg.ID,
 			"lease_ttl_ms", lease.Milliseconds())
 	}
 	writeJSON(w, http.StatusCreated, statusOK)
-}
-
-// registered reports whether instance's dp rank is registered.
-func (s *Server) registered(inst uint64, dp uint32) bool {
-	w, _ := s.e.Worker(inst)
-	return slices.ContainsFunc(w.Registrations, func(x engine.Registration) bool { return x.DPRank == dp })
-}
-
-// registerLease takes or renews the lease a /register asked for (ttl 0: none), through the
-// engine call PUT /v1/workers/{id}/lease makes; it answers a failure itself and returns false.
-// The registration stands either way.
-func (s *Server) registerLease(w http.ResponseWriter, r *http.Request, inst uint64, key partition.Key, ttl time.Duration) bool {
-	if ttl == 0 {
-		return true
-	}
-	if _, err := s.e.SetLease(r.Context(), inst, ttl, &key); err != nil {
-		s.submitError(w, fmt.Errorf("registered, but the lease of instance %d was not taken: %w", inst, err))
-		return false
-	}
-	return true
 }
 
 func (s *Server) postUnregister(w http.ResponseWriter, r *http.Request) {

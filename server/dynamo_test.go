@@ -293,6 +293,10 @@ func TestRegistrationIngestsAndPersists(t *testing.T) {
 	}
 
 	_, url, stop = serveConfig(t, cfg)
+	// The registration's source runs again from the worker's record alone, before any client
+	// registers again, and is listed as stored.
+	waitBody(t, "GET", url+"/workers", "", `"instance_id":42,"source":"zmq","status":"active"`)
+	waitBody(t, "GET", url+"/v1/sources", "", `"id":"dynamo-42-3"`)
 	// The client registers again after the restart (Dynamo's flow): the same registration is 201,
 	// a conflicting one 409.
 	if code, body := call(t, "POST", url+"/register", `{"instance_id":42,"endpoint":"`+pub.ep+`","model_name":"llama","block_size":4,"dp_rank":3}`); code != 201 {

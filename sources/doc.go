@@ -10,9 +10,11 @@
 //     config and positions (cursors, stream positions, publisher ids) are forgotten in one
 //     commit, so added again later it starts afresh. Flag sources are not stored: the flags
 //     name them at every start; they keep their positions the same way, keyed by their id.
-//   - Start runs once the lanes run: the flag sources, then the stored ones in key order; a
-//     stored source a flag also names runs once. A stored config that cannot be read is logged
-//     and skipped.
+//   - Start runs once the lanes run: the flag sources, then the stored ones in key order, then
+//     one per Dynamo registration, its config built from the worker's record
+//     (RegistrationConfig: nothing else persists it); a stored source a flag also names runs
+//     once. A stored config that cannot be read, or a source that does not start, is logged and
+//     skipped.
 //   - Add refuses an id under which a source of either kind runs (ErrExists), before storing
 //     anything.
 //   - Placement (Place, and the NATS partitioner): every batch is placed through

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/kvindex/kvindex/engine"
-	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/natsrc"
 	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/vllm"
@@ -116,8 +115,7 @@ func (s *Sources) Place(ctx context.Context, cfg vllm.Config, topic string, work
 	if s.isRegistered(cfg.ID) {
 		door = engine.SourceDynamo
 	}
-	kinds, _ := event.ParseGroupKinds(cfg.IndexedGroupKinds) // checked when the source was added
-	id, err := s.e.Place(ctx, engine.Placement{Door: door, Key: key, BlockSize: bs, Worker: worker, EventSource: true, Kinds: kinds})
+	id, err := s.e.Place(ctx, engine.Placement{Door: door, Key: key, BlockSize: bs, Worker: worker, EventSource: true, Kinds: cfg.Kinds})
 	if err != nil {
 		return 0, fmt.Errorf("source %s: %w", cfg.ID, err)
 	}
@@ -126,12 +124,11 @@ func (s *Sources) Place(ctx context.Context, cfg vllm.Config, topic string, work
 
 // placeNATS is the NATS sources' partitioner: the partition the source's config names.
 func (s *Sources) placeNATS(ctx context.Context, cfg natsrc.Config, worker uint64) (uint32, error) {
-	kinds, _ := event.ParseGroupKinds(cfg.IndexedGroupKinds) // checked when the source was added
 	return s.e.Place(ctx, engine.Placement{Door: engine.SourceNATS, Key: partition.KeyOf(cfg.ModelName, cfg.RoutingGroup, ""),
-		Worker: worker, EventSource: true, Kinds: kinds})
+		Worker: worker, EventSource: true, Kinds: cfg.Kinds})
 }
 
-// Start starts the flag sources and the stored ones, once the lanes run. A source that does
+// Start starts the flag sources, the stored ones and the registrations', once the lanes run. A source that does
 // not start is logged; only a failure to read the stored configs is returned.
 func (s *Sources) Start() error {
 	zcfgs, err := s.opts.Flags.zmq()
@@ -151,6 +148,7 @@ func (s *Sources) Start() error {
 		}
 		s.lg.Info("zmq source started", "source", cfg.ID, "endpoint", cfg.Endpoint, "replay_endpoint", cfg.ReplayEndpoint)
 	}
+	s.startRegistrations()
 	ncfgs, err := s.natsConfigs(false)
 	if err != nil {
 		return err
@@ -241,7 +239,7 @@ func (s *Sources) List() ([]Source, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Source{ID: st.ID, ZMQ: &st, Stored: ok})
+		out = append(out, Source{ID: st.ID, ZMQ: &st, Stored: ok || s.isRegistered(st.ID)}) // a registration's: in its record
 	}
 	for _, st := range s.nats.Status() {
 		_, ok, err := s.e.Meta(NATSMetaPrefix + st.ID)

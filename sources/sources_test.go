@@ -5,7 +5,9 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/kvindex/kvindex/engine"
 	"github.com/kvindex/kvindex/natsrc"
+	"github.com/kvindex/kvindex/partition"
 	"github.com/kvindex/kvindex/vllm"
 )
 
@@ -82,5 +84,41 @@ func TestRegistrationSourcesBelongToTheRecord(t *testing.T) {
 	}
 	if m, err := e.Metas(ZMQMetaPrefix + "dynamo-7-0"); err != nil || len(m) != 0 {
 		t.Fatalf("a refused source was stored: %v %v", m, err)
+	}
+}
+
+// TestCheckRegistration: a registration may not take a source id that a source other than its
+// own runs under (a flag source, say); its own running source (a client registering again) is
+// no conflict.
+func TestCheckRegistration(t *testing.T) {
+	ctx := context.Background()
+	e, s := openSources(t)
+	reg := engine.Registration{DPRank: 0, Endpoint: "tcp://127.0.0.1:1", BlockSize: 16, SourceID: "dynamo-5-0"}
+	key := partition.KeyOf("m", "", "")
+	if err := s.CheckRegistration(5, 0, reg.SourceID); err != nil {
+		t.Fatalf("no source runs under the id: %v", err)
+	}
+	w := uint64(99) // another worker's source under the registration's id
+	if _, err := s.ZMQ().Add(vllm.Config{ID: reg.SourceID, Endpoint: "tcp://127.0.0.1:2", WorkerID: &w}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CheckRegistration(5, 0, reg.SourceID); !errors.Is(err, engine.ErrAlreadyRegistered) {
+		t.Fatalf("a foreign source under the id: %v, want ErrAlreadyRegistered", err)
+	}
+	if err := s.ZMQ().Remove(reg.SourceID); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := RegistrationConfig(5, key, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Register(ctx, 5, key, reg, 0, func(again bool) error { return s.StartRegistered(cfg, again) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CheckRegistration(5, 0, reg.SourceID); err != nil {
+		t.Fatalf("the registration's own source: %v", err)
+	}
+	if got := *cfg.WorkerID; got != 5 || *cfg.DPRank != 0 || cfg.ModelName != "m" || cfg.BlockSize != 16 {
+		t.Fatalf("RegistrationConfig: %+v", cfg)
 	}
 }

@@ -60,8 +60,10 @@ type Config struct {
 	DPRank *uint32 `json:"dp_rank,omitempty"`
 	// IndexedGroupKinds are the KV-cache group kinds of this publisher's ranks whose events are
 	// indexed (kind names, e.g. full_attention, sliding_window); empty: its partition's setting,
-	// else the server's (engine.Engine.SetSourceGroupKinds).
+	// else the server's (engine.Placement.Kinds, kept in the worker's record).
 	IndexedGroupKinds []string `json:"indexed_group_kinds,omitempty"`
+	// Kinds is IndexedGroupKinds parsed, set by Normalize (every batch's placement reads it).
+	Kinds event.GroupKinds `json:"-"`
 }
 
 // SourceID is the default id of a source: "zmq-" and 16 hex digits of XXH3-64 of the endpoint,
@@ -223,7 +225,7 @@ func Normalize(cfg Config) (Config, error) {
 	if err != nil {
 		return cfg, fmt.Errorf("indexed_group_kinds: %w", err)
 	}
-	cfg.IndexedGroupKinds = kinds.Names() // one name a kind, in kind order
+	cfg.IndexedGroupKinds, cfg.Kinds = kinds.Names(), kinds // one name a kind, in kind order
 
 	if cfg.ID == "" {
 		cfg.ID = SourceID(cfg.Endpoint)

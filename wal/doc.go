@@ -190,8 +190,9 @@
 //	worker/<worker_id>                       worker (engine/workers) the worker's record (JSON): its partition, door kind,
 //	                                                                 recovery URL, group kinds, lease, Dynamo registrations
 //	peer/<url>                               server (dynamo.go)      a registered peer (empty)
-//	zmqsource/<id>                           server (sources.go)     a vLLM ZMQ source added over HTTP or by /register (JSON)
-//	natssource/<id>                          server (sources_nats)   a NATS source added over HTTP (JSON)
+//	zmqsource/<id>                           sources                 a vLLM ZMQ source added over HTTP (JSON); format 4 also
+//	                                                                 kept /register's here (format 5: built from the record)
+//	natssource/<id>                          sources                 a NATS source added over HTTP (JSON)
 //	zmq/<id>/seq                             vllm                    a ZMQ source's seq cursor (8 bytes)
 //	js/<id>/seq                              natsrc                  a JetStream source's applied stream sequence (8 bytes)
 //	js/<id>/rank/<part>/<worker>/<dp>        natsrc                  the newest stream sequence applied to a rank (8 bytes)

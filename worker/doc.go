@@ -13,7 +13,9 @@
 //     dropped partitions are not reused, and a partition a record names is never dropped.
 //   - Format 4 → 5 (Upgrade) converts the five per-worker prefixes of format 4 into records and
 //     deletes them, in one synced batch that also sets the format version: a crash leaves the dir
-//     in format 4 (nothing converted) or 5 (all of it), never a mix.
+//     in format 4 (nothing converted) or 5 (all of it), never a mix. The same batch deletes the
+//     source config format 4 kept for each registration ("zmqsource/<source_id>"): a
+//     registration's record is all that persists it (its source's config is built from it).
 //
 // # Record (global metadata 'K' | "worker/" | worker_id as decimal; JSON, UTF-8)
 //

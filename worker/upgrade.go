@@ -19,12 +19,15 @@ import (
 //	groupkinds/<worker_id>              its event source's indexed group kinds (comma separated)
 //	lease/<worker_id>                   deadline Unix ns i64 BE | ttl ns i64 BE [| implied u8]
 //	register/<instance_id>/<dp_rank>    a Dynamo /register (JSON, with its partition's names)
+//	zmqsource/<source_id>               a registration's source config (JSON; also the prefix of
+//	                                    the ZMQ sources added over HTTP, which stay)
 const (
 	v4URL      = "source/"
 	v4Door     = "wsource/"
 	v4Kinds    = "groupkinds/"
 	v4Lease    = "lease/"
 	v4Register = "register/"
+	v4Source   = "zmqsource/"
 )
 
 // v4Registration is a format-4 registration's value.
@@ -85,6 +88,9 @@ func readFormat4(l *wal.Log) (map[uint64]Record, []string, error) {
 				r.Partition = &k
 				r.Registrations = append(r.Registrations, Registration{DPRank: x.DPRank, Endpoint: x.Endpoint,
 					ReplayEndpoint: x.ReplayEndpoint, BlockSize: x.BlockSize, SourceID: x.SourceID})
+				if x.SourceID != "" {
+					names = append(names, v4Source+x.SourceID)
+				}
 			}
 			recs[w] = *r
 		}

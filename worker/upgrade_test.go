@@ -4,7 +4,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -82,6 +84,16 @@ func TestUpgradeFormat4(t *testing.T) {
 		t.Fatal(err)
 	}
 	theFixture(t, before)
+	srcs := func() []string {
+		m, err := l.Metas(v4Source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Sorted(maps.Keys(m))
+	}
+	if got, want := srcs(), []string{"zmqsource/dynamo-4-0", "zmqsource/dynamo-4-1", "zmqsource/src3"}; !slices.Equal(got, want) {
+		t.Fatalf("fixture's source configs %v, want %v", got, want)
+	}
 	if n, err := Upgrade(l); err != nil || n != 5 {
 		t.Fatalf("Upgrade: %d %v", n, err)
 	}
@@ -105,6 +117,10 @@ func TestUpgradeFormat4(t *testing.T) {
 		if m, err := l.Metas(p); err != nil || len(m) != 0 {
 			t.Fatalf("format-4 entries %s left: %v %v", p, m, err)
 		}
+	}
+	// The registrations' source configs go (the records hold them); the one added over HTTP stays.
+	if got, want := srcs(), []string{"zmqsource/src3"}; !slices.Equal(got, want) {
+		t.Fatalf("source configs after the upgrade %v, want %v", got, want)
 	}
 	if n, err := Upgrade(l); err != nil || n != 0 {
 		t.Fatalf("Upgrade of a format-5 dir: %d %v", n, err)
