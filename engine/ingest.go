@@ -283,8 +283,9 @@ type Batch struct {
 
 // IngestBatches ingests several partitions' batches as one write: every batch is validated and
 // its placement checked against the partitions and claims as they are, and against the other
-// batches (a worker in two of them), before anything is written; then each batch goes through
-// IngestSized (as its Source). A refusal names the event by its index across all batches.
+// batches (a worker in two of them), before anything is written (CheckBatches); then each batch
+// goes through IngestSized (as its Source). A refusal names the event by its index across all
+// batches.
 func (e *Engine) IngestBatches(ctx context.Context, batches []Batch) (Result, error) {
 	ctx, release, err := e.Admit(ctx, batchEvents(batches), false) // one share for the whole write
 	if err != nil {
@@ -294,31 +295,11 @@ func (e *Engine) IngestBatches(ctx context.Context, batches []Batch) (Result, er
 	if len(batches) == 1 { // one partition: ingestFrom checks it whole before writing
 		return e.ingestFrom(ctx, batches[0].source(), batches[0].Key, batches[0].BlockSize, batches[0].Events)
 	}
-	claims := map[uint64]partition.Key{}
-	offset := 0
-	for _, b := range batches {
-		if err := Validate(b.Events); err != nil {
-			return Result{}, shifted(err, offset)
-		}
-		if err := e.parts.CheckSize(b.Key, b.BlockSize); err != nil {
-			return Result{}, &PlaceError{Index: -1, Err: err}
-		}
-		p, exists := e.parts.Lookup(b.Key)
-		for i := range b.Events {
-			w := b.Events[i].WorkerID
-			if k, ok := claims[w]; ok && k != b.Key {
-				return Result{}, &PlaceError{Index: offset + i, Err: fmt.Errorf("%w: worker %d is in partitions %s and %s of one write",
-					partition.ErrWorkerElsewhere, w, k, b.Key)}
-			}
-			claims[w] = b.Key
-			if own, ok := e.partitionOf(w); ok && (!exists || own != p.ID) {
-				return Result{}, &PlaceError{Index: offset + i, Err: e.elsewhere(w, own)}
-			}
-		}
-		offset += len(b.Events)
+	if err := e.CheckBatches(batches); err != nil {
+		return Result{}, err
 	}
 	var total Result
-	offset = 0
+	offset := 0
 	for _, b := range batches {
 		res, err := e.ingestFrom(ctx, b.source(), b.Key, b.BlockSize, b.Events)
 		total.Accepted += res.Accepted
@@ -329,6 +310,44 @@ func (e *Engine) IngestBatches(ctx context.Context, batches []Batch) (Result, er
 		offset += len(b.Events)
 	}
 	return total, nil
+}
+
+// CheckBatches reports, without writing or waiting, what IngestBatches would refuse in batches
+// as the partitions and workers stand now: an invalid event, a block size that is not its
+// partition's, a worker placed in another partition or named in two batches' partitions (a
+// *PlaceError; Index across all batches). A door calls it before it waits for its share of the
+// ingest bound, so that a write that would be refused is answered so (409, 400) at once, not
+// 429 or after the wait; the ingest checks again under the workers' records.
+func (e *Engine) CheckBatches(batches []Batch) error {
+	claims := map[uint64]partition.Key{}
+	offset := 0
+	for _, b := range batches {
+		if err := Validate(b.Events); err != nil {
+			return shifted(err, offset)
+		}
+		if err := e.parts.CheckSize(b.Key, b.BlockSize); err != nil {
+			return &PlaceError{Index: -1, Err: err}
+		}
+		p, exists := e.parts.Lookup(b.Key)
+		last, seen := uint64(0), false
+		for i := range b.Events {
+			w := b.Events[i].WorkerID
+			if seen && w == last {
+				continue // a run of one worker's events is checked once
+			}
+			last, seen = w, true
+			if k, ok := claims[w]; ok && k != b.Key {
+				return &PlaceError{Index: offset + i, Err: fmt.Errorf("%w: worker %d is in partitions %s and %s of one write",
+					partition.ErrWorkerElsewhere, w, k, b.Key)}
+			}
+			claims[w] = b.Key
+			if own, ok := e.partitionOf(w); ok && (!exists || own != p.ID) {
+				return &PlaceError{Index: offset + i, Err: e.elsewhere(w, own)}
+			}
+		}
+		offset += len(b.Events)
+	}
+	return nil
 }
 
 // batchEvents is the events of every batch of a write.

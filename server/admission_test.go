@@ -99,3 +99,24 @@ func TestRetryAfterIsTheIngestWait(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedWriteIsNotAnswered429: a write the engine would refuse is answered with its own
+// status even while the ingest bound is full (no wait): a worker of another partition is 409,
+// not 429 (which a client retries, for ever).
+func TestRefusedWriteIsNotAnswered429(t *testing.T) {
+	s, url := rangeServer(t, Config{MaxIngestInFlight: 1, IngestWait: -1}, engine.DumpCacheOptions{})
+	if code, _, body := send(t, "POST", url+"/v1/events?model_name=a", oneEvent); code != http.StatusOK {
+		t.Fatalf("events into partition a: %d %s", code, body)
+	}
+	_, release, err := s.e.Admit(context.Background(), 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if code, _, body := send(t, "POST", url+"/v1/events", oneEvent); code != http.StatusConflict || !strings.Contains(body, "partition") {
+		t.Fatalf("a worker of partition a posted to the default partition with the bound full: %d %s, want 409", code, body)
+	}
+	if code, _, body := send(t, "POST", url+"/v1/events?model_name=a", oneEvent); code != http.StatusTooManyRequests {
+		t.Fatalf("a write that would be accepted, with the bound full: %d %s, want 429", code, body)
+	}
+}

@@ -242,6 +242,18 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 		batches[i] = evs
 		offset += len(evs)
 	}
+	in := make([]engine.Batch, len(segs))
+	for i, sg := range segs {
+		in[i] = engine.Batch{Key: reqKey, BlockSize: sg.BlockSize, Events: batches[i], Source: engine.SourceHTTP}
+		if sg.Named {
+			in[i].Key = sg.Key
+		}
+	}
+	// A write the engine would refuse (400, 409) is answered so before it waits for admission.
+	if err := s.e.CheckBatches(in); err != nil {
+		s.ingestError(w, err)
+		return
+	}
 	// The engine's ingest bound, for the decoded events (admission.go): a write beyond it waits
 	// at most --ingest-wait, then is answered 429 and nothing of it is written.
 	actx, release, ok := s.admitIngest(w, r, offset)
@@ -251,13 +263,6 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 	defer release()
 	ctx, cancel := context.WithTimeout(actx, s.cfg.SubmitTimeout)
 	defer cancel()
-	in := make([]engine.Batch, len(segs))
-	for i, sg := range segs {
-		in[i] = engine.Batch{Key: reqKey, BlockSize: sg.BlockSize, Events: batches[i], Source: engine.SourceHTTP}
-		if sg.Named {
-			in[i].Key = sg.Key
-		}
-	}
 	total, err := s.e.IngestBatches(ctx, in)
 	if err != nil {
 		s.ingestError(w, err)
