@@ -203,7 +203,7 @@ func Open(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e.dumps = dumpcache.New(dumpRanks{e}, cfg.DumpCache, cfg.SubmitTimeout, cfg.Logger)
-	if e.workers, err = openWorkers(lg, e.parts, cfg.Upstream, e.now().UnixNano(), e.lg.Info); err != nil {
+	if e.workers, err = openWorkers(lg, e.parts, cfg.Upstream, e.now().UnixNano(), e.lg); err != nil {
 		_ = st.Close()
 		return nil, err
 	}

@@ -34,11 +34,16 @@ const testGrace = time.Minute
 // swept before openTestEngine returns.
 func openTestEngine(t *testing.T, fs vfs.FS, c *clock, sweep time.Duration) *Engine {
 	t.Helper()
+	return openTestEngineLog(t, fs, c, sweep, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// openTestEngineLog is openTestEngine logging to lg.
+func openTestEngineLog(t *testing.T, fs vfs.FS, c *clock, sweep time.Duration, lg *slog.Logger) *Engine {
+	t.Helper()
 	if sweep == 0 {
 		sweep = time.Hour
 	}
-	e, err := Open(Config{DataDir: "data", FS: fs, Lanes: 2, Now: c.Now, LeaseGrace: testGrace, LeaseSweep: sweep,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	e, err := Open(Config{DataDir: "data", FS: fs, Lanes: 2, Now: c.Now, LeaseGrace: testGrace, LeaseSweep: sweep, Logger: lg})
 	if err != nil {
 		t.Fatal(err)
 	}

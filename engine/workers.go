@@ -3,7 +3,9 @@ package engine
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -34,8 +36,11 @@ type workerState struct {
 	door   Source // "" none yet
 	url    string // its own recovery URL; "" the --upstream default
 	kinds  event.GroupKinds
-	lease  *leaseEntry
-	regs   []Registration // by dp rank
+	// unknownKinds are the group kind names of its record this version does not know (a newer
+	// kvindex wrote them): not indexed, kept in the record (package worker's doc).
+	unknownKinds []string
+	lease        *leaseEntry
+	regs         []Registration // by dp rank
 }
 
 // workerRec is one worker's record in memory.
@@ -80,12 +85,13 @@ type WorkerInfo struct {
 }
 
 // openWorkers upgrades a format-4 dir's per-worker metadata to records (worker.Upgrade: one
-// synced batch), then loads the records, holding each placed worker's partition.
-func openWorkers(lg *wal.Log, parts *partition.Set, upstream string, now int64, log func(msg string, args ...any)) (*workers, error) {
+// synced batch), then loads the records, holding each placed worker's partition. A record's group
+// kinds this version does not know are logged (a warning) and kept.
+func openWorkers(lg *wal.Log, parts *partition.Set, upstream string, now int64, logger *slog.Logger) (*workers, error) {
 	if n, err := worker.Upgrade(lg); err != nil {
 		return nil, fmt.Errorf("upgrading the workers' metadata to format 5: %w", err)
 	} else if n > 0 {
-		log("data dir upgraded: one record per worker", "format", 5, "workers", n)
+		logger.Info("data dir upgraded: one record per worker", "format", 5, "workers", n)
 	}
 	recs, err := worker.Load(lg)
 	if err != nil {
@@ -94,7 +100,12 @@ func openWorkers(lg *wal.Log, parts *partition.Set, upstream string, now int64, 
 	t := &workers{byID: make(map[uint64]*workerRec, len(recs)), def: trimURL(upstream)}
 	for w, r := range recs {
 		rec := &workerRec{saved: true}
-		rec.door, rec.url, rec.kinds, rec.regs = Source(r.Door), r.RecoveryURL, r.Kinds(), r.Registrations
+		rec.door, rec.url, rec.kinds, rec.unknownKinds, rec.regs = Source(r.Door), r.RecoveryURL, r.Kinds(), r.UnknownKinds(), r.Registrations
+		if len(rec.unknownKinds) > 0 {
+			logger.Warn("a worker's record names KV-cache group kinds this version does not know (a newer kvindex wrote them): "+
+				"its ranks do not index them; they stay in its record until its event source sets its kinds",
+				"worker_id", w, "unknown_group_kinds", strings.Join(rec.unknownKinds, ","), "indexed_group_kinds", strings.Join(rec.kinds.Names(), ","))
+		}
 		if r.Lease != nil {
 			rec.lease = &leaseEntry{deadline: r.Lease.Deadline, ttl: timeNS(r.Lease.TTL), implied: r.Lease.Implied}
 		}
@@ -108,14 +119,14 @@ func openWorkers(lg *wal.Log, parts *partition.Set, upstream string, now int64, 
 					return nil, fmt.Errorf("recreating partition %s of worker %d's registrations: %w", r.Partition, w, err)
 				}
 				ok = true
-				log("a registered worker's partition had no record: made again from its registration",
+				logger.Warn("a registered worker's partition had no record: made again from its registration",
 					"worker_id", w, "partition", r.Partition.String(), "block_size", p.BlockSize)
 			}
 			if ok && parts.Hold(p.ID) == nil {
 				rec.placed, rec.part = true, p.ID
 			} else {
 				rec.saved = false
-				log("a worker's record names a partition that has no record: the worker is placed again by its next batch",
+				logger.Info("a worker's record names a partition that has no record: the worker is placed again by its next batch",
 					"worker_id", w, "partition", r.Partition.String())
 			}
 		}
@@ -134,7 +145,7 @@ func (e *Engine) record(st *workerState) worker.Record {
 			r.Partition = &k
 		}
 	}
-	r.SetKinds(st.kinds)
+	r.SetKinds(st.kinds, st.unknownKinds)
 	if le := st.lease; le != nil {
 		r.Lease = &worker.Lease{Deadline: le.deadline, TTL: int64(le.ttl), Implied: le.implied}
 	}
@@ -231,7 +242,8 @@ func (e *Engine) applyRec(w uint64, rec *workerRec, ch change, gen uint64) {
 
 // empty reports whether st knows nothing of its worker.
 func (st *workerState) empty() bool {
-	return !st.placed && st.door == "" && st.url == "" && st.kinds == 0 && st.lease == nil && len(st.regs) == 0
+	return !st.placed && st.door == "" && st.url == "" && st.kinds == 0 && len(st.unknownKinds) == 0 && st.lease == nil &&
+		len(st.regs) == 0
 }
 
 // dropIfEmptyLocked drops rec from the table when it knows nothing (t.mu held for writing).
@@ -493,8 +505,8 @@ func (e *Engine) placeDoor(ctx context.Context, p Placement) (bool, error) {
 		if !sameDoor(st.door, p.Door) {
 			st.door = p.Door
 		}
-		if p.EventSource {
-			st.kinds = p.Kinds
+		if p.EventSource && st.kinds != p.Kinds { // a new setting: the names this version does not know go
+			st.kinds, st.unknownKinds = p.Kinds, nil
 		}
 	})
 	return kindsChanged && err == nil, err

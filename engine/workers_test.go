@@ -3,9 +3,11 @@ package engine
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,11 +36,14 @@ import (
 //	restart                                    close the engine and open it again on its data
 //	format4                                    close the engine and open it on a copy of
 //	                                           testdata/format4workers (a format-4 dir: upgraded)
+//	    Both print the warnings the opening engine logged (level=WARN lines, without the time).
 //	register worker=W dp=R partition=M [bs=N] [endpoint=E] [lease=D]   Register (Dynamo's /register)
 //	unregister worker=W partition=M [dp=R]     Unregister (Dynamo's /unregister)
 //	url worker=W [url=U]                       SetRecoverySource (no url: clears it)
 //	kinds worker=W kinds=(K,...) [partition=M] Place as an event source naming its group kinds
 //	record worker=W                            the worker's durable record (package worker)
+//	put-record worker=W                        write the input as the worker's durable record (as
+//	                                           a newer kvindex may have written it; read on restart)
 //	lose-record worker=W                       delete the durable record alone (ranks without a
 //	                                           record: a record lost)
 //	lose-partition partition=M                 delete the partition's durable record alone (a
@@ -54,7 +59,15 @@ func TestWorkersDataDriven(t *testing.T) {
 	datadriven.Walk(t, "testdata/workers", func(t *testing.T, path string) {
 		fs := vfs.NewMem()
 		c := newClock()
-		e := openTestEngine(t, fs, c, 0)
+		var warns warnings
+		lg := slog.New(slog.NewTextHandler(&warns, &slog.HandlerOptions{Level: slog.LevelWarn,
+			ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+				if a.Key == slog.TimeKey {
+					return slog.Attr{}
+				}
+				return a
+			}}))
+		e := openTestEngineLog(t, fs, c, 0, lg)
 		defer func() { _ = e.Close() }()
 		ids := map[event.Rank]uint64{} // the next event id of a rank: ids only grow, across removals
 		seen := map[uint64]bool{}
@@ -152,19 +165,21 @@ func TestWorkersDataDriven(t *testing.T) {
 				if err := e.Close(); err != nil {
 					t.Fatal(err)
 				}
-				e = openTestEngine(t, fs, c, 0)
-				return ""
+				warns.take() // the closed engine's: not the opening's
+				e = openTestEngineLog(t, fs, c, 0, lg)
+				return warns.take()
 			case "format4":
 				if err := e.Close(); err != nil {
 					t.Fatal(err)
 				}
+				warns.take() // the closed engine's: not the opening's
 				fs = vfs.NewMem()
 				testutil.CopyDir(t, fs, "../testdata/format4workers/datadir", "data")
-				e = openTestEngine(t, fs, c, 0)
+				e = openTestEngineLog(t, fs, c, 0, lg)
 				for _, w := range e.Workers() {
 					seen[w.Worker] = true
 				}
-				return ""
+				return warns.take()
 			case "register":
 				bs, ep := 16, "tcp://127.0.0.1:5557"
 				if td.HasArg("bs") {
@@ -237,6 +252,12 @@ func TestWorkersDataDriven(t *testing.T) {
 				return ""
 			case "lose-record":
 				if err := e.CommitMeta(ctx, func(b MetaBatch) { b.DeleteMeta(wrec.Name(worker)) }); err != nil {
+					t.Fatal(err)
+				}
+				return ""
+			case "put-record":
+				v := []byte(strings.TrimSpace(td.Input))
+				if err := e.CommitMeta(ctx, func(b MetaBatch) { b.SetMeta(wrec.Name(worker), v) }); err != nil {
 					t.Fatal(err)
 				}
 				return ""
@@ -322,4 +343,25 @@ func workersState(e *Engine, seen map[uint64]bool) string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// warnings keeps the lines a logger writes until take (the engine's goroutines log too).
+type warnings struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *warnings) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+// take returns the lines written since the last take.
+func (w *warnings) take() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.b.String()
+	w.b.Reset()
+	return out
 }

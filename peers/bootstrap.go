@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -39,7 +41,8 @@ type Options struct {
 	Skip func(partition.Key) bool
 }
 
-// Bootstrapper fills an engine's empty partitions from peers, and counts what it applied.
+// Bootstrapper fills an engine's empty partitions from peers, and counts what it applied and
+// what it skipped.
 type Bootstrapper struct {
 	e    *engine.Engine
 	lg   *slog.Logger
@@ -47,6 +50,9 @@ type Bootstrapper struct {
 
 	events     atomic.Uint64 // events applied from a peer's dump
 	partitions atomic.Uint64 // partitions filled
+
+	skippedParts  atomic.Uint64 // partitions of the dump skipped (Skipped)
+	skippedEvents atomic.Uint64 // events of a worker of another partition skipped (Skipped)
 }
 
 // New returns a Bootstrapper over e.
@@ -65,6 +71,15 @@ func (b *Bootstrapper) Events() uint64 { return b.events.Load() }
 
 // Partitions is the partitions filled from peers' dumps since start.
 func (b *Bootstrapper) Partitions() uint64 { return b.partitions.Load() }
+
+// Skipped is what the bootstrap lost since start, each loss also logged: partitions of the
+// applied dump skipped (the peer failed it, its key is not <model>:<group>, its block size is
+// not the local partition's, its events are malformed, or submitting them failed), and events
+// skipped from the partitions applied because their worker belongs to another partition here.
+// A partition kept because it is not empty here, or left to its JetStream source, is no loss.
+func (b *Bootstrapper) Skipped() (partitions, events uint64) {
+	return b.skippedParts.Load(), b.skippedEvents.Load()
+}
 
 // Merge lists the peers in order, trimmed, without trailing slashes or repeats: the flag's,
 // then the registered ones.
@@ -182,6 +197,7 @@ func (b *Bootstrapper) apply(ctx context.Context, peer string, dump map[string]d
 	for _, k := range keys {
 		n, err := b.applyPartition(ctx, k, dump[k])
 		if err != nil {
+			b.skippedParts.Add(1)
 			b.lg.Warn("peer bootstrap: partition skipped", "peer", peer, "partition", k, "err", err)
 			continue
 		}
@@ -225,22 +241,25 @@ func (b *Bootstrapper) applyPartition(ctx context.Context, k string, d dumpParti
 	kept := evs[:0]
 	here, exists := parts.Lookup(key)
 	elsewhere := map[uint64]bool{} // per worker, looked up once: placed in another partition
+	skipped := map[uint64]int{}    // events skipped per worker of another partition
 	for _, ev := range evs {
 		other, seen := elsewhere[ev.WorkerID]
 		if !seen {
 			w, _ := b.e.Worker(ev.WorkerID)
 			other = w.Placed && (!exists || here.ID != w.Partition)
 			elsewhere[ev.WorkerID] = other
-			if other {
-				b.lg.Warn("peer bootstrap: events of a worker of another partition skipped", "partition", k, "worker_id", ev.WorkerID)
-			}
 		}
 		if other {
+			skipped[ev.WorkerID]++
 			continue
 		}
 		next[ev.Rank()]++
 		ev.EventID = next[ev.Rank()]
 		kept = append(kept, ev)
+	}
+	for _, w := range slices.Sorted(maps.Keys(skipped)) {
+		b.skippedEvents.Add(uint64(skipped[w]))
+		b.lg.Warn("peer bootstrap: events of a worker of another partition skipped", "partition", k, "worker_id", w, "events", skipped[w])
 	}
 	if len(kept) == 0 { // an empty dump still creates the partition with its block size
 		if _, err := b.e.IngestBatches(ctx, []engine.Batch{{Key: key, BlockSize: d.BlockSize, Source: engine.SourcePeer}}); err != nil {

@@ -15,7 +15,8 @@
 //     source (Options.Skip), which bootstraps it at a stream position. A partition the dump
 //     names that does not exist here is created with the dump's block size (an empty dump
 //     too); a local partition with another block size, or events of a worker that belongs to
-//     another partition here, are skipped and logged.
+//     another partition here, are skipped, logged and counted (Bootstrapper.Skipped: a
+//     partition the peer failed, or whose key or events are malformed, counts too).
 //   - A peer that answers 503 is starting itself (replaying, or bootstrapping from its own
 //     peers, as two replicas that name each other do on their first start): information, not a
 //     failure; a peer that cannot be reached is a warning; one that answers anything else (401,

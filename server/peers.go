@@ -31,5 +31,11 @@ func peerCollectors(b *peers.Bootstrapper) []prometheus.Collector {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvindex_peer_bootstrap_partitions",
 			Help: "Partitions filled from a peer's /dump at start (--peers)."},
 			func() float64 { return float64(b.Partitions()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvindex_peer_bootstrap_skipped_partitions_total",
+			Help: "Partitions of a peer's /dump skipped at start (--peers): the peer failed it, its key or events are malformed, its block size is not the local partition's, or submitting it failed. Each is logged."},
+			func() float64 { p, _ := b.Skipped(); return float64(p) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvindex_peer_bootstrap_skipped_events_total",
+			Help: "Events of a peer's /dump skipped at start (--peers) because their worker belongs to another partition here. Each worker is logged."},
+			func() float64 { _, ev := b.Skipped(); return float64(ev) }),
 	}
 }

@@ -139,6 +139,48 @@ func TestPeersBootstrapFromDynamoBeforeReady(t *testing.T) {
 	}
 }
 
+// TestPeersBootstrapCountsWhatItSkips checks the rule "what the peer bootstrap skips is exported,
+// not only logged: kvindex_peer_bootstrap_skipped_partitions_total counts the dump's partitions
+// skipped, kvindex_peer_bootstrap_skipped_events_total the events of a worker of another
+// partition here; both are exported at 0 before anything is skipped".
+func TestPeersBootstrapCountsWhatItSkips(t *testing.T) {
+	dir := t.TempDir()
+	_, url, stop := serveConfig(t, quietConfig(dir))
+	for _, series := range []string{"kvindex_peer_bootstrap_skipped_partitions_total", "kvindex_peer_bootstrap_skipped_events_total"} {
+		if got := scrapeValue(t, url, series); got != 0 {
+			t.Errorf("%s without a bootstrap: %v, want 0", series, got)
+		}
+	}
+	// Worker 7 belongs to partition mine here.
+	if code, body := call(t, "POST", url+"/v1/events?model_name=mine",
+		`[{"worker_id":7,"event":{"event_id":1,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":1,"tokens_hash":11}]}}}}]`); code != 200 {
+		t.Fatalf("events of worker 7: %d %s", code, body)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"other:default":{"block_size":16,"events":[
+		 {"worker_id":7,"event":{"event_id":1,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":701,"tokens_hash":21}]}}}},
+		 {"worker_id":8,"event":{"event_id":1,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":801,"tokens_hash":21}]}}}},
+		 {"worker_id":7,"event":{"event_id":2,"data":{"stored":{"parent_hash":701,"blocks":[{"block_hash":702,"tokens_hash":22}]}}}}]},
+		 "broken:default":{"error":"dump failed"}}`)
+	}))
+	defer peer.Close()
+	_, url, stop = serveConfig(t, quietConfig(dir, peer.URL))
+	defer func() { _ = stop() }()
+	for series, want := range map[string]float64{
+		"kvindex_peer_bootstrap_skipped_partitions_total": 1, // broken
+		"kvindex_peer_bootstrap_skipped_events_total":     2, // worker 7's, in other
+		"kvindex_peer_bootstrap_events_total":             1, // worker 8's
+	} {
+		if got := scrapeValue(t, url, series); got != want {
+			t.Errorf("%s %v, want %v", series, got, want)
+		}
+	}
+}
+
 // serveUnrecovered opens a server and serves its API before its Recover (answering 503 where
 // readiness is needed), closing both at cleanup.
 func serveUnrecovered(t *testing.T, cfg Config) (*Server, string) {

@@ -11,6 +11,13 @@
 //     of its own. A worker the engine forgot (removed) has no record.
 //   - A record names its partition by key (model_name, routing_group), never by id: ids of
 //     dropped partitions are not reused, and a partition a record names is never dropped.
+//   - A group kind name this version does not know (a record written by a newer kvindex, then a
+//     downgrade) is not lost: Record.Kinds is the kinds it knows (the worker's ranks index those;
+//     none known: the partition's or the server's setting), Record.UnknownKinds names the others,
+//     the engine logs them at start (worker_id, unknown_group_kinds), and every rewrite of the
+//     record keeps them after the known names — until the worker's event source sets kinds
+//     other than the known ones (its setting then replaces the list whole) or the worker is
+//     removed. The format-4 upgrade keeps them too.
 //   - Format 4 → 5 (Upgrade) converts the five per-worker prefixes of format 4 into records and
 //     deletes them, in one synced batch that also sets the format version: a crash leaves the dir
 //     in format 4 (nothing converted) or 5 (all of it), never a mix. The same batch deletes the

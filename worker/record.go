@@ -47,24 +47,40 @@ type Registration struct {
 // Name is worker's record name.
 func Name(worker uint64) string { return MetaPrefix + strconv.FormatUint(worker, 10) }
 
-// Kinds is the record's group kinds (0: none).
+// Kinds is the record's group kinds this version knows (0: none). A name it does not know (a
+// record written by a newer kvindex) is left out: UnknownKinds names those (doc.go).
 func (r *Record) Kinds() event.GroupKinds {
-	if len(r.GroupKinds) == 0 {
-		return 0
-	}
-	k, err := event.ParseGroupKinds(r.GroupKinds)
-	if err != nil {
-		return 0
-	}
+	k, _ := r.kinds()
 	return k
 }
 
-// SetKinds sets the record's group kinds (0: none).
-func (r *Record) SetKinds(k event.GroupKinds) {
+// UnknownKinds is the record's group kind names this version does not know, in the record's
+// order (nil: none).
+func (r *Record) UnknownKinds() []string {
+	_, unknown := r.kinds()
+	return unknown
+}
+
+func (r *Record) kinds() (k event.GroupKinds, unknown []string) {
+	for _, name := range r.GroupKinds {
+		switch g, known := event.ParseGroupKind(name); {
+		case !known:
+			unknown = append(unknown, name)
+		case g != event.GroupKindUnset:
+			k = k.With(g)
+		}
+	}
+	return k, unknown
+}
+
+// SetKinds sets the record's group kinds: k's names in kind order, then the names this version
+// does not know (UnknownKinds, kept as read: doc.go).
+func (r *Record) SetKinds(k event.GroupKinds, unknown []string) {
 	r.GroupKinds = nil
 	if k != 0 {
 		r.GroupKinds = k.Names()
 	}
+	r.GroupKinds = append(r.GroupKinds, unknown...)
 }
 
 // Empty reports whether the record says nothing (then it is deleted, not written).

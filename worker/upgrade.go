@@ -72,7 +72,7 @@ func readFormat4(l *wal.Log) (map[uint64]Record, []string, error) {
 				if v := string(v); v != "" {
 					r.GroupKinds = strings.Split(v, ",")
 				}
-				r.SetKinds(r.Kinds()) // canonical names; unknown ones are dropped
+				r.SetKinds(r.Kinds(), r.UnknownKinds()) // canonical names; unknown ones kept (doc.go)
 			case v4Lease:
 				if len(v) != 16 && len(v) != 17 {
 					continue // as format 4 read it: skipped

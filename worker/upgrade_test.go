@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -124,6 +125,37 @@ func TestUpgradeFormat4(t *testing.T) {
 	}
 	if n, err := Upgrade(l); err != nil || n != 0 {
 		t.Fatalf("Upgrade of a format-5 dir: %d %v", n, err)
+	}
+}
+
+// TestUpgradeFormat4KeepsUnknownKinds checks the rule "the format-4 upgrade keeps a group kind
+// name this version does not know": a format-4 dir whose groupkinds/<id> names one (written by a
+// newer format-4 kvindex) is upgraded to a record that still names it.
+func TestUpgradeFormat4KeepsUnknownKinds(t *testing.T) {
+	fs := vfs.NewMem()
+	memCopy(t, fs, fixture)
+	st, l := open(t, fs)
+	defer st.Close()
+	b := l.NewBatch()
+	b.SetMeta(v4Kinds+"6", []byte("sliding_window,future_kind,full_attention"))
+	err := l.Commit(context.Background(), b)
+	b.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Upgrade(l); err != nil || n != 6 {
+		t.Fatalf("Upgrade: %d %v", n, err)
+	}
+	recs, err := Load(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := recs[6]
+	if want := []string{"full_attention", "sliding_window", "future_kind"}; !slices.Equal(r.GroupKinds, want) {
+		t.Fatalf("worker 6's kinds after the upgrade %q, want %q", r.GroupKinds, want)
+	}
+	if got := r.UnknownKinds(); !slices.Equal(got, []string{"future_kind"}) {
+		t.Fatalf("UnknownKinds %q", got)
 	}
 }
 
