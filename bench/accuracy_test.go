@@ -15,7 +15,7 @@ import (
 // every event flowing the index predicts every outcome exactly (0 over, 0 under); with a worker's
 // Removed events lost the predictions go wrong, and the metric shows it.
 func TestRunAccuracyIsExactWithEveryEvent(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // what earlier tests left is theirs
 	reqs := smallTrace(t, 300)
 	rep, err := Run(context.Background(), Options{
 		Requests: reqs, Scale: 1, Workload: workload.WorkloadOptions{Workers: 4, CacheBlocks: 16}, Durability: wal.NoSync, Lanes: 1,
@@ -48,7 +48,7 @@ func TestRunAccuracyIsExactWithEveryEvent(t *testing.T) {
 }
 
 func TestRunAccuracyRefusesAWorkloadDir(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // what earlier tests left is theirs
 	wl, err := workload.Generate(smallTrace(t, 20), 1, workload.WorkloadOptions{Workers: 2})
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,7 @@ import (
 // worker really held — approx_chosen_hit_ratio ≥ routing_hit_ratio, and the best score at least
 // the chosen one.
 func TestRunApproximateReportsDecisions(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // what earlier tests left is theirs
 	reqs := smallTrace(t, 150)
 	wopts := workload.WorkloadOptions{Workers: 8, CacheBlocks: 64}
 	want, err := workload.Generate(reqs, 2, wopts)
@@ -79,7 +79,7 @@ func TestRunApproximateReportsDecisions(t *testing.T) {
 // dir whose queries do not name their worker (one written before Query.Worker existed) with
 // ErrNoDecisions instead of recording made-up decisions.
 func TestRunApproximateRefusesAWorkloadWithoutDecisions(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // what earlier tests left is theirs
 	wl, err := workload.Generate(smallTrace(t, 20), 1, workload.WorkloadOptions{Workers: 2})
 	if err != nil {
 		t.Fatal(err)

@@ -34,7 +34,7 @@ func smallTrace(t *testing.T, n int) []workload.Request {
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func TestRunReportsEveryMetric(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // what earlier tests left is theirs
 	reqs := smallTrace(t, 150)
 	wopts := workload.WorkloadOptions{Workers: 8, CacheBlocks: 64}
 	want, err := workload.Generate(reqs, 2, wopts)
@@ -124,7 +124,7 @@ func TestRunReportsEveryMetric(t *testing.T) {
 
 // With NoCeiling the run measures everything but baseline (b) and the ratios to it.
 func TestRunNoCeiling(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // what earlier tests left is theirs
 	rep, err := Run(context.Background(), Options{
 		Requests: smallTrace(t, 40), Workload: workload.WorkloadOptions{Workers: 4, CacheBlocks: 16},
 		Durability: wal.NoSync, Lanes: 1, LoadedMax: time.Second, Queries: 5, NoCeiling: true,
@@ -181,7 +181,7 @@ func TestRunOptions(t *testing.T) {
 }
 
 func TestRunCancelled(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // what earlier tests left is theirs
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := Run(ctx, Options{Requests: smallTrace(t, 50), Workload: workload.WorkloadOptions{Workers: 4},

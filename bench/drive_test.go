@@ -35,7 +35,7 @@ func chunked(evs []event.RouterEvent, sizes []int) eventSource {
 // drive hands each producer exactly the batches of its whole stream sliced by batch, in order,
 // wherever the chunks end: what a materialized stream gave it.
 func TestDriveBatchesIgnoreChunkBoundaries(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // what earlier tests left is theirs
 	rapid.Check(t, func(t *rapid.T) {
 		producers := rapid.IntRange(1, 5).Draw(t, "producers")
 		batch := rapid.IntRange(1, 7).Draw(t, "batch")
@@ -79,7 +79,7 @@ func TestDriveBatchesIgnoreChunkBoundaries(t *testing.T) {
 var errSubmit = errors.New("submit failed")
 
 func TestDriveStopsAtTheFirstError(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // what earlier tests left is theirs
 	evs := make([]event.RouterEvent, 200)
 	for i := range evs {
 		evs[i] = event.Cleared(event.Rank{WorkerID: uint64(i % 8)}, uint64(i/8+1))

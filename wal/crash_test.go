@@ -169,7 +169,7 @@ func logRecords(t *testing.T, l *Log, r event.Rank) int {
 // (CrashClone keeps the synced data plus a seeded random share of unsynced writes). Reopened,
 // every acknowledged batch is there, in order, byte-identical, and nothing half-written.
 func TestCrashKeepsAcknowledged(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // what earlier tests left is theirs
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
@@ -231,7 +231,7 @@ func TestCrashKeepsAcknowledged(t *testing.T) {
 // too, and after a restart the log holds a prefix of what was attempted with every acknowledged
 // batch in it.
 func TestWriteFailureFailsCommit(t *testing.T) {
-	defer goleak.VerifyNone(t, testutil.PebbleFatalLeftovers()...) // Pebble may not close after a fatal error
+	defer goleak.VerifyNone(t, append(testutil.PebbleFatalLeftovers(), goleak.IgnoreCurrent())...) // Pebble may not close after a fatal error; what earlier tests left is theirs
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 2))
