@@ -341,6 +341,10 @@ func (e *Engine) Store() *store.Store { return e.st }
 // Status lists every known rank's status (event-fed ranks; see Ranks for every rank).
 func (e *Engine) Status() []RankStatus { return e.pipe.Status() }
 
+// RankStateCounts counts each partition's ranks (as Status lists them) by lifecycle state,
+// indexed by recovery.State, without building their statuses (kvindex_ranks).
+func (e *Engine) RankStateCounts() map[uint32][]int { return e.pipe.StateCounts() }
+
 // RankStatus reads one rank's status.
 func (e *Engine) RankStatus(r Rank) (RankStatus, bool) { return e.pipe.RankStatus(r) }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/event"
+	"github.com/kvindex/kvindex/recovery"
 )
 
 // Install replaces a rank's state (its tree, buffered events, degraded flag) with a dump at a
@@ -24,6 +25,9 @@ func TestInstallReplacesTheRankAtTheCursorDurably(t *testing.T) {
 	}
 	if st, _ := g.p.RankStatus(rk); !st.Degraded {
 		t.Fatalf("setup: %+v", st)
+	}
+	if c := g.p.StateCounts()[rk.Partition]; c == nil || c[recovery.StateDegraded] != 1 || c[recovery.StateLive] != 0 {
+		t.Fatalf("StateCounts of the degraded rank's partition: %v, want one degraded", c)
 	}
 	parent := uint64(1)
 	dump := []event.RouterEvent{

@@ -660,6 +660,29 @@ func (p *Pipeline) Status() []RankStatus {
 	return out
 }
 
+// StateCounts counts the visible ranks (as Status lists them) of each partition by lifecycle
+// state, indexed by recovery.State, without building each rank's status (a metrics scrape).
+func (p *Pipeline) StateCounts() map[uint32][]int {
+	out := map[uint32][]int{}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	for r, rs := range p.ranks {
+		rs.mu.Lock()
+		visible, st := rs.visible(), rs.state
+		rs.mu.Unlock()
+		if !visible || int(st) >= len(recovery.States) {
+			continue
+		}
+		c := out[r.Partition]
+		if c == nil {
+			c = make([]int, len(recovery.States))
+			out[r.Partition] = c
+		}
+		c[st]++
+	}
+	return out
+}
+
 // RanksOfWorker lists the known ranks of a worker.
 func (p *Pipeline) RanksOfWorker(workerID uint64) []event.Rank {
 	var out []event.Rank

@@ -362,19 +362,7 @@ func (c *indexCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *indexCollector) Collect(ch chan<- prometheus.Metric) {
-	type partState struct {
-		id    uint32
-		state string
-	}
-	byState := map[partState]int{}
-	for _, p := range c.s.parts.All() {
-		for _, state := range []string{"live", "recovering", "degraded"} {
-			byState[partState{p.ID, state}] = 0
-		}
-	}
-	for _, st := range c.s.e.Status() {
-		byState[partState{st.Rank.Partition, st.State.String()}]++
-	}
+	byState := c.s.e.RankStateCounts()
 	for _, p := range c.s.parts.All() {
 		model, group := p.Key.ModelName, p.Key.RoutingGroup
 		counts := p.Index.Counts()
@@ -383,8 +371,13 @@ func (c *indexCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(descApplied, prometheus.CounterValue, float64(counts.Get(k, st)), k.String(), st.String(), model, group)
 			}
 		}
-		for _, state := range []string{"live", "recovering", "degraded"} {
-			ch <- prometheus.MustNewConstMetric(descRanks, prometheus.GaugeValue, float64(byState[partState{p.ID, state}]), state, model, group)
+		states := byState[p.ID]
+		for _, state := range recovery.States {
+			n := 0
+			if states != nil {
+				n = states[state]
+			}
+			ch <- prometheus.MustNewConstMetric(descRanks, prometheus.GaugeValue, float64(n), state.String(), model, group)
 		}
 		ch <- prometheus.MustNewConstMetric(descBlocks, prometheus.GaugeValue, float64(p.Index.Blocks()), model, group)
 		ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(p.Index.NodeCount()), model, group)
