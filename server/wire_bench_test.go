@@ -108,7 +108,7 @@ func BenchmarkWire(b *testing.B) {
 					for j := range blocks {
 						blocks[j] = event.Block{BlockHash: next<<8 | uint64(j), TokensHash: next<<8 | uint64(j)}
 					}
-					evs[i] = event.Stored(event.Rank{WorkerID: 2_000_000 + uint64(i)}, next, nil, blocks...)
+					evs[i] = event.Stored(event.Rank{WorkerID: 3_000_000 + uint64(i)}, next, nil, blocks...)
 				}
 				next++
 				if format == "json" {
