@@ -17,6 +17,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kvindex/kvindex/event"
 	"github.com/kvindex/kvindex/store"
+	"github.com/kvindex/kvindex/testutil"
+	"go.uber.org/goleak"
 )
 
 // childDirEnv, when set, turns the test binary into the child of TestKillKeepsAcknowledged: it
@@ -31,7 +33,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	// No test leaves a store open (TestWriteFailureFailsCommit's Pebble may not close after its
+	// injected fatal error).
+	goleak.VerifyTestMain(m, testutil.PebbleFatalLeftovers()...)
 }
 
 const killChildProducers = 2

@@ -15,7 +15,11 @@ import (
 func TestStartedBatchesLandInStartOrder(t *testing.T) {
 	for _, d := range []Durability{Sync, NoSync} {
 		t.Run(d.String(), func(t *testing.T) {
-			_, l := openLog(t, vfs.NewMem(), d)
+			st, l := openLog(t, vfs.NewMem(), d)
+			defer func() {
+				_ = l.Close()
+				_ = st.Close()
+			}()
 			r := event.Rank{WorkerID: 3, DPRank: 1}
 			const n = 64
 			batches := make([]*Batch, n)
