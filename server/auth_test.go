@@ -230,7 +230,8 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 	return certFile, keyFile, pool
 }
 
-// freeAddr returns a loopback address nothing listens on (for Run, which listens itself).
+// freeAddr returns a loopback address nothing listens on now (for a Run that fails before it
+// listens; one that serves takes localListener's socket).
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -240,6 +241,18 @@ func freeAddr(t *testing.T) string {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	return addr
+}
+
+// localListener is a socket bound on a free loopback port, for Config.Listener: bound before
+// Run starts, so nothing (another test's connection from an ephemeral port, a peer dialing it)
+// takes the port between a pick and a listen.
+func localListener(t *testing.T) (net.Listener, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln, ln.Addr().String()
 }
 
 // runServer starts Run in the background and stops it (checking a clean stop) at cleanup.
@@ -262,9 +275,9 @@ func runServer(t *testing.T, cfg Config) {
 func TestTLSServe(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile, pool := selfSigned(t, dir)
-	addr := freeAddr(t)
+	ln, addr := localListener(t)
 	var logs syncBuf
-	runServer(t, Config{DataDir: filepath.Join(dir, "data"), Listen: addr, TLSCertFile: certFile, TLSKeyFile: keyFile,
+	runServer(t, Config{DataDir: filepath.Join(dir, "data"), Listener: ln, TLSCertFile: certFile, TLSKeyFile: keyFile,
 		AuthToken: testToken, Durability: wal.NoSync, Lanes: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
 	defer tr.CloseIdleConnections()

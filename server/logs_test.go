@@ -37,8 +37,9 @@ func TestStartLogs(t *testing.T) {
 	var logs syncBuf
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	ln, _ := localListener(t)
 	go func() {
-		done <- Run(ctx, Config{DataDir: filepath.Join(t.TempDir(), "data"), Listen: freeAddr(t), Durability: wal.NoSync,
+		done <- Run(ctx, Config{DataDir: filepath.Join(t.TempDir(), "data"), Listener: ln, Durability: wal.NoSync,
 			Lanes: 1, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	}()
 	deadline := time.Now().Add(10 * time.Second)

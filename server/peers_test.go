@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -284,11 +285,17 @@ func TestPeersBootstrapLogLevels(t *testing.T) {
 
 	// The README's pair: each names the other, both start at once; neither logs an error.
 	t.Run("pair", func(t *testing.T) {
-		addrs := [2]string{freeAddr(t), freeAddr(t)}
+		// Both sockets are bound before either replica starts: the first one dials the second's
+		// address at once, and a dial from an ephemeral port could otherwise take that port.
+		var lns [2]net.Listener
+		var addrs [2]string
+		for i := range lns {
+			lns[i], addrs[i] = localListener(t)
+		}
 		var logs [2]syncBuf
 		for i := range addrs {
 			cfg := quietConfig(filepath.Join(t.TempDir(), "data"), "http://"+addrs[1-i])
-			cfg.Listen, cfg.Logger = addrs[i], slog.New(slog.NewTextHandler(&logs[i], nil))
+			cfg.Listener, cfg.Logger = lns[i], slog.New(slog.NewTextHandler(&logs[i], nil))
 			runServer(t, cfg)
 		}
 		for i, a := range addrs {

@@ -25,8 +25,12 @@ import (
 
 // Config configures a Server. Zero values take the documented defaults.
 type Config struct {
-	DataDir      string            // default "./kvindex-data"
-	Listen       string            // default "127.0.0.1:7070" (Run only)
+	DataDir string // default "./kvindex-data"
+	Listen  string // default "127.0.0.1:7070" (Run only)
+	// Listener, when set, is the socket Run serves on instead of listening on Listen itself (an
+	// embedder's, e.g. one handed over by a supervisor, or bound before a peer that names it
+	// starts); Run closes it when it stops.
+	Listener     net.Listener
 	BlockSize    int               // tokens per block for find_matches_for_request; default 16
 	Lanes        int               // default GOMAXPROCS
 	Durability   engine.Durability // default engine.Sync
@@ -282,10 +286,15 @@ func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	tlsCfg, err := cfg.tlsConfig()
 	if err != nil {
+		if cfg.Listener != nil {
+			_ = cfg.Listener.Close()
+		}
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
+	ln := cfg.Listener
+	if ln != nil {
+		cfg.Listen = ln.Addr().String()
+	} else if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return fmt.Errorf("%w on %s: %w", ErrListen, cfg.Listen, err)
 	}
 	s, err := Open(cfg)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -71,15 +72,20 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// start runs `kvindex serve` on dir and waits for /healthz.
+// listeningAddr finds the address `kvindex serve` logged it listens on.
+var listeningAddr = regexp.MustCompile(`msg=listening addr=(\S+)`)
+
+// start runs `kvindex serve` on dir and waits for /healthz. The server listens on a port the
+// kernel picks (--listen 127.0.0.1:0), read back from its "listening" log line: a port picked
+// by the test and freed before the server binds it could be taken meanwhile (another test's
+// outgoing connection), and the server would fail to start.
 func start(t *testing.T, dir string, args ...string) *proc {
 	t.Helper()
-	addr := freeAddr(t)
-	cmd := exec.Command(binPath, append([]string{"serve", "--data-dir", dir, "--listen", addr}, args...)...)
+	cmd := exec.Command(binPath, append([]string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0"}, args...)...)
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
 	cmd.Stdout = pw
-	p := &proc{t: t, cmd: cmd, base: "http://" + addr, done: make(chan error, 1)}
+	p := &proc{t: t, cmd: cmd, done: make(chan error, 1)}
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
@@ -100,6 +106,14 @@ func start(t *testing.T, dir string, args ...string) *proc {
 			p.done <- err
 			t.Fatalf("server exited early: %v\n%s", err, p.logs())
 		default:
+		}
+		if p.base == "" {
+			if m := listeningAddr.FindStringSubmatch(p.logs()); m != nil {
+				p.base = "http://" + m[1]
+			} else {
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
 		}
 		if resp, err := http.Get(p.base + "/healthz"); err == nil {
 			resp.Body.Close()
@@ -545,7 +559,7 @@ func TestServeRemovalGapAndLock(t *testing.T) {
 		t.Fatalf("remove worker: %d %s", code, b)
 	}
 	// A second server on the same dir exits 1 with a clear message.
-	out, err := exec.Command(binPath, "serve", "--data-dir", dir, "--listen", freeAddr(t)).CombinedOutput()
+	out, err := exec.Command(binPath, "serve", "--data-dir", dir, "--listen", "127.0.0.1:0").CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "in use") {
 		t.Fatalf("second server: %v\n%s", err, out)
 	}
