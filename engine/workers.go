@@ -115,12 +115,14 @@ func openWorkers(lg *wal.Log, parts *partition.Set, upstream string, now int64, 
 				// A registration names its partition until /unregister: one whose partition record
 				// was lost (a damaged dir) gets it again, or the instance could never be
 				// unregistered (Unregister finds workers by their partition).
-				if p, err = parts.Ensure(context.Background(), *r.Partition, r.Registrations[0].BlockSize); err != nil {
-					return nil, fmt.Errorf("recreating partition %s of worker %d's registrations: %w", r.Partition, w, err)
+				if made, err := parts.Ensure(context.Background(), *r.Partition, r.Registrations[0].BlockSize); err != nil {
+					logger.Error("a registered worker's partition has no record and could not be made again: "+
+						"the worker stays unplaced until its next batch or /register", "worker_id", w, "partition", r.Partition.String(), "err", err)
+				} else {
+					p, ok = made, true
+					logger.Warn("a registered worker's partition had no record: made again from its registration",
+						"worker_id", w, "partition", r.Partition.String(), "block_size", p.BlockSize)
 				}
-				ok = true
-				logger.Warn("a registered worker's partition had no record: made again from its registration",
-					"worker_id", w, "partition", r.Partition.String(), "block_size", p.BlockSize)
 			}
 			if ok && parts.Hold(p.ID) == nil {
 				rec.placed, rec.part = true, p.ID

@@ -186,12 +186,14 @@ func (s *Server) postRegister(w http.ResponseWriter, r *http.Request) {
 	}
 	// The registration's source starts once it stands (started again for the same registration
 	// after an indexer restart, Dynamo's documented flow), before an /unregister can stop it.
+	// The registration is durable by then: a source that does not start (the server stopping)
+	// is logged and starts with the next restart; the /register is answered 201, as it stands.
 	start := func(again bool) error {
-		err := s.src.StartRegistered(cfg, again)
-		if err != nil { // persisted: it starts with the next restart; say why it does not run now
-			s.lg.Error("registered, but its zmq source did not start", "instance_id", reg.InstanceID, "dp_rank", reg.DPRank, "err", err)
+		if err := s.src.StartRegistered(cfg, again); err != nil {
+			s.lg.Error("registered, but its zmq source did not start: it starts with the next restart",
+				"instance_id", reg.InstanceID, "dp_rank", reg.DPRank, "err", err)
 		}
-		return err
+		return nil
 	}
 	again, err := s.e.Register(r.Context(), reg.InstanceID, key, reg.Registration, lease, start)
 	var re *engine.RegisterError

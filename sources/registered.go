@@ -1,6 +1,7 @@
 package sources
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -15,10 +16,17 @@ import (
 // when the registration is made and again at every start. The source starts once the
 // registration stands and stops before it ends.
 
+// ErrNoSourceID: a registration without a source id (a damaged record): its source cannot be
+// told from others, so it is not started.
+var ErrNoSourceID = errors.New("registration without a source id")
+
 // RegistrationConfig is the normalized config of the ZMQ source that feeds worker's registration
 // reg in key's partition: the instance as its worker id, the registration's dp rank for batches
 // that carry none, the partition's names and the registration's block size.
 func RegistrationConfig(worker uint64, key partition.Key, reg engine.Registration) (vllm.Config, error) {
+	if reg.SourceID == "" {
+		return vllm.Config{}, fmt.Errorf("instance %d dp_rank %d: %w", worker, reg.DPRank, ErrNoSourceID)
+	}
 	dp := reg.DPRank
 	return vllm.Normalize(vllm.Config{ID: reg.SourceID, Endpoint: reg.Endpoint, ReplayEndpoint: reg.ReplayEndpoint, WorkerID: &worker,
 		ModelName: key.ModelName, RoutingGroup: key.RoutingGroup, BlockSize: reg.BlockSize, DPRank: &dp})
@@ -71,14 +79,45 @@ func (s *Sources) startRegistrations() {
 	}
 }
 
-// StopRegistered stops the sources of ending registrations and deletes their stream cursors in
-// b, the batch that ends them.
+// dropRegistrationConfigs takes out of stored the configs kept under a registration's source id
+// (a dir written before the record alone held registrations), deleting them: the record starts
+// that source. A stored config under such an id with no registration stays (an ordinary source
+// a format-4 dir kept).
+func (s *Sources) dropRegistrationConfigs(stored []vllm.Config) []vllm.Config {
+	ids := map[string]bool{}
+	for _, w := range s.e.Workers() {
+		for _, reg := range w.Registrations {
+			ids[reg.SourceID] = true
+		}
+	}
+	var gone []string
+	stored = slices.DeleteFunc(stored, func(c vllm.Config) bool {
+		if ids[c.ID] {
+			gone = append(gone, ZMQMetaPrefix+c.ID)
+			return true
+		}
+		return false
+	})
+	if len(gone) > 0 {
+		err := s.e.CommitMeta(context.Background(), func(b engine.MetaBatch) {
+			for _, name := range gone {
+				b.DeleteMeta(name)
+			}
+		})
+		s.lg.Info("stored configs of registrations' sources deleted: their worker records hold them", "entries", len(gone), "err", err)
+	}
+	return stored
+}
+
+// StopRegistered stops the sources of ending registrations and deletes their stream cursors (and
+// any config stored under their ids) in b, the batch that ends them.
 func (s *Sources) StopRegistered(regs []engine.Registration, b engine.MetaBatch) error {
 	for _, x := range regs {
 		if err := s.zmq.Remove(x.SourceID); err != nil && !errors.Is(err, vllm.ErrNotFound) {
 			return fmt.Errorf("stopping source %s: %w", x.SourceID, err)
 		}
 		b.DeleteMeta(vllm.CursorMeta(x.SourceID))
+		b.DeleteMeta(ZMQMetaPrefix + x.SourceID)
 	}
 	return nil
 }

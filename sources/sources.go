@@ -139,6 +139,7 @@ func (s *Sources) Start() error {
 	if err != nil {
 		return err
 	}
+	stored = s.dropRegistrationConfigs(stored)
 	for _, cfg := range append(zcfgs, stored...) {
 		if _, err := s.zmq.Add(cfg); err != nil {
 			if !errors.Is(err, vllm.ErrDuplicate) {

@@ -2,7 +2,10 @@ package sources
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/kvindex/kvindex/engine"
@@ -120,5 +123,50 @@ func TestCheckRegistration(t *testing.T) {
 	}
 	if got := *cfg.WorkerID; got != 5 || *cfg.DPRank != 0 || cfg.ModelName != "m" || cfg.BlockSize != 16 {
 		t.Fatalf("RegistrationConfig: %+v", cfg)
+	}
+}
+
+// TestStartTakesRegistrationsFromRecords: Start runs one source per registration, its config
+// built from the worker's record; a config stored under a registration's id (as a dir written
+// before the record alone held registrations has one) is deleted, not run a second time, while
+// one stored under such an id with no registration runs as the ordinary source it is. A record
+// without a source id is refused by RegistrationConfig.
+func TestStartTakesRegistrationsFromRecords(t *testing.T) {
+	ctx := context.Background()
+	e, s := openSources(t)
+	key := partition.KeyOf("m", "", "")
+	reg := engine.Registration{DPRank: 1, Endpoint: "tcp://127.0.0.1:1", BlockSize: 16, SourceID: "dynamo-5-1"}
+	if _, err := e.Register(ctx, 5, key, reg, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	w := uint64(6)
+	for _, c := range []vllm.Config{{ID: "dynamo-5-1", Endpoint: "tcp://127.0.0.1:9"}, {ID: "dynamo-6-0", Endpoint: "tcp://127.0.0.1:2", WorkerID: &w}} {
+		v, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.SetMeta(ctx, ZMQMetaPrefix+c.ID, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	running := map[string]string{}
+	for _, st := range s.ZMQ().Status() {
+		running[st.ID] = st.Endpoint
+	}
+	if want := map[string]string{"dynamo-5-1": "tcp://127.0.0.1:1", "dynamo-6-0": "tcp://127.0.0.1:2"}; !maps.Equal(running, want) {
+		t.Fatalf("running sources %v, want %v (the registration's from its record)", running, want)
+	}
+	m, err := e.Metas(ZMQMetaPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := slices.Sorted(maps.Keys(m)); !slices.Equal(got, []string{ZMQMetaPrefix + "dynamo-6-0"}) {
+		t.Fatalf("stored configs after Start %v, want only the unregistered one", got)
+	}
+	if _, err := RegistrationConfig(5, key, engine.Registration{DPRank: 2, Endpoint: "tcp://127.0.0.1:3"}); !errors.Is(err, ErrNoSourceID) {
+		t.Fatalf("a registration without a source id: %v, want ErrNoSourceID", err)
 	}
 }
