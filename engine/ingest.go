@@ -183,7 +183,7 @@ func (e *Engine) ingestFrom(ctx context.Context, src Source, key partition.Key, 
 	}
 	// The records of workers new to this door go in the events' batch; every worker's record is
 	// held for the submit, so that a removal in between refuses the batch (lockBatch).
-	meta, done, err := e.lockDoors(evs, src)
+	meta, done, err := e.lockDoors(ctx, evs, src)
 	if err != nil {
 		return Result{}, &PlaceError{Index: -1, Err: err}
 	}

@@ -381,7 +381,7 @@ func renewDue(st *workerState, start int64, ttl time.Duration) bool {
 // removed since its placement refuses the batch), the records of due changed by ch written with
 // the events.
 func (e *Engine) submitLocked(ctx context.Context, evs []event.RouterEvent, meta []Meta, due []uint64, ch change) (Result, error) {
-	recs, done, err := e.lockBatch(evs, due, ch)
+	recs, done, err := e.lockBatch(ctx, evs, due, ch)
 	if err != nil {
 		return Result{}, err
 	}

@@ -14,6 +14,56 @@ import (
 	"github.com/kvindex/kvindex/partition"
 )
 
+// TestStoppedSourceGivesUpTheRecordLock: an event source waiting for its worker's record (to
+// place the worker, or to submit) while another writer holds it gives up once the source is
+// stopped (its context cancelled). /unregister stops a registration's source with the record
+// held: a source started after /unregister's first, unlocked stop (a /register racing it) would
+// otherwise be waited for under the lock it waits for, for ever.
+func TestStoppedSourceGivesUpTheRecordLock(t *testing.T) {
+	ctx := context.Background()
+	e := openTestEngine(t, vfs.NewMem(), &clock{}, 0)
+	defer e.Close()
+	key := partition.KeyOf("m", "", "")
+	reg := Registration{DPRank: 0, Endpoint: "tcp://127.0.0.1:5557", BlockSize: 16, SourceID: "dynamo-7-0"}
+	if _, err := e.Register(ctx, 7, key, reg, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	rk := event.Rank{WorkerID: 7}
+	pid, _ := e.WorkerPartition(7, &key)
+	batch := []event.RouterEvent{event.Stored(rk, 1, nil, event.Block{BlockHash: 1, TokensHash: 1})}
+	batch[0].Partition = pid
+	for _, tc := range []struct {
+		name string
+		wait func(ctx context.Context) error
+	}{
+		{"place", func(ctx context.Context) error { // a new kinds setting: the record is rewritten
+			_, err := e.Place(ctx, Placement{Door: SourceDynamo, Key: key, Worker: 7, EventSource: true, Kinds: event.GroupKinds(0).With(event.GroupKindFullAttention)})
+			return err
+		}},
+		{"submit", func(ctx context.Context) error {
+			_, err := e.SourceDoor().SubmitWithMeta(ctx, batch)
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := e.lockRec(7, false) // the record held, as /unregister holds it
+			defer rec.wmu.Unlock()
+			sctx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- tc.wait(sctx) }()
+			stop()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("the stopped source's wait ended with %v, want context.Canceled", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the stopped source still waits for the record after 10 s")
+			}
+		})
+	}
+}
+
 // TestUnregisterStopsSourcesBeforeLockingTheRecord: a registration's source that is placing its
 // worker (which takes the worker's record lock: here its door was forgotten by a DELETE) when
 // /unregister comes must be able to finish,

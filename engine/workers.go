@@ -43,9 +43,31 @@ type workerState struct {
 	regs         []Registration // by dp rank
 }
 
+// recMu is a record's lock: a mutex whose event-source waiters give up when their context ends.
+// A source stopped (its context cancelled, then waited for) while it waits for a record another
+// writer holds must not keep that writer waiting for it: /unregister stops a registration's
+// source with the worker's record held.
+type recMu chan struct{}
+
+func (m recMu) Lock()   { m <- struct{}{} }
+func (m recMu) Unlock() { <-m }
+
+// LockCtx is Lock, or ctx's error once it ends first.
+func (m recMu) LockCtx(ctx context.Context) error {
+	select {
+	case m <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// newWorkerRec is an empty record, unlocked.
+func newWorkerRec() *workerRec { return &workerRec{wmu: make(recMu, 1)} }
+
 // workerRec is one worker's record in memory.
 type workerRec struct {
-	wmu sync.Mutex // held across a write of the record (see above)
+	wmu recMu // held across a write of the record (see above)
 	workerState
 	saved bool   // the durable record says what workerState says
 	gen   uint64 // counts changes of workerState
@@ -99,7 +121,8 @@ func openWorkers(lg *wal.Log, parts *partition.Set, upstream string, now int64, 
 	}
 	t := &workers{byID: make(map[uint64]*workerRec, len(recs)), def: trimURL(upstream)}
 	for w, r := range recs {
-		rec := &workerRec{saved: true}
+		rec := newWorkerRec()
+		rec.saved = true
 		rec.door, rec.url, rec.kinds, rec.unknownKinds, rec.regs = Source(r.Door), r.RecoveryURL, r.Kinds(), r.UnknownKinds(), r.Registrations
 		if len(rec.unknownKinds) > 0 {
 			logger.Warn("a worker's record names KV-cache group kinds this version does not know (a newer kvindex wrote them): "+
@@ -167,6 +190,13 @@ func (e *Engine) recordMeta(w uint64, st *workerState) Meta {
 // lockRec returns worker's record with its wmu held (create: a new empty record when it has
 // none; else nil when it has none). Unlock with rec.wmu.Unlock.
 func (e *Engine) lockRec(w uint64, create bool) *workerRec {
+	rec, _ := e.lockRecCtx(context.Background(), w, create)
+	return rec
+}
+
+// lockRecCtx is lockRec for an event source's write: it gives up when ctx ends while it waits
+// (recMu), with ctx's error.
+func (e *Engine) lockRecCtx(ctx context.Context, w uint64, create bool) (*workerRec, error) {
 	t := e.workers
 	for {
 		t.mu.RLock()
@@ -174,21 +204,23 @@ func (e *Engine) lockRec(w uint64, create bool) *workerRec {
 		t.mu.RUnlock()
 		if rec == nil {
 			if !create {
-				return nil
+				return nil, nil
 			}
 			t.mu.Lock()
 			if rec = t.byID[w]; rec == nil {
-				rec = &workerRec{}
+				rec = newWorkerRec()
 				t.byID[w] = rec
 			}
 			t.mu.Unlock()
 		}
-		rec.wmu.Lock()
+		if err := rec.wmu.LockCtx(ctx); err != nil {
+			return nil, err
+		}
 		t.mu.RLock()
 		same := t.byID[w] == rec
 		t.mu.RUnlock()
 		if same {
-			return rec
+			return rec, nil
 		}
 		rec.wmu.Unlock() // forgotten while this call waited: take the current one
 	}
@@ -416,7 +448,7 @@ func (e *Engine) claim(w uint64, id uint32) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if rec = t.byID[w]; rec == nil {
-		rec = &workerRec{}
+		rec = newWorkerRec()
 		t.byID[w] = rec
 	}
 	if rec.placed {
@@ -494,7 +526,10 @@ func (e *Engine) placeDoor(ctx context.Context, p Placement) (bool, error) {
 	if upToDate {
 		return false, nil
 	}
-	rec = e.lockRec(p.Worker, true)
+	rec, err := e.lockRecCtx(ctx, p.Worker, true)
+	if err != nil {
+		return false, err
+	}
 	defer e.unlockRec(p.Worker, rec)
 	t.mu.RLock()
 	kindsChanged := p.EventSource && rec.kinds != p.Kinds
@@ -503,7 +538,7 @@ func (e *Engine) placeDoor(ctx context.Context, p Placement) (bool, error) {
 	if upToDate {
 		return false, nil
 	}
-	err := e.writeRec(ctx, p.Worker, rec, func(st *workerState) {
+	err = e.writeRec(ctx, p.Worker, rec, func(st *workerState) {
 		if !sameDoor(st.door, p.Door) {
 			st.door = p.Door
 		}
@@ -522,7 +557,7 @@ func sameDoor(have, src Source) bool {
 
 // lockDoors is lockBatch for an ingest door's batch: the records of the workers new to the door
 // src (or not yet written) are rewritten with it, in the events' log batch.
-func (e *Engine) lockDoors(evs []event.RouterEvent, src Source) ([]Meta, func(ok bool), error) {
+func (e *Engine) lockDoors(ctx context.Context, evs []event.RouterEvent, src Source) ([]Meta, func(ok bool), error) {
 	var due []uint64
 	t := e.workers
 	t.mu.RLock()
@@ -543,7 +578,7 @@ func (e *Engine) lockDoors(evs []event.RouterEvent, src Source) ([]Meta, func(ok
 			st.door = src
 		}
 	}
-	return e.lockBatch(evs, due, ch)
+	return e.lockBatch(ctx, evs, due, ch)
 }
 
 // ErrPlacementChanged refuses a batch whose worker was removed, or placed elsewhere, between the
@@ -556,10 +591,11 @@ var ErrPlacementChanged = fmt.Errorf("%w: the worker was removed or placed again
 // the batch's submit, and checks under them that each event's partition is its worker's: a
 // removal waits for the submit, or the submit sees the removal (ErrPlacementChanged; no lock
 // kept). It builds the entries of the workers in due changed by ch, written with the events,
-// and returns the function that applies ch to them once durable and unlocks every record.
-func (e *Engine) lockBatch(evs []event.RouterEvent, due []uint64, ch change) ([]Meta, func(ok bool), error) {
+// and returns the function that applies ch to them once durable and unlocks every record. When
+// ctx ends while it waits for a record (a source stopped), it gives up with ctx's error.
+func (e *Engine) lockBatch(ctx context.Context, evs []event.RouterEvent, due []uint64, ch change) ([]Meta, func(ok bool), error) {
 	if len(due) == 0 && oneWorker(evs) { // a source's batch (one rank a call), most HTTP batches
-		return e.lockOne(evs)
+		return e.lockOne(ctx, evs)
 	}
 	ws := make([]uint64, 0, 2)
 	for i := range evs {
@@ -575,9 +611,12 @@ func (e *Engine) lockBatch(evs []event.RouterEvent, due []uint64, ch change) ([]
 		}
 	}
 	for _, w := range ws {
-		rec := e.lockRec(w, false)
+		rec, err := e.lockRecCtx(ctx, w, false)
 		if rec == nil {
 			unlock()
+			if err != nil {
+				return nil, nil, err
+			}
 			return nil, nil, fmt.Errorf("worker %d: %w", w, ErrPlacementChanged)
 		}
 		recs = append(recs, rec)
@@ -627,10 +666,13 @@ func oneWorker(evs []event.RouterEvent) bool {
 
 // lockOne is lockBatch for a batch of one worker with no record to write: one lock, no
 // allocation but the release.
-func (e *Engine) lockOne(evs []event.RouterEvent) ([]Meta, func(ok bool), error) {
+func (e *Engine) lockOne(ctx context.Context, evs []event.RouterEvent) ([]Meta, func(ok bool), error) {
 	w := evs[0].WorkerID
-	rec := e.lockRec(w, false)
+	rec, err := e.lockRecCtx(ctx, w, false)
 	if rec == nil {
+		if err != nil {
+			return nil, nil, err
+		}
 		return nil, nil, fmt.Errorf("worker %d: %w", w, ErrPlacementChanged)
 	}
 	e.workers.mu.RLock()
