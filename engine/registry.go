@@ -150,7 +150,8 @@ type Unregistered struct {
 // sources stop while none of them waits for the record (a source placing its worker, or renewing
 // its lease, takes the record's lock; stopping it under that lock would wait for it forever);
 // then under the lock with the batch that ends the registrations (a source stopped already is
-// not found: no error). stop must therefore be idempotent.
+// not found: no error; one started meanwhile, by a /register racing this call, gives up waiting
+// for the record once stopped: recMu). stop must therefore be idempotent.
 func (e *Engine) Unregister(ctx context.Context, w uint64, model, group string, dp *uint32,
 	stop func(regs []Registration, b MetaBatch) error) (Unregistered, error) {
 	var out Unregistered
