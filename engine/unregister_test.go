@@ -14,6 +14,20 @@ import (
 	"github.com/kvindex/kvindex/partition"
 )
 
+// registeredSeven is an engine (closed at cleanup) with instance 7's dp rank 0 registered in
+// partition m.
+func registeredSeven(t *testing.T) (*Engine, partition.Key) {
+	t.Helper()
+	e := openTestEngine(t, vfs.NewMem(), &clock{}, 0)
+	t.Cleanup(func() { _ = e.Close() })
+	key := partition.KeyOf("m", "", "")
+	reg := Registration{DPRank: 0, Endpoint: "tcp://127.0.0.1:5557", BlockSize: 16, SourceID: "dynamo-7-0"}
+	if _, err := e.Register(context.Background(), 7, key, reg, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	return e, key
+}
+
 // TestStoppedSourceGivesUpTheRecordLock: an event source waiting for its worker's record (to
 // place the worker, or to submit) while another writer holds it gives up once the source is
 // stopped (its context cancelled). /unregister stops a registration's source with the record
@@ -21,13 +35,7 @@ import (
 // otherwise be waited for under the lock it waits for, for ever.
 func TestStoppedSourceGivesUpTheRecordLock(t *testing.T) {
 	ctx := context.Background()
-	e := openTestEngine(t, vfs.NewMem(), &clock{}, 0)
-	defer e.Close()
-	key := partition.KeyOf("m", "", "")
-	reg := Registration{DPRank: 0, Endpoint: "tcp://127.0.0.1:5557", BlockSize: 16, SourceID: "dynamo-7-0"}
-	if _, err := e.Register(ctx, 7, key, reg, 0, nil); err != nil {
-		t.Fatal(err)
-	}
+	e, key := registeredSeven(t)
 	rk := event.Rank{WorkerID: 7}
 	pid, _ := e.WorkerPartition(7, &key)
 	batch := []event.RouterEvent{event.Stored(rk, 1, nil, event.Block{BlockHash: 1, TokensHash: 1})}
@@ -72,13 +80,7 @@ func TestStoppedSourceGivesUpTheRecordLock(t *testing.T) {
 // hanging the test.
 func TestUnregisterStopsSourcesBeforeLockingTheRecord(t *testing.T) {
 	ctx := context.Background()
-	e := openTestEngine(t, vfs.NewMem(), &clock{}, 0)
-	defer e.Close()
-	key := partition.KeyOf("m", "", "")
-	reg := Registration{DPRank: 0, Endpoint: "tcp://127.0.0.1:5557", BlockSize: 16, SourceID: "dynamo-7-0"}
-	if _, err := e.Register(ctx, 7, key, reg, 0, nil); err != nil {
-		t.Fatal(err)
-	}
+	e, key := registeredSeven(t)
 	// DELETE /v1/workers/7: the registration stays, the door is forgotten, so the source's next
 	// placement writes the record again (under its lock).
 	if _, err := e.Remove(ctx, 7, nil); err != nil {
