@@ -683,14 +683,24 @@ func (p *Pipeline) StateCounts() map[uint32][]int {
 	return out
 }
 
-// RanksOfWorker lists the known ranks of a worker.
+// RanksOfWorker lists the known ranks of a worker (those Status lists), in Status's order,
+// without building any rank's status.
 func (p *Pipeline) RanksOfWorker(workerID uint64) []event.Rank {
 	var out []event.Rank
-	for _, s := range p.Status() {
-		if s.Rank.WorkerID == workerID {
-			out = append(out, s.Rank)
+	p.mu.RLock()
+	for r, rs := range p.ranks {
+		if r.WorkerID != workerID {
+			continue
+		}
+		rs.mu.Lock()
+		visible := rs.visible()
+		rs.mu.Unlock()
+		if visible {
+			out = append(out, r)
 		}
 	}
+	p.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
 	return out
 }
 
