@@ -38,7 +38,9 @@ var runCommitChunk = 1 << 12
 // runCompactFrom is the fewest private positions from which a builder compacts.
 var runCompactFrom = 1 << 12
 
-// runBuilder is RankBuilder's state on the run layout.
+// runBuilder is RankBuilder's private state, for both layouts: the positions the rank's events
+// reached, its lookup, and the applied events' counts (apply, compact); commit lays it into a
+// run tree (the slab's RankBuilder.Commit links it into the slab).
 type runBuilder struct {
 	ix       *Index
 	r        event.Rank
@@ -205,13 +207,18 @@ func (b *runBuilder) reset(ix *Index, r event.Rank) bool {
 	if busy {
 		return false
 	}
+	b.start(ix, r)
+	return true
+}
+
+// start makes b empty, for rank r of ix (which holds nothing there), keeping its memory.
+func (b *runBuilder) start(ix *Index, r event.Rank) {
 	b.ix, b.r, b.register, b.counts = ix, r, false, [4][4]uint64{}
 	if b.held.slots == nil {
 		b.held.slots = make([]rbSlot, 64)
 		b.forks.slots = make([]int32, 64)
 	}
 	b.clear()
-	return true
 }
 
 // apply applies one device-tier event as Index.Apply would, and counts it.
