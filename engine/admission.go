@@ -86,12 +86,26 @@ type admittedKey struct{}
 // batch is done (more calls free nothing more). A context that already carries a share is
 // returned as it is.
 func (e *Engine) Admit(ctx context.Context, events int, bounded bool) (context.Context, func(), error) {
+	return e.AdmitChecked(ctx, events, bounded, nil)
+}
+
+// AdmitChecked is Admit for a door that can check its batch first (check: CheckBatches): when the
+// share is not free at once, check runs before the wait, and its error is returned instead of
+// waiting, so a batch that would be refused is answered so (409, 400), not ErrOverloaded, and is
+// not held behind others. A share free at once is taken without the check: the ingest checks
+// the batch anyway.
+func (e *Engine) AdmitChecked(ctx context.Context, events int, bounded bool, check func() error) (context.Context, func(), error) {
 	if ctx.Value(admittedKey{}) != nil {
 		return ctx, func() {}, nil
 	}
 	a := e.adm
 	n := min(max(int64(events), 1), a.bound)
 	if !a.sem.TryAcquire(n) {
+		if check != nil {
+			if err := check(); err != nil {
+				return ctx, func() {}, err
+			}
+		}
 		if err := a.waitShare(ctx, n, bounded); err != nil {
 			return ctx, func() {}, err
 		}

@@ -315,9 +315,9 @@ func (e *Engine) IngestBatches(ctx context.Context, batches []Batch) (Result, er
 // CheckBatches reports, without writing or waiting, what IngestBatches would refuse in batches
 // as the partitions and workers stand now: an invalid event, a block size that is not its
 // partition's, a worker placed in another partition or named in two batches' partitions (a
-// *PlaceError; Index across all batches). A door calls it before it waits for its share of the
-// ingest bound, so that a write that would be refused is answered so (409, 400) at once, not
-// 429 or after the wait; the ingest checks again under the workers' records.
+// *PlaceError; Index across all batches). A door passes it to AdmitChecked, so that a write that
+// would be refused is answered so (409, 400) rather than after a wait for its share of the
+// ingest bound or with 429; the ingest checks again under the workers' records.
 func (e *Engine) CheckBatches(batches []Batch) error {
 	claims := map[uint64]partition.Key{}
 	offset := 0

@@ -18,14 +18,20 @@ func (s *Server) retryAfter() string {
 }
 
 // admitIngest takes the share of an HTTP write of events (decoded, not yet placed) of the
-// engine's ingest bound (engine.Admit, waiting at most --ingest-wait). A write beyond the bound
+// engine's ingest bound (engine.AdmitChecked, waiting at most --ingest-wait; check's refusal,
+// made only when the write would wait, is answered as the ingest answers it). A write beyond the bound
 // (engine.ErrOverloaded) is answered 429 with Retry-After and false; the caller then writes
 // nothing. The context returned carries the share: the ingest under it takes none again;
 // release frees it.
-func (s *Server) admitIngest(w http.ResponseWriter, r *http.Request, events int) (context.Context, func(), bool) {
-	ctx, release, err := s.e.Admit(r.Context(), events, true)
+func (s *Server) admitIngest(w http.ResponseWriter, r *http.Request, events int, check func() error) (context.Context, func(), bool) {
+	ctx, release, err := s.e.AdmitChecked(r.Context(), events, true, check)
 	if err == nil {
 		return ctx, release, true
+	}
+	var pe *engine.PlaceError
+	if errors.As(err, &pe) { // check refused the write before it waited
+		s.ingestError(w, err)
+		return ctx, release, false
 	}
 	if errors.Is(err, engine.ErrOverloaded) {
 		w.Header().Set("Retry-After", s.retryAfter())

@@ -249,14 +249,10 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 			in[i].Key = sg.Key
 		}
 	}
-	// A write the engine would refuse (400, 409) is answered so before it waits for admission.
-	if err := s.e.CheckBatches(in); err != nil {
-		s.ingestError(w, err)
-		return
-	}
 	// The engine's ingest bound, for the decoded events (admission.go): a write beyond it waits
-	// at most --ingest-wait, then is answered 429 and nothing of it is written.
-	actx, release, ok := s.admitIngest(w, r, offset)
+	// at most --ingest-wait, then is answered 429 and nothing of it is written; one the engine
+	// would refuse (400, 409) is answered so before it waits (engine.AdmitChecked).
+	actx, release, ok := s.admitIngest(w, r, offset, func() error { return s.e.CheckBatches(in) })
 	if !ok {
 		return
 	}
