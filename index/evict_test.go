@@ -240,19 +240,7 @@ func TestEvictableMemoryBytesTracksHeap(t *testing.T) {
 	}
 	before := liveHeap()
 	ix := index.New(index.Options{Evictable: true})
-	blocks := make([]event.Block, 64)
-	hashes := make([]uint64, 64)
-	store := func(from, to uint64) { // rounds [from, to) of 64 unshared chains on each of 64 ranks
-		for r := uint64(1); r <= 64; r++ {
-			for round := from; round < to; round++ {
-				chainBlocks(blocks, hashes, r, round)
-				blocks[0].TokensHash = r<<40 | round<<8
-				ev := event.Stored(event.Rank{WorkerID: r}, 0, nil, blocks...)
-				ix.Apply(&ev)
-			}
-		}
-	}
-	store(0, 64)
+	storeUnshared(ix, 0, 64)
 	check := func(what string) {
 		heap, est := float64(liveHeap()-before), float64(ix.MemoryBytes())
 		t.Logf("%s: blocks %d nodes %d (%d slab slots): heap %.0f B, estimate %.0f B (%.2f)", what, ix.Blocks(), ix.NodeCount(), ix.NodeSlots(), heap, est, est/heap)
@@ -264,7 +252,22 @@ func TestEvictableMemoryBytesTracksHeap(t *testing.T) {
 	for r := uint64(1); r <= 64; r++ {
 		ix.EvictLeaves(event.Rank{WorkerID: r}, 32*64)
 	}
-	store(64, 96)
+	storeUnshared(ix, 64, 96)
 	check("half evicted, refilled")
 	runtime.KeepAlive(ix)
+}
+
+// storeUnshared stores rounds [from, to) of 64-block chains that share no block, on each of 64
+// ranks.
+func storeUnshared(ix *index.Index, from, to uint64) {
+	blocks := make([]event.Block, 64)
+	hashes := make([]uint64, 64)
+	for r := uint64(1); r <= 64; r++ {
+		for round := from; round < to; round++ {
+			chainBlocks(blocks, hashes, r, round)
+			blocks[0].TokensHash = r<<40 | round<<8
+			ev := event.Stored(event.Rank{WorkerID: r}, 0, nil, blocks...)
+			ix.Apply(&ev)
+		}
+	}
 }

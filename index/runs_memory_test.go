@@ -18,18 +18,6 @@ func TestRunsMemoryBytesTracksHeap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds 260k entries")
 	}
-	unshared := func(ix *index.Index, from, to uint64) {
-		blocks := make([]event.Block, 64)
-		hashes := make([]uint64, 64)
-		for r := uint64(1); r <= 64; r++ {
-			for round := from; round < to; round++ {
-				chainBlocks(blocks, hashes, r, round)
-				blocks[0].TokensHash = r<<40 | round<<8
-				ev := event.Stored(event.Rank{WorkerID: r}, 0, nil, blocks...)
-				ix.Apply(&ev)
-			}
-		}
-	}
 	for _, tc := range []struct {
 		name  string
 		build func() *index.Index
@@ -37,21 +25,21 @@ func TestRunsMemoryBytesTracksHeap(t *testing.T) {
 		{"conversations", func() *index.Index { return conversationIndexOf(t, index.Options{Runs: true}) }},
 		{"unshared", func() *index.Index {
 			ix := index.New(index.Options{Runs: true})
-			unshared(ix, 0, 64)
+			storeUnshared(ix, 0, 64)
 			return ix
 		}},
 		{"evictable", func() *index.Index {
 			ix := index.New(index.Options{Runs: true, Evictable: true})
-			unshared(ix, 0, 64)
+			storeUnshared(ix, 0, 64)
 			return ix
 		}},
 		{"evictable/half evicted, refilled", func() *index.Index {
 			ix := index.New(index.Options{Runs: true, Evictable: true})
-			unshared(ix, 0, 64)
+			storeUnshared(ix, 0, 64)
 			for r := uint64(1); r <= 64; r++ {
 				ix.EvictLeaves(event.Rank{WorkerID: r}, 32*64)
 			}
-			unshared(ix, 64, 96)
+			storeUnshared(ix, 64, 96)
 			return ix
 		}},
 		{"holes", func() *index.Index {
