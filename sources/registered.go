@@ -104,7 +104,11 @@ func (s *Sources) dropRegistrationConfigs(stored []vllm.Config) []vllm.Config {
 				b.DeleteMeta(name)
 			}
 		})
-		s.lg.Info("stored configs of registrations' sources deleted: their worker records hold them", "entries", len(gone), "err", err)
+		if err != nil { // they stay stored and are taken out again at the next start
+			s.lg.Warn("stored configs of registrations' sources not deleted (their worker records start them)", "entries", len(gone), "err", err)
+		} else {
+			s.lg.Info("stored configs of registrations' sources deleted: their worker records hold them", "entries", len(gone))
+		}
 	}
 	return stored
 }
